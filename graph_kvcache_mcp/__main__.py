@@ -1,0 +1,3 @@
+from graph_kvcache_mcp.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""`graph-kvcache-mcp`: the console entry. Parses, builds settings, dispatches to `commands/`.
+
+Bad input (`InvalidKey`, `InvalidValue`, `ConfigError`) exits 2 with one line on stderr; a managed
+process that cannot start or stop exits 3. No traceback for anything a user can fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from graph_kvcache_mcp import __version__
+from graph_kvcache_mcp.commands import engine, kv
+from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, settings_from_args
+from graph_kvcache_mcp.errors import ConfigError, InvalidKey, InvalidValue, ProcessError
+
+COMMAND_GROUPS = (engine, kv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="graph-kvcache-mcp",
+        description="MCP server and CLI for an LLM KV-cache stack "
+        "(engine KV store, vLLM, LMCache).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for group in COMMAND_GROUPS:
+        group.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        return int(handler(args, settings_from_args(args)))
+    except (InvalidKey, InvalidValue, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ProcessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except OSError as exc:
+        print(
+            f"error: {exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT

@@ -1,0 +1,74 @@
+"""What every subcommand shares: common flags, settings from flags, printing, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+from pydantic import BaseModel
+
+from graph_kvcache_mcp.config import Settings
+
+EXIT_OK = 0
+EXIT_MISS = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 3
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+M = TypeVar("M", bound=BaseModel)
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Flags every leaf command takes (`--json`, `--data-dir`)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parent.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where managed services keep state (default: $GRAPH_KVCACHE_DATA_DIR or "
+        "~/.local/share/graph-kvcache-mcp)",
+    )
+    return parent
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Environment first, then any flag the command defines and the user set."""
+    overrides: dict[str, Any] = {}
+    for flag, field in (
+        ("data_dir", "data_dir"),
+        ("kv_url", "kv_url"),
+        ("timeout_s", "kv_timeout_s"),
+        ("read_only", "read_only"),
+        ("toolsets", "toolsets"),
+        ("start_engine", "start_engine"),
+        ("keep_engine", "keep_engine"),
+        ("vllm_base_url", "vllm_base_url"),
+        ("vllm_python", "vllm_python"),
+        ("model", "vllm_model"),
+    ):
+        value = getattr(args, flag, None)
+        if value not in (None, False):
+            overrides[field] = value
+    return Settings.from_env(**overrides)
+
+
+def emit(model: BaseModel, *, as_json: bool, human: Callable[[Any], str]) -> None:
+    """Print `model` as one JSON object, or as the human summary `human(model)` builds."""
+    if as_json:
+        print(model.model_dump_json())
+    else:
+        print(human(model))
+
+
+def run_async(function: Callable[[], Awaitable[int]]) -> int:
+    return anyio.run(function)
+
+
+def note(message: str) -> None:
+    """Progress for people, on stderr (stdout stays clean for --json and pipes)."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,81 @@
+"""`graph-kvcache-mcp engine start|stop|status`: the managed local engine."""
+
+from __future__ import annotations
+
+import argparse
+
+from graph_kvcache_mcp.commands._common import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    common_options,
+    emit,
+    note,
+)
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine_process import (
+    EngineStatus,
+    EngineStopResult,
+    ManagedEngine,
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser("engine", help="manage a local epistemic-graph engine")
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="{start,stop,status}")
+    parent = common_options()
+
+    start = verbs.add_parser("start", parents=[parent], help="start (or reuse) the engine")
+    start.add_argument("--port", type=int, default=None, help="KV port (default: a free one)")
+    start.add_argument("--backend", choices=("durable", "memory"), default=None)
+    start.add_argument("--ready-timeout-s", type=float, default=30.0)
+    start.set_defaults(handler=run_start)
+
+    stop = verbs.add_parser("stop", parents=[parent], help="stop the engine we started")
+    stop.add_argument("--wait-s", type=float, default=10.0, help="SIGTERM grace before SIGKILL")
+    stop.set_defaults(handler=run_stop)
+
+    status = verbs.add_parser("status", parents=[parent], help="is it running and answering")
+    status.set_defaults(handler=run_status)
+
+
+def run_start(args: argparse.Namespace, settings: Settings) -> int:
+    engine = ManagedEngine(settings.data_dir)
+    status = engine.start(
+        port=args.port or settings.engine_port,
+        backend=args.backend or settings.engine_backend,
+        ready_timeout_s=args.ready_timeout_s,
+        progress=None if args.json else note,
+    )
+    emit(status, as_json=args.json, human=describe_status)
+    return EXIT_OK
+
+
+def run_stop(args: argparse.Namespace, settings: Settings) -> int:
+    result = ManagedEngine(settings.data_dir).stop(term_wait_s=args.wait_s)
+    emit(result, as_json=args.json, human=_describe_stop)
+    return EXIT_OK
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    status = ManagedEngine(settings.data_dir).status()
+    emit(status, as_json=args.json, human=describe_status)
+    return EXIT_OK if status.reachable else EXIT_UNAVAILABLE
+
+
+def describe_status(status: EngineStatus) -> str:
+    if not status.running:
+        return f"engine: not running ({status.reason})"
+    health = "answering" if status.reachable else f"NOT answering: {status.reason}"
+    reused = " (already running, reused)" if status.reused else ""
+    return (
+        f"engine: running{reused}, {health}\n"
+        f"  url      {status.base_url}\n  backend  {status.backend}\n  pid      {status.pid}\n"
+        f"  uptime   {status.uptime_s:.1f} s\n  log      {status.log_path}\n"
+        f"  data dir {status.data_dir}"
+    )
+
+
+def _describe_stop(result: EngineStopResult) -> str:
+    if not result.stopped:
+        return f"engine: nothing to stop for {result.data_dir}"
+    return f"engine: stopped pid {result.pid} ({result.how})"

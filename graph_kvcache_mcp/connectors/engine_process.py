@@ -1,0 +1,333 @@
+"""The managed local engine: a real `epistemic-graph-server` on loopback, started and stopped by us.
+
+Layout under `<data_dir>/engine/`: `state.json` (what we started), `token`, `auth_secret`,
+`signer_key` (0600, generated once and reused so configured clients keep working), `engine.log`,
+and `store/` (the engine's persist dir; one engine per dir, the engine locks it).
+
+Readiness is an authenticated `GET /kv/stats` = 200: the engine keeps running when its KV listener
+fails (port taken, bad token), so a live pid proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+
+from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.connectors.process_tools import (
+    ProcessRecord,
+    free_port,
+    is_ours,
+    port_in_use,
+    start_ticks,
+    stop_process,
+    tail,
+    write_private,
+)
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.errors import EngineProcessError
+
+Backend = Literal["durable", "memory"]
+ENGINE_HOST = "127.0.0.1"
+DEFAULT_READY_TIMEOUT_S = 30.0
+_INSTALL_HINT = "install it with: pip install 'graph-kvcache-mcp[engine]' (epistemic-graph-server)"
+
+Progress = Callable[[str], None]
+
+
+class EngineState(BaseModel):
+    """`state.json`: the engine we started. Holds no secret."""
+
+    model_config = ConfigDict(frozen=True)
+
+    process: ProcessRecord
+    port: int
+    backend: Backend
+    base_url: str
+    data_dir: str
+
+
+class EngineStatus(BaseModel):
+    """What `engine status` reports."""
+
+    model_config = ConfigDict(frozen=True)
+
+    running: bool
+    reachable: bool = False
+    managed_by_us: bool = False
+    pid: int | None = None
+    port: int | None = None
+    base_url: str | None = None
+    backend: Backend | None = None
+    uptime_s: float | None = None
+    log_path: str | None = None
+    data_dir: str
+    reason: str | None = None
+    reused: bool = False
+
+
+class EngineStopResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stopped: bool
+    how: Literal["terminated", "killed", "not_running"]
+    pid: int | None = None
+    data_dir: str
+
+
+def engine_binary() -> Path:
+    """Path of the `epistemic-graph-server` binary from the installed wheel.
+
+    Raises:
+        EngineProcessError: the package is not installed or ships no binary.
+    """
+    try:
+        import epistemic_graph_server
+    except ImportError:
+        raise EngineProcessError(
+            f"epistemic-graph-server is not installed; {_INSTALL_HINT}"
+        ) from None
+    path = Path(epistemic_graph_server.binary_path())
+    if not path.exists():
+        raise EngineProcessError(f"engine binary missing at {path}; reinstall it: {_INSTALL_HINT}")
+    return path
+
+
+class ManagedEngine:
+    """Start, find, check and stop the engine that lives under one data dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.home = self.data_dir / "engine"
+        self.state_path = self.home / "state.json"
+        self.log_path = self.home / "engine.log"
+        self.store_dir = self.home / "store"
+
+    def __repr__(self) -> str:
+        return f"ManagedEngine({str(self.data_dir)!r})"
+
+    # --- secrets -----------------------------------------------------------------------------
+
+    def token(self) -> SecretStr:
+        """The bearer token clients use (created on first use, 0600)."""
+        return SecretStr(self._secret("token", lambda: secrets.token_hex(32)))
+
+    def _secret(self, name: str, make: Callable[[], str]) -> str:
+        path = self.home / name
+        if path.exists():
+            value = path.read_text().strip()
+            if value:
+                return value
+        value = make()
+        write_private(path, value)
+        return value
+
+    # --- state -------------------------------------------------------------------------------
+
+    def state(self) -> EngineState | None:
+        """The recorded engine, when the record exists and is readable."""
+        try:
+            return EngineState.model_validate_json(self.state_path.read_text())
+        except (OSError, ValidationError):
+            return None
+
+    def running_state(self) -> EngineState | None:
+        """The recorded engine when it is still the process we started; clears a stale record."""
+        state = self.state()
+        if state is None:
+            return None
+        if is_ours(state.process):
+            return state
+        self.state_path.unlink(missing_ok=True)
+        return None
+
+    def client(self, state: EngineState, *, timeout_s: float = 5.0) -> SyncKvClient:
+        return SyncKvClient(state.base_url, self.token(), timeout_s=timeout_s)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        port: int | None = None,
+        backend: Backend = "durable",
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        progress: Progress | None = None,
+    ) -> EngineStatus:
+        """Ensure an engine runs for this data dir; reuse a healthy one we started before.
+
+        Raises:
+            EngineProcessError: binary missing, port taken, data dir locked, or not ready in time;
+                the message quotes the engine's own reason from its log.
+        """
+        note = progress or (lambda _message: None)
+        if (state := self.running_state()) is not None:
+            status = self.status()
+            if status.reachable:
+                note(f"engine already running (pid {state.process.pid}, port {state.port})")
+                return status.model_copy(update={"reused": True})
+            raise EngineProcessError(
+                f"an engine we started (pid {state.process.pid}) runs but does not answer on "
+                f"port {state.port}: {status.reason}. Stop it with `graph-kvcache-mcp engine stop "
+                f"--data-dir {self.data_dir}` and start again"
+            )
+        binary = engine_binary()
+        chosen = port or free_port(ENGINE_HOST)
+        if port_in_use(ENGINE_HOST, chosen):
+            raise EngineProcessError(
+                f"port {chosen} on {ENGINE_HOST} is already in use by another process; "
+                "choose another with --port (or omit it to pick a free one)"
+            )
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
+        note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
+        with self.log_path.open("ab") as log:
+            process = subprocess.Popen(
+                command,
+                env=self._environment(chosen, backend),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        ticks = start_ticks(process.pid)
+        record = ProcessRecord(
+            pid=process.pid,
+            start_ticks=ticks if ticks is not None else -1,
+            command=command,
+            started_at=time.time(),
+            log_path=str(self.log_path),
+        )
+        state = EngineState(
+            process=record,
+            port=chosen,
+            backend=backend,
+            base_url=f"http://{ENGINE_HOST}:{chosen}",
+            data_dir=str(self.data_dir),
+        )
+        write_private(self.state_path, state.model_dump_json(indent=2))
+        self._wait_ready(process, state, ready_timeout_s, note)
+        note(f"engine ready at {state.base_url}")
+        return self.status()
+
+    def stop(self, *, term_wait_s: float = 10.0) -> EngineStopResult:
+        """SIGTERM the engine we started, SIGKILL after `term_wait_s`; never anything else."""
+        state = self.running_state()
+        if state is None:
+            return EngineStopResult(stopped=False, how="not_running", data_dir=str(self.data_dir))
+        how = stop_process(state.process, term_wait_s=term_wait_s)
+        self.state_path.unlink(missing_ok=True)
+        return EngineStopResult(
+            stopped=how != "not_running",
+            how=how,
+            pid=state.process.pid,
+            data_dir=str(self.data_dir),
+        )
+
+    def status(self) -> EngineStatus:
+        """Whether our engine runs and answers, with pid, port, backend and uptime."""
+        state = self.running_state()
+        if state is None:
+            return EngineStatus(
+                running=False,
+                data_dir=str(self.data_dir),
+                reason=f"no managed engine runs for {self.data_dir}; start one with "
+                "`graph-kvcache-mcp engine start`",
+            )
+        with self.client(state, timeout_s=2.0) as client:
+            stats = client.engine_stats()
+        reachable = not isinstance(stats, Unavailable)
+        return EngineStatus(
+            running=True,
+            reachable=reachable,
+            managed_by_us=True,
+            pid=state.process.pid,
+            port=state.port,
+            base_url=state.base_url,
+            backend=stats.backend
+            if not isinstance(stats, Unavailable) and stats.backend != "unknown"
+            else state.backend,
+            uptime_s=round(time.time() - state.process.started_at, 3),
+            log_path=state.process.log_path,
+            data_dir=str(self.data_dir),
+            reason=stats.reason if isinstance(stats, Unavailable) else None,
+        )
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _environment(self, port: int, backend: Backend) -> dict[str, str]:
+        signer = self._secret("signer_key", lambda: secrets.token_hex(16))
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(("EPISTEMIC_GRAPH_", "GRAPH_SERVICE_"))
+        }
+        env.update(
+            GRAPH_SERVICE_AUTH_SECRET=self._secret("auth_secret", lambda: secrets.token_hex(32)),
+            GRAPH_SERVICE_PERSIST_DIR=str(self.store_dir),
+            EPISTEMIC_GRAPH_AUDIENCE="epistemic-graph",
+            EPISTEMIC_GRAPH_TENANT="tenant:local",
+            EPISTEMIC_GRAPH_POLICY_VERSION="policy:initial",
+            EPISTEMIC_GRAPH_REQUIRE_OIDC="false",
+            EPISTEMIC_GRAPH_SIGNER_KEYS_JSON=json.dumps({"service:local": signer}),
+            EPISTEMIC_GRAPH_KVCACHE_ADDR=f"{ENGINE_HOST}:{port}",
+            EPISTEMIC_GRAPH_KVCACHE_TOKEN=self.token().get_secret_value(),
+        )
+        if backend == "durable":
+            env["EPISTEMIC_GRAPH_KVCACHE_BACKEND"] = "durable"
+        return env
+
+    def _wait_ready(
+        self,
+        process: subprocess.Popen[bytes],
+        state: EngineState,
+        timeout_s: float,
+        note: Progress,
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_reason = "no answer yet"
+        next_note = time.monotonic() + 2.0
+        with self.client(state, timeout_s=1.0) as client:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    self.state_path.unlink(missing_ok=True)
+                    raise EngineProcessError(
+                        f"engine exited with code {process.returncode} before it was ready: "
+                        f"{_engine_reason(self.log_path)} (log: {self.log_path})"
+                    )
+                stats = client.engine_stats()
+                if not isinstance(stats, Unavailable):
+                    return
+                last_reason = stats.reason
+                if time.monotonic() >= next_note:
+                    note(f"waiting for the engine's KV port {state.port} ...")
+                    next_note += 2.0
+                time.sleep(0.05)
+        stop_process(state.process, term_wait_s=5.0)
+        self.state_path.unlink(missing_ok=True)
+        raise EngineProcessError(
+            f"engine did not answer on port {state.port} within {timeout_s:g} s ({last_reason}); "
+            f"its log says: {_engine_reason(self.log_path)} (log: {self.log_path})"
+        )
+
+
+def _engine_reason(log_path: Path) -> str:
+    """The most telling line of the engine's log: its last ERROR line, else its last line."""
+    lines = [line for line in tail(log_path, 60).splitlines() if line.strip()]
+    errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
+    chosen = (errors or lines or ["(empty log)"])[-1]
+    return chosen.strip()[-300:]
+
+
+def python_executable() -> str:
+    return sys.executable

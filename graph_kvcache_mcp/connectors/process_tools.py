@@ -1,0 +1,153 @@
+"""What every managed process needs: identity checks, port checks, staged stop. Linux /proc based.
+
+A process is ours only when the pid in our state file is alive **and** its kernel start time and
+command line match what we recorded when we started it, so a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict
+
+StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
+
+
+class ProcessRecord(BaseModel):
+    """What we write down about a process we started."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    start_ticks: int
+    command: tuple[str, ...]
+    started_at: float
+    log_path: str
+
+
+def start_ticks(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19])
+
+
+def is_ours(record: ProcessRecord) -> bool:
+    """True when `record.pid` is still the very process we started (not a recycled pid)."""
+    ticks = start_ticks(record.pid)
+    if ticks is None or ticks != record.start_ticks:
+        return False
+    try:
+        cmdline = Path(f"/proc/{record.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmdline) and cmdline[0].decode(errors="replace") == record.command[0]
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait until `pid` exits (reaping it when it is our child); True when it is gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                return True
+        except ChildProcessError:
+            pass
+        if start_ticks(pid) is None or is_zombie(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop_process(record: ProcessRecord, *, term_wait_s: float, kill_wait_s: float = 5.0) -> StopHow:
+    """SIGTERM, wait, then SIGKILL — only when `record` is still ours. Returns what happened.
+
+    Signals the whole process group when the process leads one (we start children in their own
+    session), so helpers it spawned go too.
+    """
+    if not is_ours(record):
+        return "not_running"
+    target_group = os.getpgid(record.pid) == record.pid
+
+    def send(sig: signal.Signals) -> None:
+        try:
+            if target_group:
+                os.killpg(record.pid, sig)
+            else:
+                os.kill(record.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    send(signal.SIGTERM)
+    if wait_gone(record.pid, term_wait_s):
+        return "terminated"
+    send(signal.SIGKILL)
+    wait_gone(record.pid, kill_wait_s)
+    return "killed"
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on (host, port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def tail(path: Path, lines: int = 20, *, max_bytes: int = 64 * 1024) -> str:
+    """The last `lines` lines of a log file ('' when it does not exist)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to a file only the owner can read (0600), created that way, never widened."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)
+
+
+def command_line(parts: Sequence[str]) -> str:
+    """A printable command line (for logs and state files; holds no secrets by construction)."""
+    return " ".join(parts)

@@ -1,0 +1,1 @@
+"""Pure logic: no I/O, no clock, no environment, no mutable globals."""

