@@ -1,0 +1,55 @@
+"""What every toolset shares: annotation presets, the lifespan state accessor, registration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+from graph_kvcache_mcp.state import AppState
+
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+WRITES_IDEMPOTENT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+STARTS_PROCESS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+STOPS_PROCESS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as a toolset offers it; `register_all` decides whether it is exposed."""
+
+    fn: Callable[..., Any]
+    title: str
+    annotations: ToolAnnotations
+
+    @property
+    def writes(self) -> bool:
+        return not self.annotations.read_only_hint
+
+
+def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only: bool) -> None:
+    """Add each spec; in read-only mode, anything that writes or starts/stops is left out."""
+    for spec in specs:
+        if read_only and spec.writes:
+            continue
+        server.add_tool(spec.fn, title=spec.title, annotations=spec.annotations)
+
+
+def state_of(ctx: Context[Any]) -> AppState:
+    """The lifespan state. Tools annotate `ctx: Context[Any]` so `mcp run/dev` can load them."""
+    state = ctx.request_context.lifespan_context
+    if not isinstance(state, AppState):  # a server not built by build_server
+        raise ToolError("server state missing: start the server with graph-kvcache-mcp")
+    return state
