@@ -13,15 +13,26 @@ from mcp.server.mcpserver import MCPServer
 
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.state import AppState
+from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
+from graph_kvcache_mcp.tools import engine as engine_tools
 from graph_kvcache_mcp.tools import kv as kv_tools
 
-TOOLSET_MODULES: dict[str, ModuleType] = {"kv": kv_tools}
+TOOLSET_MODULES: dict[str, ModuleType] = {
+    "kv": kv_tools,
+    "engine": engine_tools,
+}
 
 INSTRUCTIONS = """\
-Tools to drive and inspect an LLM KV-cache stack: the epistemic-graph engine's KV store (kv_*).
-Start with kv_probe to see whether the store is reachable; kv_stats for counters. A result with
-reachable=false means the store is down: report its reason, do not retry in a loop.
+Tools to drive and inspect an LLM KV-cache stack: the epistemic-graph engine's content-addressed
+KV store (kv_*, graph_kvcache) and the local engine process (engine_*).
+Start with kv_probe to see whether the store is reachable and healthy, then kv_stats for counters
+(pass an earlier result's `engine` object as `since` to see what moved). kv_get reads keys (size
+and sha256; bytes only when asked and small), kv_save writes one value to a new file, kv_exists
+checks many keys at once, kv_put stores bytes: the engine keeps the first value ever stored under
+a key, so a repeat PUT reports already_present and changes nothing.
+graph_kvcache is the single-tool form older agents call (action=get|put|contains|exists|stats).
+With nothing configured the server runs its own local engine (engine_status shows it).
+A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 
 
@@ -30,11 +41,14 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
     _log_to_stderr()
 
     @asynccontextmanager
-    async def lifespan(_server: MCPServer[AppState]) -> AsyncIterator[AppState]:
+    async def lifespan(app: MCPServer[AppState]) -> AsyncIterator[AppState]:
         state = AppState(settings)
+        bind_live_state(app, state)
         try:
+            await state.startup()
             yield state
         finally:
+            unbind_live_state(app, state)
             await state.aclose()
 
     server: MCPServer[AppState] = MCPServer(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+from weakref import WeakKeyDictionary
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
@@ -18,5 +20,28 @@ class AppState:
     def __post_init__(self) -> None:
         self.kv = KvAccess(self.settings)
 
+    async def startup(self) -> None:
+        await self.kv.startup()
+
     async def aclose(self) -> None:
         await self.kv.aclose()
+
+
+# Static resources get no Context in SDK 2.3, so they find the live state through their server.
+# A stack per server: each in-memory Client runs its own lifespan on the same server object.
+_LIVE: WeakKeyDictionary[Any, list[AppState]] = WeakKeyDictionary()
+
+
+def bind_live_state(server: object, state: AppState) -> None:
+    _LIVE.setdefault(server, []).append(state)
+
+
+def unbind_live_state(server: object, state: AppState) -> None:
+    stack = _LIVE.get(server, [])
+    stack[:] = [live for live in stack if live is not state]
+
+
+def live_state(server: object) -> AppState | None:
+    """The state of the server's most recent running lifespan, None when it is not running."""
+    stack = _LIVE.get(server)
+    return stack[-1] if stack else None

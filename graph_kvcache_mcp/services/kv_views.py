@@ -49,6 +49,7 @@ class KvGetOut(BaseModel):
         include_value: bool = False,
         inline_cap_bytes: int = DEFAULT_INLINE_CAP_BYTES,
         saved_to: str | None = None,
+        oversize_hint: str = "ask again with a file path to save it to",
     ) -> Self:
         match outcome:
             case Hit(value):
@@ -57,7 +58,7 @@ class KvGetOut(BaseModel):
                 if include_value and not inline and saved_to is None:
                     note = (
                         f"value is {len(value):,} bytes, over the {inline_cap_bytes:,}-byte inline "
-                        "cap: ask again with a file path to save it to"
+                        f"cap: {oversize_hint}"
                     )
                 return cls(
                     key=key,
@@ -73,6 +74,31 @@ class KvGetOut(BaseModel):
                 return cls(key=key, reachable=True)
             case Unavailable(reason=reason):
                 return cls(key=key, reachable=False, reason=reason)
+
+
+class KvGetManyOut(BaseModel):
+    """Lookups of several keys, in the order asked. reachable=false when no key could be read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reachable: bool
+    results: list[KvGetOut]
+    hits: int
+    misses: int
+    inline_bytes: int = Field(description="Bytes returned inline as base64 in this response.")
+    reason: str | None = Field(None, description="Why the store could not answer (first failure).")
+
+    @classmethod
+    def from_results(cls, results: list[KvGetOut]) -> Self:
+        failures = [r.reason for r in results if not r.reachable]
+        return cls(
+            reachable=len(failures) < len(results) or not results,
+            results=results,
+            hits=sum(r.hit for r in results),
+            misses=sum(r.reachable and not r.hit for r in results),
+            inline_bytes=sum(r.size_bytes or 0 for r in results if r.value_b64 is not None),
+            reason=failures[0] if failures else None,
+        )
 
 
 class KvPutOut(BaseModel):
@@ -158,6 +184,11 @@ class KvStatsOut(BaseModel):
     hit_rate_source: Literal["engine", "client"] | None = None
     dedup_ratio: float | None = None
     dedup_hit_share: float | None = None
+    delta: EngineStats | None = Field(
+        None,
+        description="Engine counter movement since the snapshot passed as `since` (None when no "
+        "snapshot was given or the backend does not report a counter).",
+    )
     reason: str | None = None
 
     @classmethod

@@ -33,6 +33,7 @@ class ToolSpec:
     fn: Callable[..., Any]
     title: str
     annotations: ToolAnnotations
+    name: str | None = None  # default: the function's name (set it for a read-only variant)
 
     @property
     def writes(self) -> bool:
@@ -44,7 +45,7 @@ def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only
     for spec in specs:
         if read_only and spec.writes:
             continue
-        server.add_tool(spec.fn, title=spec.title, annotations=spec.annotations)
+        server.add_tool(spec.fn, name=spec.name, title=spec.title, annotations=spec.annotations)
 
 
 def state_of(ctx: Context[Any]) -> AppState:

@@ -1,0 +1,116 @@
+"""Engine tools (engine_*): start, stop and check the managed local epistemic-graph engine.
+
+They act on the engine of the server's data dir through the shared `KvAccess`, so the KV tools
+follow a started or stopped engine at once. With EPISTEMIC_GRAPH_KVCACHE_URL set they refuse to
+start or stop anything (the KV tools use that engine instead).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from graph_kvcache_mcp.connectors.engine_process import EngineStatus, EngineStopResult
+from graph_kvcache_mcp.connectors.kv_access import KvAccess
+from graph_kvcache_mcp.errors import EngineProcessError
+from graph_kvcache_mcp.tools._common import (
+    READ_ONLY,
+    STARTS_PROCESS,
+    STOPS_PROCESS,
+    ToolSpec,
+    register_all,
+    state_of,
+)
+
+TOOLSET = "engine"
+
+
+class EngineStatusOut(EngineStatus):
+    """The managed engine's status, plus which engine the KV tools use and what happens on exit."""
+
+    kv_source: Literal["configured", "managed"] = Field(
+        description="configured: KV tools use EPISTEMIC_GRAPH_KVCACHE_URL; managed: this engine."
+    )
+    kv_base_url: str | None = Field(
+        None, description="Where KV tools send requests now (null until first use)."
+    )
+    started_by_this_server: bool = False
+    stops_on_exit: bool = Field(
+        False, description="True when this server will stop the engine when it exits."
+    )
+
+    @classmethod
+    def build(cls, status: EngineStatus, access: KvAccess) -> EngineStatusOut:
+        info = access.info()
+        return cls(
+            **status.model_dump(),
+            kv_source=info.source,
+            kv_base_url=info.base_url,
+            started_by_this_server=info.started_pid is not None and info.started_pid == status.pid,
+            stops_on_exit=info.stops_on_exit,
+        )
+
+
+async def engine_status(ctx: Context[Any]) -> EngineStatusOut:
+    """Report whether the managed local engine runs and answers (pid, port, backend, uptime, log
+    path), which engine the KV tools use, and whether this server stops it on exit."""
+    access = state_of(ctx).kv
+    return EngineStatusOut.build(await access.engine_status(), access)
+
+
+async def engine_start(
+    ctx: Context[Any],
+    backend: Annotated[
+        Literal["durable", "memory"] | None,
+        Field(
+            description="durable keeps data across restarts (default); memory loses it on stop. "
+            "Ignored when an engine already runs (it is reused)."
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        Field(ge=1024, le=65535, description="Loopback port for the KV API; default: a free one."),
+    ] = None,
+) -> EngineStatusOut:
+    """Start the managed local engine (or reuse the one already running for this data dir) and
+    return once it answers; the KV tools use it immediately. An engine this server starts is
+    stopped when the server exits unless it runs with --keep-engine."""
+    access = state_of(ctx).kv
+    try:
+        status = await access.start_engine(backend=backend, port=port)
+    except EngineProcessError as exc:
+        raise ToolError(str(exc)) from exc
+    return EngineStatusOut.build(status, access)
+
+
+async def engine_stop(
+    ctx: Context[Any],
+    force: Annotated[
+        bool,
+        Field(
+            description="Also stop an engine this server did not start (the CLI or another "
+            "session did; they may still be using it)."
+        ),
+    ] = False,
+) -> EngineStopResult:
+    """Stop the managed local engine: SIGTERM, then SIGKILL after a grace period. Durable data
+    stays on disk; a memory-backend engine loses its contents. KV tools then report
+    reachable=false until engine_start. Never signals a process this project did not start."""
+    try:
+        return await state_of(ctx).kv.stop_engine(force=force)
+    except EngineProcessError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+SPECS = (
+    ToolSpec(engine_status, "Managed engine status", READ_ONLY),
+    ToolSpec(engine_start, "Start the managed engine", STARTS_PROCESS),
+    ToolSpec(engine_stop, "Stop the managed engine", STOPS_PROCESS),
+)
+
+
+def register(server: MCPServer[Any], *, read_only: bool) -> None:
+    register_all(server, SPECS, read_only=read_only)
