@@ -38,6 +38,7 @@ setup_lmcache() {
   # `lmcache server` imports our adapter, so the package goes in there as well (no deps: keep
   # LMCache's pins intact; the adapter needs only pydantic and anyio, which LMCache brings).
   .venv-lmcache/bin/python -m pip install -q --no-deps -e .
+  .venv-lmcache/bin/python -m pip install -q sniffio   # the KV wire imports it; LMCache lacks it
 }
 
 case "${1:-}" in
