@@ -12,11 +12,11 @@ import sys
 from collections.abc import Sequence
 
 from graph_kvcache_mcp import __version__
-from graph_kvcache_mcp.commands import engine, kv
+from graph_kvcache_mcp.commands import demo, engine, kv, serve
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, settings_from_args
 from graph_kvcache_mcp.errors import ConfigError, InvalidKey, InvalidValue, ProcessError
 
-COMMAND_GROUPS = (engine, kv)
+COMMAND_GROUPS = (serve, demo, engine, kv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(serve.default_to_serve(sys.argv[1:] if argv is None else argv))
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

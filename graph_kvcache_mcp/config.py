@@ -52,6 +52,9 @@ class Settings(BaseModel):
 
     read_only: bool = False
     toolsets: tuple[str, ...] = DEFAULT_TOOLSETS
+    http_token: SecretStr | None = Field(
+        None, description="Bearer token the HTTP transport requires (GRAPH_KVCACHE_HTTP_TOKEN)."
+    )
 
     vllm_base_url: str = "http://127.0.0.1:8000/v1"
     vllm_api_key: SecretStr | None = None
@@ -108,6 +111,8 @@ class Settings(BaseModel):
             values["read_only"] = _flag(env["GRAPH_KVCACHE_READ_ONLY"], "GRAPH_KVCACHE_READ_ONLY")
         if toolsets := env.get("GRAPH_KVCACHE_TOOLSETS", "").strip():
             values["toolsets"] = split_list(toolsets)
+        if http_token := env.get("GRAPH_KVCACHE_HTTP_TOKEN", "").strip():
+            values["http_token"] = SecretStr(http_token)
         if vllm_url := env.get("VLLM_BASE_URL", "").strip():
             values["vllm_base_url"] = vllm_url
         if vllm_key := env.get("VLLM_API_KEY", "").strip():

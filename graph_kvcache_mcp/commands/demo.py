@@ -1,0 +1,146 @@
+"""`graph-kvcache-mcp demo`: an MCP client drives this server over stdio and prints a transcript.
+
+Workflow: kv_stats -> kv_put -> kv_get -> kv_probe -> kv_stats(since). It always uses the embedded
+default (a managed engine; configured engine URLs are not passed on), in a temporary data dir
+unless --data-dir is given, and leaves no engine behind that it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult
+
+from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_async
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
+
+DEMO_KEY = "demo:hello"
+DEMO_VALUE = b"hello from the graph-kvcache-mcp demo"
+
+Say = Callable[[str], None]
+
+
+class DemoFailed(Exception):
+    """A step's result was not what the workflow needs; the message says which and why."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = subparsers.add_parser(
+        "demo",
+        help="run a scripted MCP session (stats, put, get, probe) against a local engine",
+    )
+    demo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="use this data dir instead of a temporary one (an engine already running there is "
+        "reused and left running)",
+    )
+    demo.set_defaults(handler=run_demo)
+
+
+def run_demo(args: argparse.Namespace, settings: Settings) -> int:
+    del settings  # the demo ignores configured engines on purpose: it shows the embedded default
+    temporary = args.data_dir is None
+    data_dir = Path(tempfile.mkdtemp(prefix="graph-kvcache-demo-")) if temporary else args.data_dir
+    say = _printer()
+    try:
+        return run_async(lambda: demo_session(data_dir, say))
+    finally:
+        engine = ManagedEngine(data_dir)
+        if temporary:
+            # The server stops the engine it started on exit; make sure nothing outlives the demo.
+            leftover = engine.stop(term_wait_s=5.0)
+            shutil.rmtree(data_dir, ignore_errors=True)
+            who = "the demo" if leftover.stopped else "the server, on exit"
+            say(f"cleaned up: the engine was stopped by {who}; {data_dir} removed")
+
+
+async def demo_session(data_dir: Path, say: Say) -> int:
+    """Spawn `python -m graph_kvcache_mcp serve` over stdio and run the workflow through it."""
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "graph_kvcache_mcp", "serve", "--data-dir", str(data_dir)],
+    )
+    say(f"graph-kvcache-mcp demo: an MCP client drives the server over stdio (data dir {data_dir})")
+    async with Client(server) as client:
+        tools = await client.list_tools()
+        info = client.server_info
+        say(
+            f"connected to {info.name if info else '?'} {info.version if info else ''}, "
+            f"protocol {client.protocol_version}, {len(tools.tools)} tools: "
+            + ", ".join(tool.name for tool in tools.tools)
+        )
+        try:
+            await run_workflow(client, say)
+        except DemoFailed as exc:
+            say(f"demo stopped: {exc}")
+            return EXIT_UNAVAILABLE
+    say("done: every step answered as expected")
+    return EXIT_OK
+
+
+async def run_workflow(client: Client, say: Say) -> None:
+    """stats -> put -> get -> probe -> stats(since), each call and its result in plain words."""
+    stats = await _call(client, say, 1, "kv_stats", {})
+    if not stats["reachable"]:
+        raise DemoFailed(f"the store is not reachable: {stats['reason']}")
+    say(f"   -> {stats['backend']} backend at {stats['base_url']}")
+
+    value_b64 = base64.b64encode(DEMO_VALUE).decode()
+    put = await _call(client, say, 2, "kv_put", {"key": DEMO_KEY, "value_b64": value_b64})
+    if not put["reachable"]:
+        raise DemoFailed(f"kv_put could not reach the store: {put['reason']}")
+    say(f"   -> {put['state']}: {put['size_bytes']} bytes, sha256 {put['sha256'][:16]}...")
+
+    got = await _call(client, say, 3, "kv_get", {"keys": [DEMO_KEY], "include_value": True})
+    first = got["results"][0]
+    if not first["hit"]:
+        raise DemoFailed(f"kv_get did not find {DEMO_KEY}: {first['reason'] or 'a miss'}")
+    text = base64.b64decode(first["value_b64"]).decode()
+    say(f"   -> hit: {first['size_bytes']} bytes, value {text!r}")
+
+    probe = await _call(client, say, 4, "kv_probe", {"samples": 10})
+    for check in probe["checks"]:
+        say(f"      [{'ok' if check['passed'] else 'FAIL'}] {check['name']}: {check['detail']}")
+    if not probe["passed"]:
+        raise DemoFailed("kv_probe reported a failed check (see above)")
+
+    delta = await _call(client, say, 5, "kv_stats", {"since": stats["engine"]}, brief_args=True)
+    moved = {k: v for k, v in (delta["delta"] or {}).items() if isinstance(v, int) and v}
+    say("   -> engine counters moved since step 1: " + (json.dumps(moved) if moved else "none"))
+
+
+async def _call(
+    client: Client,
+    say: Say,
+    step: int,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    brief_args: bool = False,
+) -> dict[str, Any]:
+    shown = "{since: <engine from step 1>}" if brief_args else json.dumps(arguments)
+    say(f"\n{step}. {tool} {shown}")
+    result: CallToolResult = await client.call_tool(tool, arguments)
+    if result.is_error or result.structured_content is None:
+        text = " ".join(getattr(block, "text", "") for block in result.content)
+        raise DemoFailed(f"{tool} failed: {text}")
+    return dict(result.structured_content)
+
+
+def _printer() -> Say:
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    return say
