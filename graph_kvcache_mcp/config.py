@@ -56,6 +56,12 @@ class Settings(BaseModel):
         None, description="Bearer token the HTTP transport requires (GRAPH_KVCACHE_HTTP_TOKEN)."
     )
 
+    bundle_secret: SecretStr | None = Field(
+        None,
+        description="HMAC key for stored context bundles (GRAPH_KVCACHE_BUNDLE_SECRET): keys and "
+        "entries are then signed, and unsigned entries are refused.",
+    )
+
     vllm_base_url: str = "http://127.0.0.1:8000/v1"
     vllm_api_key: SecretStr | None = None
     vllm_model: str | None = None
@@ -113,6 +119,8 @@ class Settings(BaseModel):
             values["toolsets"] = split_list(toolsets)
         if http_token := env.get("GRAPH_KVCACHE_HTTP_TOKEN", "").strip():
             values["http_token"] = SecretStr(http_token)
+        if bundle_secret := env.get("GRAPH_KVCACHE_BUNDLE_SECRET", "").strip():
+            values["bundle_secret"] = SecretStr(bundle_secret)
         if vllm_url := env.get("VLLM_BASE_URL", "").strip():
             values["vllm_base_url"] = vllm_url
         if vllm_key := env.get("VLLM_API_KEY", "").strip():

@@ -8,6 +8,7 @@ from weakref import WeakKeyDictionary
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
+from graph_kvcache_mcp.services.bundles import BundleCounters
 
 
 @dataclass
@@ -16,6 +17,7 @@ class AppState:
 
     settings: Settings
     kv: KvAccess = field(init=False)
+    bundles: BundleCounters = field(default_factory=BundleCounters)
 
     def __post_init__(self) -> None:
         self.kv = KvAccess(self.settings)

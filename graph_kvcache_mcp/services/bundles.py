@@ -1,0 +1,251 @@
+"""Compile bundles through the KV store cache, read them back by key, and chat with one.
+
+`compile_cached` looks the content-addressed key up *before* any scoring: a hit is decoded and
+returned without scoring, MMR, budget fit or proof graph (`BundleCounters.assemblies` does not
+move). A miss assembles and stores the bundle. The store being down never fails a compile: the
+bundle comes back with `cache="unavailable"` and the reason. The bundle handed back on a miss is
+the one decoded from the bytes just stored, so it renders exactly like a later hit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.domain.bundle import (
+    Bundle,
+    BundleRequest,
+    EstimateCounter,
+    PrecountedCounter,
+    Rejected,
+    TokenCounter,
+    budget_parts,
+    bundle_key,
+    compile_bundle,
+    decode_bundle,
+    encode_bundle,
+)
+from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Stored, Unavailable
+
+CacheState = Literal["hit", "miss", "unavailable", "off"]
+
+
+class ExactTokenCounter(Protocol):
+    """A tokenizer reached over I/O (vLLM `/tokenize`): counts a batch, or says why it cannot."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def count_many(self, texts: Sequence[str]) -> list[int] | Unavailable: ...
+
+
+@dataclass
+class BundleCounters:
+    """What this process's compiles did; `assemblies` is how often scoring actually ran."""
+
+    assemblies: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_unavailable: int = 0
+    rejected_entries: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **amounts: int) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+
+class CompileResult(BaseModel):
+    """A compiled bundle and how the cache took part."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bundle: Bundle
+    cache: CacheState = Field(
+        description="hit: served from the store; miss: assembled (and stored); unavailable: the "
+        "store could not answer or store, bundle assembled anyway; off: no store used."
+    )
+    kv_cache_hit: bool
+    assembled: bool = Field(description="True when scoring/MMR/budget/proof graph ran.")
+    stored: Literal["stored_new", "already_present"] | None = Field(
+        None, description="What the store did with the new bundle, when it was put."
+    )
+    reason: str | None = Field(None, description="Why the cache could not serve or store.")
+    lookup_ms: float | None = None
+    assemble_ms: float | None = None
+    total_ms: float
+
+
+def secret_of(settings: Settings) -> bytes | None:
+    """The configured bundle secret as bytes, or None."""
+    if settings.bundle_secret is None:
+        return None
+    return settings.bundle_secret.get_secret_value().encode("utf-8")
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
+
+
+async def _counter_for(
+    request: BundleRequest, exact: ExactTokenCounter | None, fallback: TokenCounter
+) -> tuple[TokenCounter, str | None]:
+    """A counter the pure compile can use: an exact one is asked for every part up front."""
+    if exact is None:
+        return fallback, None
+    parts = budget_parts(request)
+    counts = await exact.count_many(parts)
+    if isinstance(counts, Unavailable):
+        note = f"exact token count unavailable ({counts.reason}); fitted with {fallback.name}"
+        return fallback, note
+    return PrecountedCounter(exact.name, dict(zip(parts, counts, strict=True))), None
+
+
+async def compile_cached(
+    request: BundleRequest,
+    *,
+    kv: KvClient | None,
+    counter: TokenCounter | None = None,
+    exact: ExactTokenCounter | None = None,
+    secret: bytes | None = None,
+    counters: BundleCounters | None = None,
+) -> CompileResult:
+    """The bundle for `request`, from the store when it has it, else assembled and stored.
+
+    `exact` (a tokenizer over I/O) wins over `counter` when given; it is only asked on a miss,
+    and when it cannot answer the compile falls back to `counter` (default: the estimate) and
+    says so in `reason`.
+    """
+    started = time.perf_counter()
+    counters = counters if counters is not None else BundleCounters()
+    sizing = _Sizing(exact, counter or EstimateCounter())
+    key = bundle_key(request, token_counter=sizing.name, secret=secret)
+    if kv is None:
+        bundle, assemble_ms, note = await _assemble(request, sizing, secret, counters)
+        return CompileResult(
+            bundle=bundle,
+            cache="off",
+            kv_cache_hit=False,
+            assembled=True,
+            reason=note,
+            assemble_ms=assemble_ms,
+            total_ms=_ms(started),
+        )
+
+    lookup_started = time.perf_counter()
+    found = await kv.get(key)
+    lookup_ms = _ms(lookup_started)
+    reason: str | None = None
+    match found:
+        case Hit(value):
+            decoded = decode_bundle(value, expected_key=key, secret=secret)
+            if isinstance(decoded, Bundle):
+                counters.add(cache_hits=1)
+                return CompileResult(
+                    bundle=decoded,
+                    cache="hit",
+                    kv_cache_hit=True,
+                    assembled=False,
+                    lookup_ms=lookup_ms,
+                    total_ms=_ms(started),
+                )
+            counters.add(rejected_entries=1)
+            reason = f"stored entry unusable, treated as a miss: {decoded.reason}"
+        case Unavailable(reason=why):
+            bundle, assemble_ms, note = await _assemble(request, sizing, secret, counters)
+            counters.add(cache_unavailable=1)
+            return CompileResult(
+                bundle=bundle,
+                cache="unavailable",
+                kv_cache_hit=False,
+                assembled=True,
+                reason=_join(f"store not used: {why}", note),
+                lookup_ms=lookup_ms,
+                assemble_ms=assemble_ms,
+                total_ms=_ms(started),
+            )
+        case Miss():
+            pass
+
+    bundle, assemble_ms, note = await _assemble(request, sizing, secret, counters)
+    reason = _join(reason, note)
+    blob = encode_bundle(bundle, secret=secret)
+    put = await kv.put(bundle.key, blob)
+    # Hand back what the bytes decode to, so this render and every later hit's agree.
+    stored_form = decode_bundle(blob, expected_key=bundle.key, secret=secret)
+    assert isinstance(stored_form, Bundle), stored_form  # we just encoded it
+    if isinstance(put, Unavailable):
+        counters.add(cache_unavailable=1)
+        return CompileResult(
+            bundle=stored_form,
+            cache="unavailable",
+            kv_cache_hit=False,
+            assembled=True,
+            reason=_join(reason, f"bundle not stored: {put.reason}"),
+            lookup_ms=lookup_ms,
+            assemble_ms=assemble_ms,
+            total_ms=_ms(started),
+        )
+    counters.add(cache_misses=1)
+    if isinstance(put, Stored) and not put.stored_new and reason is None:
+        reason = "the store already held this key; it keeps the first value written"
+    return CompileResult(
+        bundle=stored_form,
+        cache="miss",
+        kv_cache_hit=False,
+        assembled=True,
+        stored=put.state,
+        reason=reason,
+        lookup_ms=lookup_ms,
+        assemble_ms=assemble_ms,
+        total_ms=_ms(started),
+    )
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    exact: ExactTokenCounter | None
+    fallback: TokenCounter
+
+    @property
+    def name(self) -> str:
+        return self.exact.name if self.exact is not None else self.fallback.name
+
+
+async def _assemble(
+    request: BundleRequest, sizing: _Sizing, secret: bytes | None, counters: BundleCounters
+) -> tuple[Bundle, float, str | None]:
+    started = time.perf_counter()
+    usable, note = await _counter_for(request, sizing.exact, sizing.fallback)
+    counters.add(assemblies=1)
+    # Scoring is CPU work (milliseconds for hundreds of items): keep it off the event loop.
+    bundle = await anyio.to_thread.run_sync(
+        lambda: compile_bundle(request, counter=usable, secret=secret)
+    )
+    return bundle, _ms(started), note
+
+
+def _join(*notes: str | None) -> str | None:
+    present = [note for note in notes if note]
+    return "; ".join(present) if present else None
+
+
+async def load_bundle(
+    kv: KvClient, key: str, *, secret: bytes | None = None
+) -> Bundle | Miss | Rejected | Unavailable:
+    """The bundle stored under `key`: `Miss` when absent, `Rejected` when unusable."""
+    found = await kv.get(key)
+    match found:
+        case Hit(value):
+            return decode_bundle(value, expected_key=key, secret=secret)
+        case Miss() | Unavailable():
+            return found
