@@ -13,8 +13,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient, check_value
-from graph_kvcache_mcp.domain.blobs import decode_b64_strict, encode_b64, sha256_hex
+from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
@@ -26,6 +26,7 @@ from graph_kvcache_mcp.tools._common import (
     register_all,
     state_of,
 )
+from graph_kvcache_mcp.tools.kv_input import decode_value
 
 Action = Literal["get", "put", "contains", "exists", "stats"]
 ReadAction = Literal["get", "contains", "exists", "stats"]
@@ -129,7 +130,7 @@ async def _run(
         if action == "put":
             if value_b64 is None:
                 raise InvalidValue("action=put needs value_b64 (standard base64 of the bytes)")
-            value = check_value(decode_b64_strict(value_b64))
+            value = decode_value(value_b64)
     except (InvalidKey, InvalidValue) as exc:
         raise ToolError(f"{exc}. Fix it and call graph_kvcache again.") from exc
     state = state_of(ctx)

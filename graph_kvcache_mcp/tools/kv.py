@@ -1,5 +1,5 @@
-"""KV store tools (kv_*): stats, probe, get, save, put, exists; the kv://stats resource and the
-diagnose_kv_cache prompt. Thin adapters over services/ and the shared `KvAccess`.
+"""KV store tools (kv_*): stats, probe, get, save, put, exists. Thin adapters over services/ and
+the shared `KvAccess`; registering the toolset also adds graph_kvcache and the kv guides.
 
 Bad input (keys, base64, sizes, paths) is refused with `ToolError` before any I/O, so nothing is
 stored and no engine is started for a call that cannot succeed.
@@ -7,25 +7,19 @@ stored and no engine is started for a call that cannot succeed.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES, KvClient, check_value
-from graph_kvcache_mcp.domain.blobs import decode_b64_strict
+from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.kv_stats import EngineStats, stats_delta
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
-from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut, ProbeCheck, probe_kv
 from graph_kvcache_mcp.services.kv_views import (
     DEFAULT_INLINE_CAP_BYTES,
@@ -35,8 +29,7 @@ from graph_kvcache_mcp.services.kv_views import (
     KvPutOut,
     KvStatsOut,
 )
-from graph_kvcache_mcp.state import live_state
-from graph_kvcache_mcp.tools import compat
+from graph_kvcache_mcp.tools import compat, kv_guide
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     WRITES_IDEMPOTENT,
@@ -44,10 +37,18 @@ from graph_kvcache_mcp.tools._common import (
     register_all,
     state_of,
 )
+from graph_kvcache_mcp.tools.kv_input import (
+    Key,
+    Keys,
+    check_keys,
+    new_file_path,
+    refused_input,
+    value_from,
+    write_new_file,
+)
 
 TOOLSET = "kv"
 
-MAX_KEYS_PER_CALL = 256
 MAX_INLINE_CAP_BYTES = 1024 * 1024
 # Each probe writes two fresh canary keys: harmless, but not read-only and not idempotent.
 WRITES_CANARIES = ToolAnnotations(
@@ -58,33 +59,9 @@ CREATES_FILE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
-Key = Annotated[
-    str,
-    Field(
-        description="Engine key, sent exactly as written: printable ASCII without spaces, '?' or "
-        "'#', at most 8188 bytes, not an engine route name (stats, version, snapshot, ...)."
-    ),
-]
-Keys = Annotated[
-    list[str],
-    Field(
-        min_length=1,
-        max_length=MAX_KEYS_PER_CALL,
-        description=f"One or more engine keys (at most {MAX_KEYS_PER_CALL}), same rules as `key`.",
-    ),
-]
 Samples = Annotated[
     int, Field(ge=1, le=500, description="How many small HEAD requests to time for latency.")
 ]
-
-
-@contextmanager
-def refused_input(tool: str) -> Iterator[None]:
-    """Turn a caller's mistake into a ToolError the model can act on."""
-    try:
-        yield
-    except (InvalidKey, InvalidValue) as exc:
-        raise ToolError(f"{exc}. Fix it and call {tool} again.") from exc
 
 
 async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvStatsOut:
@@ -164,8 +141,7 @@ async def kv_get(
     (kv_save writes it to a file). A miss is normal (the key was never stored); reachable=false
     means the store is down: report the reason instead of retrying."""
     with refused_input("kv_get"):
-        for key in keys:
-            check_key(key)
+        check_keys(keys)
     access = state_of(ctx).kv
     kv = await access.connect()
     if isinstance(kv, Unavailable):
@@ -206,7 +182,7 @@ async def kv_save(
     directories and existing files."""
     with refused_input("kv_save"):
         check_key(key)
-    target = _new_file_path(path)
+    target = new_file_path(path)
     access = state_of(ctx).kv
     kv = await access.connect()
     if isinstance(kv, Unavailable):
@@ -215,7 +191,7 @@ async def kv_save(
     if not isinstance(outcome, Hit):
         return KvGetOut.from_outcome(key, outcome)
     try:
-        await anyio.to_thread.run_sync(_write_new_file, target, outcome.value)
+        await anyio.to_thread.run_sync(write_new_file, target, outcome.value)
     except FileExistsError:
         raise ToolError(
             f"{target} already exists; kv_save never overwrites: choose a new path"
@@ -246,8 +222,7 @@ async def kv_put(
     caller can verify. Values are capped at 64 MiB - 9 bytes."""
     with refused_input("kv_put"):
         check_key(key)
-        value = await _value_from(value_b64, file_path)
-        check_value(value)
+        value = await value_from(value_b64, file_path)
     kv = await state_of(ctx).kv.connect()
     if isinstance(kv, Unavailable):
         return KvPutOut.from_outcome(key, value, kv)
@@ -258,8 +233,7 @@ async def kv_exists(ctx: Context[Any], keys: Keys) -> KvExistsOut:
     """Check which of many keys are present (HEAD requests, no bytes transferred). Each result
     is present true/false, or null with a reason when the store could not answer for it."""
     with refused_input("kv_exists"):
-        for key in keys:
-            check_key(key)
+        check_keys(keys)
     kv = await state_of(ctx).kv.connect()
     if isinstance(kv, Unavailable):
         return KvExistsOut.from_outcomes(keys, [kv] * len(keys))
@@ -280,106 +254,6 @@ async def _probe(access: KvAccess, *, samples: int, write: bool) -> KvProbeOut:
             reason=kv.reason,
         )
     return await probe_kv(kv, samples=samples, write=write)
-
-
-async def _value_from(value_b64: str | None, file_path: str | None) -> bytes:
-    if (value_b64 is None) == (file_path is None):
-        raise InvalidValue("give exactly one of value_b64 (base64 text) or file_path")
-    if value_b64 is not None:
-        # Refuse before decoding: base64 of the largest storable value is 4/3 of it, padded.
-        if len(value_b64) > (MAX_VALUE_BYTES + 2) // 3 * 4:
-            raise InvalidValue(
-                f"value_b64 is {len(value_b64):,} characters, more than the base64 of the "
-                f"largest value the engine stores ({MAX_VALUE_BYTES:,} bytes): split it"
-            )
-        return decode_b64_strict(value_b64)
-    assert file_path is not None
-    return await anyio.to_thread.run_sync(_read_file, file_path)
-
-
-def _read_file(file_path: str) -> bytes:
-    path = Path(file_path).expanduser()
-    if not path.is_absolute():
-        raise InvalidValue(f"file_path {file_path!r} is relative; give an absolute path")
-    if not path.is_file():
-        raise InvalidValue(f"file_path {file_path!r} is not an existing regular file")
-    size = path.stat().st_size
-    if size > MAX_VALUE_BYTES:
-        raise InvalidValue(
-            f"{file_path} is {size:,} bytes; the engine stores at most {MAX_VALUE_BYTES:,} "
-            "(64 MiB - 9) per key: split it into smaller blocks"
-        )
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InvalidValue(f"cannot read {file_path}: {exc.strerror or exc}") from None
-
-
-def _new_file_path(path: str) -> Path:
-    target = Path(path).expanduser()
-    if not target.is_absolute():
-        raise ToolError(f"path {path!r} is relative; give an absolute path for the new file")
-    if not target.parent.is_dir():
-        raise ToolError(f"directory {target.parent} does not exist; create it or pick another")
-    if target.exists() or target.is_symlink():
-        raise ToolError(f"{target} already exists; kv_save never overwrites: choose a new path")
-    return target
-
-
-def _write_new_file(target: Path, value: bytes) -> None:
-    # O_EXCL: fail rather than follow a symlink or replace a file that appeared meanwhile.
-    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(value)
-    except OSError:
-        target.unlink(missing_ok=True)
-        raise
-
-
-# --- resource and prompt -------------------------------------------------------------------
-
-DIAGNOSE_PROMPT = """\
-Diagnose this server's KV cache store step by step, and report plainly.
-{symptom_line}
-1. Call kv_probe. If reachable is false, stop: quote its reason and the fix it names (start the
-   engine with engine_start, set EPISTEMIC_GRAPH_KVCACHE_URL, or fix the token). If a check failed,
-   quote that check's detail.
-2. Call kv_stats. Note the backend: the memory backend reports occupancy (unique_blocks,
-   resident_bytes, logical_bytes) but never counts gets; the durable backend counts hits and misses
-   but not occupancy. A null field means "not reported", not zero.
-3. Interpret:
-   - hit_rate: low with hit_rate_source=engine means readers ask for keys nobody stored (check the
-     key convention: keys are raw, never percent-encoded); source=client covers only this server.
-   - dedup_hit_share / dedup_ratio: high means many writers store the same blocks (good reuse);
-     zero after a repeated workload means keys differ between runs (volatile bytes in the key).
-   - errors in the client counters: the store failed requests; the probe's details say why.
-4. To measure a workload, keep kv_stats' `engine` object, run it, then call kv_stats with
-   since=<that object> and report `delta`.
-Finish with: status (healthy / degraded / down), the evidence, and the next action.
-"""
-
-
-def diagnose_kv_cache(symptom: str = "") -> str:
-    """Walk through kv_probe -> kv_stats -> interpretation of the KV cache store."""
-    line = f"Reported symptom: {symptom.strip()}\n" if symptom.strip() else ""
-    return DIAGNOSE_PROMPT.format(symptom_line=line)
-
-
-def _register_stats_resource(server: MCPServer[Any]) -> None:
-    async def kv_stats_resource() -> str:
-        state = live_state(server)
-        if state is None:
-            raise ResourceError("server is not running; connect a client first")
-        return (await stats_out(state.kv)).model_dump_json(indent=2)
-
-    server.resource(
-        "kv://stats",
-        name="kv_stats",
-        title="KV store stats",
-        description="Current normalized KV store stats as JSON (same shape as kv_stats).",
-        mime_type="application/json",
-    )(kv_stats_resource)
 
 
 # --- registration --------------------------------------------------------------------------
@@ -403,9 +277,4 @@ READ_ONLY_SPECS = (
 def register(server: MCPServer[Any], *, read_only: bool) -> None:
     register_all(server, READ_ONLY_SPECS if read_only else SPECS, read_only=read_only)
     compat.register(server, read_only=read_only)
-    _register_stats_resource(server)
-    server.prompt(
-        name="diagnose_kv_cache",
-        title="Diagnose the KV cache",
-        description="Walks a model through kv_probe, kv_stats and what the numbers mean.",
-    )(diagnose_kv_cache)
+    kv_guide.register(server, stats=stats_out)
