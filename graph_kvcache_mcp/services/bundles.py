@@ -33,7 +33,7 @@ from graph_kvcache_mcp.domain.bundle import (
     decode_bundle,
     encode_bundle,
 )
-from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Stored, Unavailable
+from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 
 CacheState = Literal["hit", "miss", "unavailable", "off"]
 
@@ -113,13 +113,16 @@ async def _counter_for(
 async def compile_cached(
     request: BundleRequest,
     *,
-    kv: KvClient | None,
+    kv: KvClient | Unavailable | None,
     counter: TokenCounter | None = None,
     exact: ExactTokenCounter | None = None,
     secret: bytes | None = None,
     counters: BundleCounters | None = None,
 ) -> CompileResult:
     """The bundle for `request`, from the store when it has it, else assembled and stored.
+
+    `kv` is the store's client, `Unavailable` when it could not be reached (the bundle is then
+    assembled and the reason reported), or None for no cache at all.
 
     `exact` (a tokenizer over I/O) wins over `counter` when given; it is only asked on a miss,
     and when it cannot answer the compile falls back to `counter` (default: the estimate) and
@@ -128,86 +131,64 @@ async def compile_cached(
     started = time.perf_counter()
     counters = counters if counters is not None else BundleCounters()
     sizing = _Sizing(exact, counter or EstimateCounter())
-    key = bundle_key(request, token_counter=sizing.name, secret=secret)
-    if kv is None:
-        bundle, assemble_ms, note = await _assemble(request, sizing, secret, counters)
-        return CompileResult(
-            bundle=bundle,
-            cache="off",
-            kv_cache_hit=False,
-            assembled=True,
-            reason=note,
-            assemble_ms=assemble_ms,
-            total_ms=_ms(started),
+    if kv is None or isinstance(kv, Unavailable):
+        built = await _assemble(request, sizing, secret, counters)
+        if kv is not None:
+            counters.add(cache_unavailable=1)
+        return built.result(
+            cache="off" if kv is None else "unavailable",
+            reason=None if kv is None else f"store not used: {kv.reason}",
+            started=started,
         )
 
+    key = bundle_key(request, token_counter=sizing.name, secret=secret)
     lookup_started = time.perf_counter()
     found = await kv.get(key)
     lookup_ms = _ms(lookup_started)
-    reason: str | None = None
-    match found:
-        case Hit(value):
-            decoded = decode_bundle(value, expected_key=key, secret=secret)
-            if isinstance(decoded, Bundle):
-                counters.add(cache_hits=1)
-                return CompileResult(
-                    bundle=decoded,
-                    cache="hit",
-                    kv_cache_hit=True,
-                    assembled=False,
-                    lookup_ms=lookup_ms,
-                    total_ms=_ms(started),
-                )
-            counters.add(rejected_entries=1)
-            reason = f"stored entry unusable, treated as a miss: {decoded.reason}"
-        case Unavailable(reason=why):
-            bundle, assemble_ms, note = await _assemble(request, sizing, secret, counters)
-            counters.add(cache_unavailable=1)
+    rejected: str | None = None
+    if isinstance(found, Hit):
+        decoded = decode_bundle(found.value, expected_key=key, secret=secret)
+        if isinstance(decoded, Bundle):
+            counters.add(cache_hits=1)
             return CompileResult(
-                bundle=bundle,
-                cache="unavailable",
-                kv_cache_hit=False,
-                assembled=True,
-                reason=_join(f"store not used: {why}", note),
+                bundle=decoded,
+                cache="hit",
+                kv_cache_hit=True,
+                assembled=False,
                 lookup_ms=lookup_ms,
-                assemble_ms=assemble_ms,
                 total_ms=_ms(started),
             )
-        case Miss():
-            pass
+        counters.add(rejected_entries=1)
+        rejected = f"stored entry unusable, treated as a miss: {decoded.reason}"
 
-    bundle, assemble_ms, note = await _assemble(request, sizing, secret, counters)
-    reason = _join(reason, note)
-    blob = encode_bundle(bundle, secret=secret)
-    put = await kv.put(bundle.key, blob)
-    # Hand back what the bytes decode to, so this render and every later hit's agree.
-    stored_form = decode_bundle(blob, expected_key=bundle.key, secret=secret)
-    assert isinstance(stored_form, Bundle), stored_form  # we just encoded it
+    built = await _assemble(request, sizing, secret, counters)
+    if isinstance(found, Unavailable):
+        counters.add(cache_unavailable=1)
+        return built.result(
+            cache="unavailable",
+            reason=f"store not used: {found.reason}",
+            started=started,
+            lookup_ms=lookup_ms,
+        )
+    put = await kv.put(built.bundle.key, built.blob)
     if isinstance(put, Unavailable):
         counters.add(cache_unavailable=1)
-        return CompileResult(
-            bundle=stored_form,
+        return built.result(
             cache="unavailable",
-            kv_cache_hit=False,
-            assembled=True,
-            reason=_join(reason, f"bundle not stored: {put.reason}"),
+            reason=_join(rejected, f"bundle not stored: {put.reason}"),
+            started=started,
             lookup_ms=lookup_ms,
-            assemble_ms=assemble_ms,
-            total_ms=_ms(started),
         )
     counters.add(cache_misses=1)
-    if isinstance(put, Stored) and not put.stored_new and reason is None:
-        reason = "the store already held this key; it keeps the first value written"
-    return CompileResult(
-        bundle=stored_form,
+    kept_first = None
+    if not put.stored_new and rejected is None:
+        kept_first = "the store already held this key; it keeps the first value written"
+    return built.result(
         cache="miss",
-        kv_cache_hit=False,
-        assembled=True,
-        stored=put.state,
-        reason=reason,
+        reason=_join(rejected, kept_first),
+        started=started,
         lookup_ms=lookup_ms,
-        assemble_ms=assemble_ms,
-        total_ms=_ms(started),
+        stored=put.state,
     )
 
 
@@ -221,9 +202,40 @@ class _Sizing:
         return self.exact.name if self.exact is not None else self.fallback.name
 
 
+@dataclass(frozen=True)
+class _Built:
+    """A freshly assembled bundle, in its stored form, with the bytes to store."""
+
+    bundle: Bundle
+    blob: bytes
+    assemble_ms: float
+    note: str | None
+
+    def result(
+        self,
+        *,
+        cache: CacheState,
+        reason: str | None,
+        started: float,
+        lookup_ms: float | None = None,
+        stored: Literal["stored_new", "already_present"] | None = None,
+    ) -> CompileResult:
+        return CompileResult(
+            bundle=self.bundle,
+            cache=cache,
+            kv_cache_hit=False,
+            assembled=True,
+            stored=stored,
+            reason=_join(reason, self.note),
+            lookup_ms=lookup_ms,
+            assemble_ms=self.assemble_ms,
+            total_ms=_ms(started),
+        )
+
+
 async def _assemble(
     request: BundleRequest, sizing: _Sizing, secret: bytes | None, counters: BundleCounters
-) -> tuple[Bundle, float, str | None]:
+) -> _Built:
     started = time.perf_counter()
     usable, note = await _counter_for(request, sizing.exact, sizing.fallback)
     counters.add(assemblies=1)
@@ -231,7 +243,12 @@ async def _assemble(
     bundle = await anyio.to_thread.run_sync(
         lambda: compile_bundle(request, counter=usable, secret=secret)
     )
-    return bundle, _ms(started), note
+    blob = encode_bundle(bundle, secret=secret)
+    # Hand back what the bytes decode to, so this render and every later hit's agree.
+    stored_form = decode_bundle(blob, expected_key=bundle.key, secret=secret)
+    if not isinstance(stored_form, Bundle):  # a bug in the codec, never a caller mistake
+        raise RuntimeError(f"a fresh bundle did not survive its own encoding: {stored_form}")
+    return _Built(stored_form, blob, _ms(started), note)
 
 
 def _join(*notes: str | None) -> str | None:

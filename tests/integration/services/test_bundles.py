@@ -14,7 +14,7 @@ from graph_kvcache_mcp.domain.bundle import (
     bundle_key,
 )
 from graph_kvcache_mcp.domain.keys import check_key
-from graph_kvcache_mcp.domain.outcomes import Miss
+from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
 from graph_kvcache_mcp.services.bundles import BundleCounters, compile_cached, load_bundle
 from tests.support.bundles import corpus, request
 from tests.support.engines import RunningEngine
@@ -126,3 +126,13 @@ async def test_load_bundle_reports_an_unknown_key_as_a_miss(memory_engine: Runni
 async def test_without_a_store_the_cache_is_off() -> None:
     result = await compile_cached(fresh_request(), kv=None)
     assert (result.cache, result.assembled, result.stored) == ("off", True, None)
+
+
+async def test_an_unreachable_store_handed_in_still_compiles() -> None:
+    counters = BundleCounters()
+    result = await compile_cached(
+        fresh_request(), kv=Unavailable("engine down for the test"), counters=counters
+    )
+    assert (result.cache, result.assembled) == ("unavailable", True)
+    assert result.reason == "store not used: engine down for the test"
+    assert counters.cache_unavailable == 1
