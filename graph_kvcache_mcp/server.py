@@ -14,12 +14,14 @@ from mcp.server.mcpserver import MCPServer
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
+from graph_kvcache_mcp.tools import bundle as bundle_tools
 from graph_kvcache_mcp.tools import engine as engine_tools
 from graph_kvcache_mcp.tools import kv as kv_tools
 
 TOOLSET_MODULES: dict[str, ModuleType] = {
     "kv": kv_tools,
     "engine": engine_tools,
+    "bundle": bundle_tools,
 }
 
 INSTRUCTIONS = """\
@@ -32,6 +34,8 @@ checks many keys at once, kv_put stores bytes: the engine keeps the first value 
 a key, so a repeat PUT reports already_present and changes nothing.
 graph_kvcache is the single-tool form older agents call (action=get|put|contains|exists|stats).
 With nothing configured the server runs its own local engine (engine_status shows it).
+Context bundles (bundle_*): bundle_compile selects evidence under a token budget and caches it by
+content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable prefix.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 

@@ -1,0 +1,199 @@
+"""Context bundle tools (bundle_*): compile through the KV cache, render, chat, measure reuse.
+
+Thin adapters over services/bundles.py; the CLI (`graph-kvcache-mcp bundle ...`) runs the same code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, ValidationError
+
+from graph_kvcache_mcp.domain.bundle import (
+    DEFAULT_PREAMBLE,
+    Bundle,
+    BundleParams,
+    BundleRequest,
+    ChatMessage,
+    EvidenceItem,
+    ScoreWeights,
+)
+from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
+from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.errors import InvalidKey
+from graph_kvcache_mcp.services.bundle_views import BundleCompileOut, BundleRenderOut
+from graph_kvcache_mcp.services.bundles import compile_cached, load_bundle, secret_of
+from graph_kvcache_mcp.tools._common import (
+    READ_ONLY,
+    WRITES_IDEMPOTENT,
+    ToolSpec,
+    register_all,
+    state_of,
+)
+
+TOOLSET = "bundle"
+
+Key = Annotated[
+    str,
+    Field(min_length=1, description="A bundle key from bundle_compile (ctxbundle:<hex>)."),
+]
+TurnText = Annotated[str, Field(description="The user's message for this turn.")]
+Preamble = Annotated[
+    str,
+    Field(
+        description="Text placed before the bundle in the system message; keep it fixed across "
+        "turns so the prefix stays cacheable. Empty = the bundle alone."
+    ),
+]
+History = Annotated[
+    list[ChatMessage] | None,
+    Field(description="Earlier user/assistant messages; they go after the system message."),
+]
+
+
+def build_request(
+    query: str,
+    items: list[EvidenceItem],
+    *,
+    policy_version: str,
+    token_budget: int,
+    top_k: int,
+    diversity_lambda: float,
+    weights: ScoreWeights | None,
+    freshness_half_life_days: float,
+    as_of: datetime | None,
+) -> BundleRequest:
+    """A validated request, or a ToolError that says which argument to fix."""
+    try:
+        return BundleRequest(
+            query=query,
+            items=tuple(items),
+            params=BundleParams(
+                policy_version=policy_version,
+                token_budget=token_budget,
+                top_k=top_k,
+                diversity_lambda=diversity_lambda,
+                weights=weights or ScoreWeights(),
+                freshness_half_life_days=freshness_half_life_days,
+                as_of=as_of,
+            ),
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'request'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False)
+        )
+        raise ToolError(f"invalid bundle request ({problems}); fix it and call again") from None
+
+
+async def bundle_compile(
+    query: Annotated[str, Field(max_length=20_000, description="What the bundle should answer.")],
+    items: Annotated[
+        list[EvidenceItem],
+        Field(max_length=MAX_ITEMS, description="Candidate evidence; ids must be unique."),
+    ],
+    ctx: Context[Any],
+    policy_version: Annotated[
+        str, Field(description="Your selection policy's version; part of the cache key.")
+    ] = "v1",
+    token_budget: Annotated[
+        int, Field(ge=1, le=1_000_000, description="Most tokens the bundle text may use.")
+    ] = 2000,
+    top_k: Annotated[int, Field(ge=1, le=MAX_ITEMS, description="Most items to select.")] = 20,
+    diversity_lambda: Annotated[
+        float, Field(ge=0, le=1, description="MMR: 1 = score only, lower = more diverse.")
+    ] = 0.7,
+    weights: Annotated[
+        ScoreWeights | None,
+        Field(
+            description="Composite weights (relevance, evidence, freshness); default 0.6/0.25/0.15."
+        ),
+    ] = None,
+    freshness_half_life_days: Annotated[
+        float, Field(gt=0, description="Freshness halves every this many days before as_of.")
+    ] = 30.0,
+    as_of: Annotated[
+        datetime | None,
+        Field(description="Instant freshness is measured at (ISO 8601); omit = neutral freshness."),
+    ] = None,
+    include_text: Annotated[
+        bool, Field(description="Also return the full rendered text (can be long).")
+    ] = False,
+) -> BundleCompileOut:
+    """Select evidence for a query under a token budget (relevance, evidence quality, freshness,
+    MMR diversity), with citations and a proof graph, and cache the result in the KV store under
+    a key derived from the evidence content and every parameter. The same evidence again is a
+    cache hit (kv_cache_hit=true, nothing re-scored); any edit gives a new key. Returns a summary
+    and the key; pass the key to bundle_render or bundle_chat. store_reachable=false means the
+    store is down: the bundle was still compiled, it just was not cached."""
+    request = build_request(
+        query,
+        items,
+        policy_version=policy_version,
+        token_budget=token_budget,
+        top_k=top_k,
+        diversity_lambda=diversity_lambda,
+        weights=weights,
+        freshness_half_life_days=freshness_half_life_days,
+        as_of=as_of,
+    )
+    state = state_of(ctx)
+    result = await compile_cached(
+        request,
+        kv=await state.kv.connect(),
+        secret=secret_of(state.settings),
+        counters=state.bundles,
+    )
+    return BundleCompileOut.from_result(result, include_text=include_text)
+
+
+async def stored_bundle(ctx: Context[Any], key: str) -> Bundle | BundleRenderOut:
+    """The bundle under `key`, or the render result that explains why there is none."""
+    try:
+        check_key(key)
+    except InvalidKey as exc:
+        raise ToolError(f"{exc}. Pass the key bundle_compile returned.") from exc
+    state = state_of(ctx)
+    kv = await state.kv.connect()
+    if isinstance(kv, Unavailable):
+        return BundleRenderOut.not_served(key, kv)
+    outcome = await load_bundle(kv, key, secret=secret_of(state.settings))
+    if isinstance(outcome, Bundle):
+        return outcome
+    return BundleRenderOut.not_served(key, outcome)
+
+
+async def bundle_render(
+    key: Key,
+    turn_text: TurnText,
+    ctx: Context[Any],
+    system_preamble: Preamble = DEFAULT_PREAMBLE,
+    history: History = None,
+) -> BundleRenderOut:
+    """Render a stored bundle as chat messages: [system (preamble + bundle), *history, user].
+    The system message is byte-identical for every turn over the same bundle (system_sha256
+    shows it), so a serving engine can reuse its cached prefix. found=false: compile first."""
+    bundle = await stored_bundle(ctx, key)
+    if isinstance(bundle, BundleRenderOut):
+        return bundle
+    try:
+        messages = bundle.as_prompt_messages(
+            turn_text, system_preamble=system_preamble, history=history
+        )
+    except ValueError as exc:
+        raise ToolError(f"{exc}; drop system messages from history") from exc
+    return BundleRenderOut.from_messages(key, messages)
+
+
+SPECS = (
+    ToolSpec(bundle_compile, "Compile a context bundle (cached)", WRITES_IDEMPOTENT),
+    ToolSpec(bundle_render, "Render a bundle as chat messages", READ_ONLY),
+)
+
+
+def register(server: MCPServer[Any], *, read_only: bool) -> None:
+    register_all(server, SPECS, read_only=read_only)
