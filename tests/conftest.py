@@ -7,6 +7,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.engines import RunningEngine, running_engine
+from tests.support.vllm import (  # noqa: F401  (vLLM fixtures and their ordering hook)
+    pytest_collection_modifyitems,
+    vllm_private,
+    vllm_server,
+    vllm_servers,
+)
 
 
 @pytest.fixture(scope="session")

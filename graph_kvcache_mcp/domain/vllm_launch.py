@@ -1,0 +1,146 @@
+"""What to launch vLLM with: the request, the platform, and the flags they make. Pure: no I/O.
+
+Prefix caching and per-call cached-token counts are the point of running vLLM here, so the plan
+always asks for `--enable-prefix-caching` and (unless told otherwise, e.g. to test the fallback)
+`--enable-prompt-tokens-details`. On a machine without an NVIDIA GPU the plan picks flags vLLM's
+CPU backend needs or benefits from, and says why in `notes`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.errors import ConfigError
+
+CPU_BLOCK_MULTIPLE = 32  # vLLM's CPU attention only takes block sizes that are multiples of 32
+DEFAULT_CPU_BLOCK_SIZE = 32
+DEFAULT_CPU_KV_CACHE_BYTES = 1024**3
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# Flags the plan owns: passing them again through extra_args would make vLLM's behaviour depend on
+# argparse's "last one wins".
+_OWNED_FLAGS = frozenset(
+    {
+        "--model",
+        "--host",
+        "--port",
+        "--served-model-name",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+    }
+)
+
+
+class Platform(BaseModel):
+    """Where vLLM will run, as detected on this machine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["gpu", "cpu"]
+    gpus: list[str] = Field(default_factory=list, description="GPU names nvidia-smi listed.")
+    detail: str = Field(description="How the platform was decided.")
+
+
+class VllmLaunch(BaseModel):
+    """What a caller asks for. None means: let the platform decide."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = Field(min_length=1, description="Local model dir or hub id.")
+    port: int = Field(8000, ge=1, le=65535)
+    served_model_name: str | None = None
+    max_model_len: int | None = Field(None, ge=16)
+    dtype: str = "auto"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    block_size: int | None = Field(None, ge=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1024**2)
+    enforce_eager: bool | None = None
+    prompt_tokens_details: bool = True
+    dev_mode: bool = Field(False, description="VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache etc.")
+    extra_args: tuple[str, ...] = ()
+
+
+class LaunchPlan(BaseModel):
+    """The arguments after `python -m vllm.entrypoints.openai.api_server`, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    args: tuple[str, ...]
+    platform: Platform
+    notes: list[str]
+
+
+def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchPlan:
+    """Flags for `launch` on `platform`.
+
+    Raises:
+        ConfigError: a block size the CPU backend cannot use, or extra_args that repeat a flag
+            the plan sets itself.
+    """
+    clashes = sorted({arg.split("=", 1)[0] for arg in launch.extra_args} & _OWNED_FLAGS)
+    if clashes:
+        raise ConfigError(
+            f"extra_args repeat flags this launcher sets itself ({', '.join(clashes)}); use the "
+            "matching parameters instead"
+        )
+    args = ["--model", launch.model, "--host", host, "--port", str(launch.port)]
+    if launch.served_model_name:
+        args += ["--served-model-name", launch.served_model_name]
+    args += ["--dtype", launch.dtype, "--enable-prefix-caching"]
+    if launch.prompt_tokens_details:
+        args.append("--enable-prompt-tokens-details")
+    if launch.max_model_len is not None:
+        args += ["--max-model-len", str(launch.max_model_len)]
+    notes: list[str] = []
+    if platform.kind == "cpu":
+        args += _cpu_flags(launch, notes)
+    else:
+        args += _gpu_flags(launch, notes)
+    if not launch.prompt_tokens_details:
+        notes.append(
+            "without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details "
+            "empty: cached tokens then come from /metrics deltas, or are reported unavailable"
+        )
+    args += launch.extra_args
+    return LaunchPlan(args=tuple(args), platform=platform, notes=notes)
+
+
+def _cpu_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:
+    block = launch.block_size or DEFAULT_CPU_BLOCK_SIZE
+    if block % CPU_BLOCK_MULTIPLE:
+        raise ConfigError(
+            f"block_size {block} cannot run on vLLM's CPU backend: use a multiple of "
+            f"{CPU_BLOCK_MULTIPLE} (e.g. 32 or 128)"
+        )
+    kv_bytes = launch.kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+    eager = True if launch.enforce_eager is None else launch.enforce_eager
+    notes.append("no NVIDIA GPU found: using CPU-safe flags")
+    notes.append(f"--block-size {block}: CPU attention needs a multiple of {CPU_BLOCK_MULTIPLE}")
+    notes.append(f"--kv-cache-memory-bytes {kv_bytes}: the KV cache is bounded in host memory")
+    flags = ["--block-size", str(block), "--kv-cache-memory-bytes", str(kv_bytes)]
+    if eager:
+        flags.append("--enforce-eager")
+        notes.append("--enforce-eager: skips torch.compile warm-up (startup about 2-3x faster)")
+    if launch.gpu_memory_utilization is not None:
+        notes.append("gpu_memory_utilization ignored: there is no GPU")
+    return flags
+
+
+def _gpu_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:
+    utilization = launch.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    flags = ["--gpu-memory-utilization", str(utilization)]
+    notes.append(f"NVIDIA GPU found: --gpu-memory-utilization {utilization}")
+    if launch.block_size is not None:
+        flags += ["--block-size", str(launch.block_size)]
+    if launch.kv_cache_memory_bytes is not None:
+        flags += ["--kv-cache-memory-bytes", str(launch.kv_cache_memory_bytes)]
+    if launch.enforce_eager:
+        flags.append("--enforce-eager")
+    return flags
+
+
+def parse_nvidia_smi(output: str) -> list[str]:
+    """GPU descriptions from `nvidia-smi --query-gpu=name,memory.total --format=csv,noheader`."""
+    return [line.strip() for line in output.splitlines() if line.strip()]

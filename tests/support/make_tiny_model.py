@@ -1,0 +1,115 @@
+"""Build a tiny Llama that vLLM can serve on a CPU, from nothing that needs a network.
+
+Run it with the vLLM venv's interpreter (it needs torch, transformers and tokenizers):
+
+    .venv-vllm/bin/python tests/support/make_tiny_model.py OUT_DIR
+
+It trains a byte-level BPE tokenizer on local text (this interpreter's standard-library sources),
+gives it a chat template, and saves a 2-layer `LlamaForCausalLM` with random weights (hidden 128,
+2 heads of 64 — a head size vLLM's CPU attention accepts) as bf16 safetensors. The answers are
+gibberish; the model exists so that prefix caching, metrics and the server lifecycle are real.
+The output is written to a scratch sibling and renamed, so a half-built dir is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+VOCAB_SIZE = 4096
+SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"]
+# Each turn is "<|role|>\n{content}<|eos|>\n"; generation starts after "<|assistant|>\n".
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|eos|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+TRAINING_FILES = 120  # enough stdlib text for a 4k vocabulary in a few seconds
+
+
+def training_texts() -> list[str]:
+    """Standard-library sources, in a fixed order, so every machine trains on the same text."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(stdlib.glob("*.py"))[:TRAINING_FILES]
+    return [path.read_text(encoding="utf-8", errors="replace") for path in files]
+
+
+def build_tokenizer(out_dir: Path) -> int:
+    """Train and save the tokenizer; returns its vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(training_texts(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        pad_token="<|pad|>",
+        model_max_length=4096,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out_dir)
+    return int(tokenizer.get_vocab_size())
+
+
+def build_model(out_dir: Path, vocab_size: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+    )
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: make_tiny_model.py OUT_DIR", file=sys.stderr)
+        return 2
+    out_dir = Path(argv[0]).resolve()
+    if (out_dir / "config.json").exists():
+        return 0
+    # A per-process scratch dir: two test runs building at once must not share one.
+    work = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    vocab_size = build_tokenizer(work)
+    build_model(work, vocab_size)
+    try:
+        work.rename(out_dir)
+    except OSError:
+        if not (out_dir / "config.json").exists():
+            raise
+        shutil.rmtree(work, ignore_errors=True)  # another run finished first; theirs is the same
+    print(f"tiny model ready in {out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
