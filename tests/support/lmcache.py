@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.engines import RunningEngine, require_in_ci
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +29,13 @@ def require_lmcache() -> Path:
     if not LMCACHE_BIN.exists():
         require_in_ci("the LMCache venv (.venv-lmcache with lmcache 0.5.6)")
     return LMCACHE_BIN
+
+
+def engine_stats(engine: RunningEngine) -> EngineStats:
+    with engine.sync_client() as kv:
+        stats = kv.engine_stats()
+    assert not isinstance(stats, Unavailable), stats
+    return stats
 
 
 def adapter_json(engine: RunningEngine, **params: Any) -> str:

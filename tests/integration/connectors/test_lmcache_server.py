@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.domain.kv_stats import EngineStats
-from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.engines import RunningEngine
-from tests.support.lmcache import adapter_json, require_lmcache, run_lmcache, running_lmcache_server
+from tests.support.lmcache import (
+    adapter_json,
+    engine_stats,
+    require_lmcache,
+    run_lmcache,
+    running_lmcache_server,
+)
 
 pytestmark = pytest.mark.lmcache
 
@@ -20,13 +25,6 @@ pytestmark = pytest.mark.lmcache
 SHAPE = "(2,64,16,2,64):float16:2"
 REQUESTS = 2
 CHUNKS = REQUESTS * 2
-
-
-def engine_stats(engine: RunningEngine) -> EngineStats:
-    with engine.sync_client() as kv:
-        stats = kv.engine_stats()
-    assert not isinstance(stats, Unavailable), stats
-    return stats
 
 
 def wait_for_stats(
