@@ -13,10 +13,10 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_http import KvClient
@@ -34,6 +34,7 @@ from graph_kvcache_mcp.domain.bundle import (
     encode_bundle,
 )
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
+from graph_kvcache_mcp.errors import InvalidValue
 
 CacheState = Literal["hit", "miss", "unavailable", "off"]
 
@@ -83,6 +84,28 @@ class CompileResult(BaseModel):
     lookup_ms: float | None = None
     assemble_ms: float | None = None
     total_ms: float
+
+
+def make_request(query: str, items: Sequence[Any], **params: Any) -> BundleRequest:
+    """A validated request from loose input (tool arguments, JSONL lines, flags).
+
+    Raises:
+        InvalidValue: names each field that is wrong and why.
+    """
+    try:
+        return BundleRequest.model_validate(
+            {
+                "query": query,
+                "items": list(items),
+                "params": {k: v for k, v in params.items() if v is not None},
+            }
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'request'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False)
+        )
+        raise InvalidValue(f"invalid bundle request ({problems})") from None
 
 
 def secret_of(settings: Settings) -> bytes | None:

@@ -10,13 +10,11 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
-    BundleParams,
-    BundleRequest,
     ChatMessage,
     EvidenceItem,
     ScoreWeights,
@@ -24,9 +22,14 @@ from graph_kvcache_mcp.domain.bundle import (
 from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import InvalidKey
+from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from graph_kvcache_mcp.services.bundle_views import BundleCompileOut, BundleRenderOut
-from graph_kvcache_mcp.services.bundles import compile_cached, load_bundle, secret_of
+from graph_kvcache_mcp.services.bundles import (
+    compile_cached,
+    load_bundle,
+    make_request,
+    secret_of,
+)
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     WRITES_IDEMPOTENT,
@@ -53,41 +56,6 @@ History = Annotated[
     list[ChatMessage] | None,
     Field(description="Earlier user/assistant messages; they go after the system message."),
 ]
-
-
-def build_request(
-    query: str,
-    items: list[EvidenceItem],
-    *,
-    policy_version: str,
-    token_budget: int,
-    top_k: int,
-    diversity_lambda: float,
-    weights: ScoreWeights | None,
-    freshness_half_life_days: float,
-    as_of: datetime | None,
-) -> BundleRequest:
-    """A validated request, or a ToolError that says which argument to fix."""
-    try:
-        return BundleRequest(
-            query=query,
-            items=tuple(items),
-            params=BundleParams(
-                policy_version=policy_version,
-                token_budget=token_budget,
-                top_k=top_k,
-                diversity_lambda=diversity_lambda,
-                weights=weights or ScoreWeights(),
-                freshness_half_life_days=freshness_half_life_days,
-                as_of=as_of,
-            ),
-        )
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'request'}: {error['msg']}"
-            for error in exc.errors(include_url=False, include_input=False)
-        )
-        raise ToolError(f"invalid bundle request ({problems}); fix it and call again") from None
 
 
 async def bundle_compile(
@@ -130,17 +98,20 @@ async def bundle_compile(
     cache hit (kv_cache_hit=true, nothing re-scored); any edit gives a new key. Returns a summary
     and the key; pass the key to bundle_render or bundle_chat. store_reachable=false means the
     store is down: the bundle was still compiled, it just was not cached."""
-    request = build_request(
-        query,
-        items,
-        policy_version=policy_version,
-        token_budget=token_budget,
-        top_k=top_k,
-        diversity_lambda=diversity_lambda,
-        weights=weights,
-        freshness_half_life_days=freshness_half_life_days,
-        as_of=as_of,
-    )
+    try:
+        request = make_request(
+            query,
+            items,
+            policy_version=policy_version,
+            token_budget=token_budget,
+            top_k=top_k,
+            diversity_lambda=diversity_lambda,
+            weights=weights,
+            freshness_half_life_days=freshness_half_life_days,
+            as_of=as_of,
+        )
+    except InvalidValue as exc:
+        raise ToolError(f"{exc}; fix it and call bundle_compile again") from exc
     state = state_of(ctx)
     result = await compile_cached(
         request,
