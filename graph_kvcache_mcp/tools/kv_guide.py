@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
+from pydantic import Field
 
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
 from graph_kvcache_mcp.services.kv_views import KvStatsOut
@@ -36,7 +37,11 @@ Finish with: status (healthy / degraded / down), the evidence, and the next acti
 """
 
 
-def diagnose_kv_cache(symptom: str = "") -> str:
+def diagnose_kv_cache(
+    symptom: Annotated[
+        str, Field(description="Optional: what looks wrong (e.g. 'hit rate is zero').")
+    ] = "",
+) -> str:
     """Walk through kv_probe -> kv_stats -> interpretation of the KV cache store."""
     line = f"Reported symptom: {symptom.strip()}\n" if symptom.strip() else ""
     return DIAGNOSE_PROMPT.format(symptom_line=line)

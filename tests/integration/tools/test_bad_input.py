@@ -1,0 +1,144 @@
+"""Bad input is refused as a tool error naming the problem, and nothing reaches the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.outcomes import Presence
+from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.tools.kv_input import MAX_B64_CHARS
+from tests.support.engines import RunningEngine
+from tests.support.mcp_calls import MODES, b64, call_error, fresh_key, write_counters
+
+INVALID_KEYS = [
+    pytest.param("", "empty", id="empty"),
+    pytest.param("blk one", "charset", id="space"),
+    pytest.param("blk?1", "charset", id="question-mark"),
+    pytest.param("blk#1", "charset", id="hash"),
+    pytest.param("blk\u00e9", "charset", id="non-ascii"),
+    pytest.param("blk\n1", "charset", id="control"),
+    pytest.param("k" * 8189, "length", id="too-long"),
+    pytest.param("stats", "reserved", id="reserved-name"),
+    pytest.param("version/1", "reserved", id="reserved-prefix"),
+    pytest.param("blk/exists", "exists-suffix", id="exists-suffix"),
+]
+
+BAD_BASE64 = [
+    pytest.param("aGVsbG8", "not valid standard base64", id="missing-padding"),
+    pytest.param("aGVs bG8=", "not valid standard base64", id="space"),
+    pytest.param("aGVs\nbG8=", "not valid standard base64", id="line-break"),
+    pytest.param("aGVsbG8*", "not valid standard base64", id="stray-character"),
+    pytest.param("-_-_", "URL-safe", id="url-safe"),
+]
+
+
+@MODES
+@pytest.mark.parametrize(("key", "rule"), INVALID_KEYS)
+async def test_invalid_keys_are_refused_by_every_kv_tool_and_nothing_is_stored(
+    memory_engine: RunningEngine, mode: str, key: str, rule: str
+) -> None:
+    before = write_counters(memory_engine.sync_client())
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("kv_put", {"key": key, "value_b64": b64(b"value")}),
+        ("kv_get", {"keys": ["fine:key", key]}),
+        ("kv_exists", {"keys": [key]}),
+        ("graph_kvcache", {"action": "put", "key": key, "value_b64": b64(b"value")}),
+        ("graph_kvcache", {"action": "get", "key": key}),
+    ]
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+        messages = [await call_error(client, tool, arguments) for tool, arguments in calls]
+    for message in messages:
+        assert f"rule: {rule}" in message, message
+    assert write_counters(memory_engine.sync_client()) == before
+
+
+@MODES
+@pytest.mark.parametrize(("text", "problem"), BAD_BASE64)
+async def test_bad_base64_is_refused_and_the_key_stays_absent(
+    engine: RunningEngine, mode: str, text: str, problem: str
+) -> None:
+    key = fresh_key("bad-b64")
+    async with Client(build_server(engine.settings), mode=mode) as client:
+        direct = await call_error(client, "kv_put", {"key": key, "value_b64": text})
+        compat = await call_error(
+            client, "graph_kvcache", {"action": "put", "key": key, "value_b64": text}
+        )
+    assert problem in direct and problem in compat
+    assert engine.sync_client().contains(key) == Presence(False)
+
+
+async def test_oversized_base64_is_refused_before_decoding(memory_engine: RunningEngine) -> None:
+    key = fresh_key("huge")
+    text = "A" * (MAX_B64_CHARS + 4)
+    async with Client(build_server(memory_engine.settings)) as client:
+        direct = await call_error(client, "kv_put", {"key": key, "value_b64": text})
+        compat = await call_error(
+            client, "graph_kvcache", {"action": "put", "key": key, "value_b64": text}
+        )
+    for message in (direct, compat):
+        assert "largest value the engine stores" in message
+    assert memory_engine.sync_client().contains(key) == Presence(False)
+
+
+@MODES
+async def test_an_oversized_file_is_refused_without_reading_it(
+    memory_engine: RunningEngine, mode: str, tmp_path: Path
+) -> None:
+    key, big = fresh_key("huge-file"), tmp_path / "big.bin"
+    with big.open("wb") as handle:  # sparse: no disk space used
+        handle.truncate(MAX_VALUE_BYTES + 1)
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+        message = await call_error(client, "kv_put", {"key": key, "file_path": str(big)})
+    assert f"{MAX_VALUE_BYTES + 1:,} bytes" in message and "at most" in message
+    assert memory_engine.sync_client().contains(key) == Presence(False)
+
+
+@MODES
+async def test_kv_put_needs_exactly_one_source_of_bytes(
+    memory_engine: RunningEngine, mode: str, tmp_path: Path
+) -> None:
+    key, source = fresh_key(), tmp_path / "v.bin"
+    source.write_bytes(b"v")
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+        neither = await call_error(client, "kv_put", {"key": key})
+        both = await call_error(
+            client, "kv_put", {"key": key, "value_b64": b64(b"v"), "file_path": str(source)}
+        )
+        relative = await call_error(client, "kv_put", {"key": key, "file_path": "v.bin"})
+        missing = await call_error(
+            client, "kv_put", {"key": key, "file_path": str(tmp_path / "absent")}
+        )
+    assert "exactly one of value_b64" in neither and "exactly one of value_b64" in both
+    assert "relative" in relative and "not an existing regular file" in missing
+    assert memory_engine.sync_client().contains(key) == Presence(False)
+
+
+@MODES
+async def test_graph_kvcache_refuses_an_unknown_action_and_missing_arguments(
+    memory_engine: RunningEngine, mode: str
+) -> None:
+    before = write_counters(memory_engine.sync_client())
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+        unknown = await call_error(client, "graph_kvcache", {"action": "delete", "key": "k"})
+        no_key = await call_error(client, "graph_kvcache", {"action": "get"})
+        no_value = await call_error(client, "graph_kvcache", {"action": "put", "key": "k"})
+    assert "action" in unknown and "'get', 'put', 'contains', 'exists' or 'stats'" in unknown
+    assert "action=get needs a key" in no_key
+    assert "action=put needs value_b64" in no_value
+    assert write_counters(memory_engine.sync_client()) == before
+
+
+@MODES
+async def test_kv_get_refuses_an_empty_key_list_and_too_large_an_inline_cap(
+    memory_engine: RunningEngine, mode: str
+) -> None:
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+        empty = await call_error(client, "kv_get", {"keys": []})
+        cap = await call_error(client, "kv_get", {"keys": ["k"], "max_inline_bytes": 10**9})
+    assert "keys" in empty and "at least 1" in empty
+    assert "max_inline_bytes" in cap
