@@ -174,7 +174,8 @@ def relevant_lines(text: str, model_name: str | None) -> str:
     """
     needle = None if model_name is None else f'model_name="{_escape_label(model_name)}"'
     kept: list[str] = []
-    for line in text.splitlines():
+    # Only \n ends a line in the text format (str.splitlines also splits on \x1e, \x85, ...).
+    for line in text.split("\n"):
         if not line:
             continue
         if line[0] == "#":

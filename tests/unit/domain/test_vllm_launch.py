@@ -1,0 +1,71 @@
+"""Launch flags per platform: always prefix caching, CPU-safe choices stated, clashes refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from graph_kvcache_mcp.domain.vllm_launch import (
+    Platform,
+    VllmLaunch,
+    parse_nvidia_smi,
+    plan_launch,
+)
+from graph_kvcache_mcp.errors import ConfigError
+
+CPU = Platform(kind="cpu", detail="nvidia-smi not found on PATH")
+GPU = Platform(kind="gpu", gpus=["NVIDIA H200, 143771 MiB"], detail="nvidia-smi listed 1 GPU(s)")
+
+
+def flag_value(args: tuple[str, ...], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_cpu_plan_bounds_kv_memory_uses_eager_and_a_block_multiple_of_32() -> None:
+    plan = plan_launch(VllmLaunch(model="/m", port=8123), CPU, host="127.0.0.1")
+    assert "--enable-prefix-caching" in plan.args
+    assert "--enable-prompt-tokens-details" in plan.args
+    assert "--enforce-eager" in plan.args
+    assert flag_value(plan.args, "--block-size") == "32"
+    assert flag_value(plan.args, "--kv-cache-memory-bytes") == str(1024**3)
+    assert flag_value(plan.args, "--port") == "8123"
+    assert "--gpu-memory-utilization" not in plan.args
+    assert any("no NVIDIA GPU" in note for note in plan.notes)
+
+
+def test_gpu_plan_uses_memory_utilization_and_leaves_cpu_flags_out() -> None:
+    launch = VllmLaunch(model="org/model", gpu_memory_utilization=0.8, max_model_len=8192)
+    plan = plan_launch(launch, GPU, host="127.0.0.1")
+    assert flag_value(plan.args, "--gpu-memory-utilization") == "0.8"
+    assert flag_value(plan.args, "--max-model-len") == "8192"
+    assert "--enforce-eager" not in plan.args
+    assert "--block-size" not in plan.args
+    assert "--enable-prefix-caching" in plan.args
+
+
+def test_cpu_block_size_must_be_a_multiple_of_32() -> None:
+    with pytest.raises(ConfigError, match="multiple of 32"):
+        plan_launch(VllmLaunch(model="/m", block_size=16), CPU, host="127.0.0.1")
+
+
+def test_extra_args_may_not_repeat_flags_the_plan_owns() -> None:
+    launch = VllmLaunch(model="/m", extra_args=("--port=9000", "--seed", "1"))
+    with pytest.raises(ConfigError, match="--port"):
+        plan_launch(launch, CPU, host="127.0.0.1")
+
+
+def test_extra_args_are_passed_last() -> None:
+    launch = VllmLaunch(model="/m", extra_args=("--seed", "7"))
+    assert plan_launch(launch, CPU, host="127.0.0.1").args[-2:] == ("--seed", "7")
+
+
+def test_turning_prompt_token_details_off_drops_the_flag_and_explains_the_fallback() -> None:
+    launch = VllmLaunch(model="/m", prompt_tokens_details=False)
+    plan = plan_launch(launch, CPU, host="127.0.0.1")
+    assert "--enable-prompt-tokens-details" not in plan.args
+    assert any("/metrics" in note for note in plan.notes)
+
+
+def test_nvidia_smi_lines_become_gpu_names() -> None:
+    out = "NVIDIA H200, 143771 MiB\n\nNVIDIA H200, 143771 MiB\n"
+    assert parse_nvidia_smi(out) == ["NVIDIA H200, 143771 MiB"] * 2
+    assert parse_nvidia_smi("") == []
