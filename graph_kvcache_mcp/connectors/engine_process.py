@@ -27,10 +27,10 @@ from graph_kvcache_mcp.connectors.process_tools import (
     ProcessRecord,
     free_port,
     is_ours,
-    port_in_use,
     start_ticks,
     stop_process,
     tail,
+    wait_port_free,
     write_private,
 )
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -39,6 +39,8 @@ from graph_kvcache_mcp.errors import EngineProcessError
 Backend = Literal["durable", "memory"]
 ENGINE_HOST = "127.0.0.1"
 DEFAULT_READY_TIMEOUT_S = 30.0
+PORT_RELEASE_GRACE_S = 1.0
+"""After a crash the kernel frees the listening port ~0.1 s after the process is reaped."""
 _INSTALL_HINT = "install it with: pip install 'graph-kvcache-mcp[engine]' (epistemic-graph-server)"
 
 Progress = Callable[[str], None]
@@ -182,7 +184,7 @@ class ManagedEngine:
             )
         binary = engine_binary()
         chosen = port or free_port(ENGINE_HOST)
-        if port_in_use(ENGINE_HOST, chosen):
+        if not wait_port_free(ENGINE_HOST, chosen, PORT_RELEASE_GRACE_S):
             raise EngineProcessError(
                 f"port {chosen} on {ENGINE_HOST} is already in use by another process; "
                 "choose another with --port (or omit it to pick a free one)"

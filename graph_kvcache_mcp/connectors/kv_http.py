@@ -1,8 +1,9 @@
 """The engine's `/kv/<key>` surface: typed outcomes, batches with bounded concurrency.
 
-`SyncKvClient` is the core (LMCache's threads call it directly); `KvClient` is the async face that
-tools and services await: each call runs the sync core in a worker thread, and a batch fans out
-under a capacity limiter. Keys are checked by `domain.keys` before any I/O and sent raw.
+`SyncKvClient` is the blocking client (LMCache's threads call it; batches fan out on a small
+thread pool). `KvClient` is what tools and services await: it sends on the event loop itself and
+bounds a batch's concurrency with a semaphore. Both read responses through the same code. Keys are
+checked by `domain.keys` before any I/O and sent raw; values over the cap are refused unsent.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import TypeAlias, TypeVar, cast
 
 import anyio
@@ -52,8 +52,8 @@ from graph_kvcache_mcp.errors import InvalidValue
 MAX_VALUE_BYTES = 64 * 1024 * 1024 - 9
 """Largest value both backends store (durable adds a 9-byte frame to the 64 MiB cap)."""
 
-IDEMPOTENT_ATTEMPTS = 3
 _BACKOFF_S = (0.05, 0.15)
+"""Idempotent requests get two retries after a transport fault; writes none."""
 
 StatsOutcome: TypeAlias = KvStatsReport | Unavailable
 R = TypeVar("R")
@@ -92,7 +92,11 @@ class _Counters:
 
 
 class SyncKvClient:
-    """Blocking client for one engine; safe to share between threads."""
+    """Blocking client for one engine; safe to share between threads.
+
+    Also the shared core of `KvClient`: it owns the wire, the counters, and the reading of every
+    response (`read_*`), so the two faces cannot drift apart.
+    """
 
     def __init__(
         self,
@@ -104,7 +108,7 @@ class SyncKvClient:
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.concurrency = concurrency
-        self._wire = EngineWire(self.endpoint, token, Timeouts.from_total(timeout_s))
+        self.wire = EngineWire(self.endpoint, token, Timeouts.from_total(timeout_s))
         self._counters = _Counters()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -124,83 +128,29 @@ class SyncKvClient:
 
     def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        path = "/kv/" + check_key(key)
-        response = self._send("GET", path, idempotent=True)
-        if isinstance(response, Unavailable):
-            return response
-        if response.status == 200:
-            self._counters.add(gets=1, get_hits=1, bytes_read=len(response.body))
-            return Hit(response.body)
-        if response.status == 404:
-            self._counters.add(gets=1, get_misses=1)
-            return Miss()
-        return self._unexpected(response)
+        return self.read_get(self._send("GET", block_path(key), idempotent=True))
 
     def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
-        path = "/kv/" + check_key(key)
-        check_value(value)
-        response = self._send("PUT", path, bytes(value), idempotent=False)
-        if isinstance(response, Unavailable):
-            return response
-        if response.status in (200, 201):
-            new = response.status == 201
-            self._counters.add(
-                puts=1,
-                puts_stored_new=int(new),
-                puts_already_present=int(not new),
-                bytes_written=len(value) if new else 0,
-            )
-            return Stored("stored_new" if new else "already_present")
-        return self._unexpected(response)
+        path, body = block_path(key), check_value(bytes(value))
+        return self.read_put(self._send("PUT", path, body, idempotent=False), len(body))
 
     def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        path = "/kv/" + check_key(key)
-        response = self._send("HEAD", path, idempotent=True)
-        if isinstance(response, Unavailable):
-            return response
-        if response.status in (200, 404):
-            self._counters.add(contains_checks=1)
-            return Presence(response.status == 200)
-        return self._unexpected(response)
+        return self.read_contains(self._send("HEAD", block_path(key), idempotent=True))
 
     def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route (JSON answer; same meaning as `contains`)."""
-        path = "/kv/" + check_key(key) + "/exists"
-        response = self._send("GET", path, idempotent=True)
-        if isinstance(response, Unavailable):
-            return response
-        if response.status == 200:
-            try:
-                answer = json.loads(response.body)
-                present = answer["exists"]
-            except (ValueError, KeyError, TypeError):
-                return self._fail("engine sent an unreadable /exists answer", response.status)
-            if isinstance(present, bool):
-                self._counters.add(contains_checks=1)
-                return Presence(present)
-            return self._fail("engine sent a non-boolean 'exists'", response.status)
-        return self._unexpected(response)
+        path = block_path(key) + "/exists"
+        return self.read_exists(self._send("GET", path, idempotent=True))
 
     def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        response = self._send("GET", "/kv/stats", idempotent=True)
-        if isinstance(response, Unavailable):
-            return response
-        if response.status != 200:
-            return self._unexpected(response)
-        try:
-            return normalize_engine_stats(json.loads(response.body))
-        except (ValueError, TypeError, AttributeError) as exc:
-            return self._fail(f"engine sent unreadable stats ({exc})", response.status)
+        return self.read_engine_stats(self._send("GET", STATS_PATH, idempotent=True))
 
     def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
-        engine = self.engine_stats()
-        if isinstance(engine, Unavailable):
-            return engine
-        return build_report(engine, self.counters())
+        return self.report(self.engine_stats())
 
     # --- batches -----------------------------------------------------------------------------
 
@@ -229,6 +179,77 @@ class SyncKvClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    # --- reading responses (shared with KvClient) --------------------------------------------
+
+    def read_get(self, response: WireResponse | Unavailable) -> Outcome[bytes]:
+        if isinstance(response, Unavailable):
+            return response
+        if response.status == 200:
+            self._counters.add(gets=1, get_hits=1, bytes_read=len(response.body))
+            return Hit(response.body)
+        if response.status == 404:
+            self._counters.add(gets=1, get_misses=1)
+            return Miss()
+        return self._unexpected(response)
+
+    def read_put(self, response: WireResponse | Unavailable, size: int) -> PutOutcome:
+        if isinstance(response, Unavailable):
+            return response
+        if response.status in (200, 201):
+            new = response.status == 201
+            self._counters.add(
+                puts=1,
+                puts_stored_new=int(new),
+                puts_already_present=int(not new),
+                bytes_written=size if new else 0,
+            )
+            return Stored("stored_new" if new else "already_present")
+        return self._unexpected(response)
+
+    def read_contains(self, response: WireResponse | Unavailable) -> PresenceOutcome:
+        if isinstance(response, Unavailable):
+            return response
+        if response.status in (200, 404):
+            self._counters.add(contains_checks=1)
+            return Presence(response.status == 200)
+        return self._unexpected(response)
+
+    def read_exists(self, response: WireResponse | Unavailable) -> PresenceOutcome:
+        if isinstance(response, Unavailable):
+            return response
+        if response.status != 200:
+            return self._unexpected(response)
+        try:
+            present = json.loads(response.body)["exists"]
+        except (ValueError, KeyError, TypeError):
+            return self._fail("engine sent an unreadable /exists answer", response.status)
+        if not isinstance(present, bool):
+            return self._fail("engine sent a non-boolean 'exists'", response.status)
+        self._counters.add(contains_checks=1)
+        return Presence(present)
+
+    def read_engine_stats(self, response: WireResponse | Unavailable) -> EngineStats | Unavailable:
+        if isinstance(response, Unavailable):
+            return response
+        if response.status != 200:
+            return self._unexpected(response)
+        try:
+            return normalize_engine_stats(json.loads(response.body))
+        except (ValueError, TypeError, AttributeError) as exc:
+            return self._fail(f"engine sent unreadable stats ({exc})", response.status)
+
+    def report(self, engine: EngineStats | Unavailable) -> StatsOutcome:
+        if isinstance(engine, Unavailable):
+            return engine
+        return build_report(engine, self.counters())
+
+    def give_up(self, exc: WireError) -> Unavailable:
+        """The `Unavailable` for a request whose every attempt failed."""
+        return self._fail(self._explain_fault(exc), None)
+
+    def note_retry(self) -> None:
+        self._counters.add(retries=1)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _fan_out(self, operation: Callable[[_T], R], inputs: list[_T]) -> list[R]:
@@ -243,16 +264,16 @@ class SyncKvClient:
     def _send(
         self, method: str, path: str, body: bytes | None = None, *, idempotent: bool
     ) -> WireResponse | Unavailable:
-        attempts = IDEMPOTENT_ATTEMPTS if idempotent else 1
-        for attempt in range(attempts):
+        pauses = retry_pauses(idempotent)
+        while True:
             try:
-                return self._wire.exchange(method, path, body)
+                return self.wire.exchange(method, path, body)
             except WireError as exc:
-                failure = exc
-                if attempt + 1 < attempts:
-                    pause = _BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)]
-                    time.sleep(pause * (0.5 + random.random()))
-        return self._fail(self._explain_fault(failure), None)
+                pause = next(pauses, None)
+                if pause is None:
+                    return self.give_up(exc)
+                self.note_retry()
+                time.sleep(pause)
 
     def _explain_fault(self, exc: WireError) -> str:
         where = f"engine at {self.endpoint.url}"
@@ -266,13 +287,27 @@ class SyncKvClient:
         return f"{where} failed: {exc}"
 
     def _unexpected(self, response: WireResponse) -> Unavailable:
-        return self._fail(
-            explain_status(response, self.endpoint.url, self._token_given), response.status
-        )
+        reason = explain_status(response, self.endpoint.url, self._token_given)
+        return self._fail(reason, response.status)
 
     def _fail(self, reason: str, status: int | None) -> Unavailable:
         self._counters.add(errors=1)
         return Unavailable(reason, status)
+
+
+STATS_PATH = "/kv/stats"
+
+
+def block_path(key: str) -> str:
+    """The request path for `key`, checked against the engine's key rules (raises InvalidKey)."""
+    return "/kv/" + check_key(key)
+
+
+def retry_pauses(idempotent: bool) -> Iterator[float]:
+    """Pauses before each retry: none for writes, jittered backoff for idempotent reads."""
+    if not idempotent:
+        return iter(())
+    return iter(pause * (0.5 + random.random()) for pause in _BACKOFF_S)
 
 
 def explain_status(response: WireResponse, url: str, token_given: bool) -> str:
@@ -301,11 +336,12 @@ def explain_status(response: WireResponse, url: str, token_given: bool) -> str:
 
 
 class KvClient:
-    """Async face of `SyncKvClient`: each call runs in a worker thread under a shared limiter."""
+    """Async client: sends on the event loop's own sockets (see `engine_wire`), sharing the wire,
+    counters and response reading of the `SyncKvClient` it is built on."""
 
     def __init__(self, core: SyncKvClient) -> None:
         self.core = core
-        self._limiter = anyio.CapacityLimiter(core.concurrency)
+        self._limit = anyio.Semaphore(core.concurrency)
 
     @classmethod
     def connect(
@@ -329,45 +365,71 @@ class KvClient:
         return self.core.counters()
 
     async def get(self, key: str) -> Outcome[bytes]:
-        return await self._run(self.core.get, key)
+        """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
+        return self.core.read_get(await self._send("GET", block_path(key), idempotent=True))
 
     async def put(self, key: str, value: bytes) -> PutOutcome:
-        return await self._run(self.core.put, key, value)
+        """Store `value` under `key`; the engine keeps the first value ever stored there."""
+        path, body = block_path(key), check_value(bytes(value))
+        response = await self._send("PUT", path, body, idempotent=False)
+        return self.core.read_put(response, len(body))
 
     async def contains(self, key: str) -> PresenceOutcome:
-        return await self._run(self.core.contains, key)
+        """HEAD the key: present or not, without transferring the value."""
+        return self.core.read_contains(await self._send("HEAD", block_path(key), idempotent=True))
 
     async def exists(self, key: str) -> PresenceOutcome:
-        return await self._run(self.core.exists, key)
+        """Ask the engine's `/kv/<key>/exists` route."""
+        path = block_path(key) + "/exists"
+        return self.core.read_exists(await self._send("GET", path, idempotent=True))
 
     async def engine_stats(self) -> EngineStats | Unavailable:
-        return await self._run(self.core.engine_stats)
+        """The engine's own `/kv/stats`, normalized across backends."""
+        return self.core.read_engine_stats(await self._send("GET", STATS_PATH, idempotent=True))
 
     async def stats(self) -> StatsOutcome:
-        return await self._run(self.core.stats)
+        """Engine stats + this client's counters + derived ratios."""
+        return self.core.report(await self.engine_stats())
 
     async def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
-        return await self._gather(self.core.get, [check_key(k) for k in keys])
+        """Read many keys concurrently (bounded); results in input order."""
+        return await self._gather(self.get, [check_key(k) for k in keys])
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
+        """Store many (key, value) pairs concurrently (bounded); results in input order."""
         checked = [(check_key(k), check_value(v)) for k, v in items]
-        return await self._gather(lambda item: self.core.put(*item), checked)
+        return await self._gather(lambda item: self.put(*item), checked)
 
     async def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
-        return await self._gather(self.core.contains, [check_key(k) for k in keys])
+        """HEAD many keys concurrently (bounded); results in input order."""
+        return await self._gather(self.contains, [check_key(k) for k in keys])
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.core.close)
 
-    async def _run(self, function: Callable[..., R], *args: object) -> R:
-        return await anyio.to_thread.run_sync(partial(function, *args), limiter=self._limiter)
+    async def _send(
+        self, method: str, path: str, body: bytes | None = None, *, idempotent: bool
+    ) -> WireResponse | Unavailable:
+        pauses = retry_pauses(idempotent)
+        while True:
+            try:
+                async with self._limit:
+                    return await self.core.wire.exchange_async(method, path, body)
+            except WireError as exc:
+                pause = next(pauses, None)
+                if pause is None:
+                    return self.core.give_up(exc)
+                self.core.note_retry()
+                await anyio.sleep(pause)
 
-    async def _gather(self, operation: Callable[[_T], R], inputs: Iterable[_T]) -> list[R]:
+    async def _gather(
+        self, operation: Callable[[_T], Awaitable[R]], inputs: Iterable[_T]
+    ) -> list[R]:
         items = list(inputs)
         results: list[R | None] = [None] * len(items)
 
         async def one(index: int, item: _T) -> None:
-            results[index] = await self._run(operation, item)
+            results[index] = await operation(item)
 
         async with anyio.create_task_group() as group:
             for index, item in enumerate(items):

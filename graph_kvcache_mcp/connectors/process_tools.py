@@ -46,7 +46,7 @@ def start_ticks(pid: int) -> int | None:
 def is_ours(record: ProcessRecord) -> bool:
     """True when `record.pid` is still the very process we started (not a recycled pid)."""
     ticks = start_ticks(record.pid)
-    if ticks is None or ticks != record.start_ticks:
+    if ticks is None or ticks != record.start_ticks or is_zombie(record.pid):
         return False
     try:
         cmdline = Path(f"/proc/{record.pid}/cmdline").read_bytes().split(b"\0")
@@ -116,6 +116,16 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
+    """True once nothing listens on (host, port), polling up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while port_in_use(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:

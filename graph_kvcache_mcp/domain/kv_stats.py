@@ -26,6 +26,7 @@ class ClientCounters(BaseModel):
     puts_already_present: int = 0
     contains_checks: int = 0
     errors: int = 0
+    retries: int = Field(0, description="Idempotent requests sent again after a transport fault.")
     bytes_read: int = 0
     bytes_written: int = 0
 

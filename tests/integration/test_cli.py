@@ -1,0 +1,133 @@
+"""The shell surface: `engine` and `kv` commands on a real managed engine, exit codes, --json."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graph_kvcache_mcp.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_engine_and_kv_commands_work_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("EPISTEMIC_GRAPH_KVCACHE_URL", "EPISTEMIC_GRAPH_KVCACHE_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    data = ["--data-dir", str(tmp_path)]
+    code, out, _ = run(capsys, "engine", "start", "--backend", "memory", "--json", *data)
+    assert code == 0
+    started = json.loads(out)
+    assert started["running"] and started["reachable"]
+    try:
+        value_file = tmp_path / "v.bin"
+        value_file.write_bytes(b"\x00\x01payload")
+        code, out, _ = run(capsys, "kv", "put", "blk:1", str(value_file), "--json", *data)
+        assert code == 0 and json.loads(out)["state"] == "stored_new"
+
+        code, out, _ = run(capsys, "kv", "put", "blk:1", str(value_file), *data)
+        assert code == 0 and "already_present" in out and "NOT stored" in out
+
+        out_file = tmp_path / "back.bin"
+        code, _, _ = run(capsys, "kv", "get", "blk:1", "-o", str(out_file), *data)
+        assert code == 0 and out_file.read_bytes() == b"\x00\x01payload"
+
+        code, out, _ = run(capsys, "kv", "get", "blk:missing", "--json", *data)
+        assert code == 1 and json.loads(out) == {**json.loads(out), "hit": False, "reachable": True}
+
+        code, out, _ = run(capsys, "kv", "exists", "blk:1", "blk:missing", "--json", *data)
+        assert code == 1 and json.loads(out)["present_count"] == 1
+
+        code, out, _ = run(capsys, "kv", "probe", "--json", *data)
+        probe = json.loads(out)
+        assert code == 0 and probe["passed"], probe
+        assert {c["name"] for c in probe["checks"]} == {
+            "reachable",
+            "auth",
+            "round_trip",
+            "dedup",
+            "latency",
+        }
+
+        code, out, _ = run(capsys, "kv", "stats", "--json", *data)
+        stats = json.loads(out)
+        assert code == 0 and stats["backend"] == "memory"
+        assert stats["engine"]["unique_blocks"] >= 2
+
+        code, out, _ = run(capsys, "engine", "status", *data)
+        assert code == 0 and "answering" in out
+    finally:
+        code, out, _ = run(capsys, "engine", "stop", *data)
+    assert code == 0 and "stopped" in out
+    code, out, _ = run(capsys, "kv", "stats", "--json", *data)
+    assert code == 3 and json.loads(out)["reachable"] is False
+
+
+def test_put_from_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.engines import running_engine
+
+    with running_engine(tmp_path, "memory") as engine:
+        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
+        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"from-stdin")))
+        code, out, _ = run(capsys, "kv", "put", "stdin:1", "-", "--json")
+        assert code == 0 and json.loads(out)["size_bytes"] == len(b"from-stdin")
+        assert engine.token.get_secret_value() not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["kv", "get", "a?b"], "rule: charset"),
+        (["kv", "get", "stats"], "rule: reserved"),
+        (["kv", "exists", "x/exists"], "rule: exists-suffix"),
+        (["kv", "stats", "--url", "http://kv.example.com"], "https://"),
+        (["kv", "put", "k", "/nonexistent/file"], "No such file"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_no_traceback(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert needle in err and "Traceback" not in err
+
+
+def test_unreachable_store_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "kv", "get", "k", "--url", "http://127.0.0.1:9", "--json")
+    assert code == 3 and "not reachable" in json.loads(out)["reason"]
+
+
+def test_missing_engine_package_is_named_with_the_install_command(tmp_path: Path) -> None:
+    script = (
+        "import sys; sys.modules['epistemic_graph_server'] = None\n"
+        "from graph_kvcache_mcp.cli import main\n"
+        f"raise SystemExit(main(['engine', 'start', '--data-dir', {str(tmp_path)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 3
+    assert "pip install 'graph-kvcache-mcp[engine]'" in done.stderr
+
+
+def test_module_entry_point_matches_the_console_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "graph_kvcache_mcp", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "graph-kvcache-mcp" in done.stdout

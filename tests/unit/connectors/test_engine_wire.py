@@ -1,0 +1,47 @@
+"""The socket-level client against doubles for faults a real engine will not produce."""
+
+from __future__ import annotations
+
+import time
+
+from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from tests.support.peers import garbage_peer, slow_peer
+
+
+def test_a_peer_that_answers_garbage_reads_as_unavailable() -> None:
+    with garbage_peer() as url, SyncKvClient(url, None, timeout_s=1.0) as client:
+        outcome = client.get("k")
+    assert isinstance(outcome, Unavailable)
+    assert "not an HTTP response" in outcome.reason
+
+
+def test_a_response_cut_short_is_unavailable_not_a_short_value() -> None:
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\nconnection: close\r\n\r\nonly-some"
+    with garbage_peer(reply) as url, SyncKvClient(url, None, timeout_s=1.0) as client:
+        outcome = client.get("k")
+    assert isinstance(outcome, Unavailable)
+    assert "cut short" in outcome.reason
+
+
+def test_a_silent_peer_times_out_within_the_read_timeout() -> None:
+    with slow_peer(hold_s=3.0) as url, SyncKvClient(url, None, timeout_s=0.3) as client:
+        started = time.monotonic()
+        outcome = client.put("k", b"v")  # not retried: PUT is not idempotent here
+        elapsed = time.monotonic() - started
+    assert isinstance(outcome, Unavailable)
+    assert "timed out" in outcome.reason
+    assert elapsed < 2.0
+
+
+def test_unexpected_status_is_explained_with_the_engine_message() -> None:
+    body = b'{"error":"StoreError","message":"failed to store block"}'
+    reply = (
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    with garbage_peer(reply) as url, SyncKvClient(url, None, timeout_s=1.0) as client:
+        outcome = client.put("k", b"v")
+    assert isinstance(outcome, Unavailable)
+    assert outcome.status == 500
+    assert "failed to store block" in outcome.reason

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.errors import ConfigError
+
+
+def test_url_wins_over_addr() -> None:
+    settings = Settings.from_env(
+        {
+            "EPISTEMIC_GRAPH_KVCACHE_URL": "http://127.0.0.1:9200",
+            "EPISTEMIC_GRAPH_KVCACHE_ADDR": "9300",
+        }
+    )
+    assert settings.kv_url == "http://127.0.0.1:9200"
+
+
+@pytest.mark.parametrize(
+    ("addr", "url"),
+    [
+        ("9131", "http://127.0.0.1:9131"),
+        ("127.0.0.1:9140", "http://127.0.0.1:9140"),
+        ("localhost:9150", "http://localhost:9150"),
+        ("1", "http://127.0.0.1:9130"),
+        ("true", "http://127.0.0.1:9130"),
+        ("enable", "http://127.0.0.1:9130"),
+    ],
+)
+def test_addr_forms_resolve_like_the_engine_reads_them(addr: str, url: str) -> None:
+    assert Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_ADDR": addr}).kv_url == url
+
+
+def test_nothing_configured_leaves_the_url_unset_for_the_managed_default() -> None:
+    assert Settings.from_env({}).kv_url is None
+
+
+@pytest.mark.parametrize("addr", ["nonsense", "host:", "99999", "h:0"])
+def test_malformed_addr_is_refused_with_the_forms_that_work(addr: str) -> None:
+    with pytest.raises(ConfigError, match="EPISTEMIC_GRAPH_KVCACHE_ADDR"):
+        Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_ADDR": addr})
+
+
+def test_plain_http_to_a_remote_host_is_refused_and_https_is_accepted() -> None:
+    with pytest.raises(ConfigError, match="https://"):
+        Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_URL": "http://kv.example.com:9130"})
+    ok = Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_URL": "https://kv.example.com"})
+    assert ok.kv_url == "https://kv.example.com:443"
+
+
+def test_token_never_shows_in_repr_str_or_errors() -> None:
+    token = "tok-very-secret-123"
+    settings = Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_TOKEN": token})
+    assert token not in repr(settings) and token not in str(settings)
+    assert token not in settings.model_dump_json()
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env(
+            {"EPISTEMIC_GRAPH_KVCACHE_TOKEN": token, "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S": "x"}
+        )
+    assert token not in str(caught.value)
+
+
+def test_bad_timeout_and_flags_name_the_variable() -> None:
+    with pytest.raises(ConfigError, match="TIMEOUT_S"):
+        Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S": "soon"})
+    with pytest.raises(ConfigError, match="kv_timeout_s"):
+        Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S": "-1"})
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_READ_ONLY"):
+        Settings.from_env({"GRAPH_KVCACHE_READ_ONLY": "perhaps"})
+
+
+def test_data_dir_follows_explicit_setting_then_xdg(tmp_path: Path) -> None:
+    explicit = Settings.from_env({"GRAPH_KVCACHE_DATA_DIR": str(tmp_path / "d")})
+    assert explicit.data_dir == tmp_path / "d"
+    xdg = Settings.from_env({"XDG_DATA_HOME": str(tmp_path / "x")})
+    assert xdg.data_dir == tmp_path / "x" / "graph-kvcache-mcp"
+
+
+def test_flags_override_the_environment() -> None:
+    settings = Settings.from_env(
+        {"EPISTEMIC_GRAPH_KVCACHE_ADDR": "9131"}, kv_url="http://127.0.0.1:9999", read_only=None
+    )
+    assert settings.kv_url == "http://127.0.0.1:9999"
+    assert settings.read_only is False
+
+
+@given(st.integers(min_value=2, max_value=65535))
+def test_any_bare_port_maps_to_loopback(port: int) -> None:
+    # "1" is not here on purpose: like the engine, we read it as the enable word (-> 9130).
+    url = Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_ADDR": str(port)}).kv_url
+    assert url == f"http://127.0.0.1:{port}"
+
+
+@given(st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz.-"), min_size=1, max_size=30))
+def test_plain_http_is_accepted_only_for_loopback_names(host: str) -> None:
+    env = {"EPISTEMIC_GRAPH_KVCACHE_URL": f"http://{host}:9130"}
+    if host.lower().rstrip(".") == "localhost":
+        assert Settings.from_env(env).kv_url is not None
+    else:
+        with pytest.raises(ConfigError):
+            Settings.from_env(env)
