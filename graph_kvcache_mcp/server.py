@@ -17,11 +17,13 @@ from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
 from graph_kvcache_mcp.tools import bundle as bundle_tools
 from graph_kvcache_mcp.tools import engine as engine_tools
 from graph_kvcache_mcp.tools import kv as kv_tools
+from graph_kvcache_mcp.tools import vllm as vllm_tools
 
 TOOLSET_MODULES: dict[str, ModuleType] = {
     "kv": kv_tools,
     "engine": engine_tools,
     "bundle": bundle_tools,
+    "vllm": vllm_tools,
 }
 
 INSTRUCTIONS = """\
@@ -36,6 +38,10 @@ graph_kvcache is the single-tool form older agents call (action=get|put|contains
 With nothing configured the server runs its own local engine (engine_status shows it).
 Context bundles (bundle_*): bundle_compile selects evidence under a token budget and caches it by
 content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable prefix.
+vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served from vLLM's
+prefix cache (never 0 for unknown: cached_tokens_source says where the count came from);
+vllm_metrics reads /metrics (pass `since` for a delta); vllm_start/vllm_status/vllm_stop manage a
+local server; vllm_trace_summary sums up this session's calls or a JSONL trace file.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 
@@ -52,8 +58,11 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
             await state.startup()
             yield state
         finally:
-            unbind_live_state(app, state)
-            await state.aclose()
+            try:
+                await state.aclose()
+            finally:
+                unbind_live_state(app, state)
+                state.closed.set()
 
     server: MCPServer[AppState] = MCPServer(
         "graph-kvcache-mcp",

@@ -6,8 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import anyio
+
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
+from graph_kvcache_mcp.connectors.vllm_access import VllmAccess
 from graph_kvcache_mcp.services.bundles import BundleCounters
 
 
@@ -17,15 +20,22 @@ class AppState:
 
     settings: Settings
     kv: KvAccess = field(init=False)
+    vllm: VllmAccess = field(init=False)
     bundles: BundleCounters = field(default_factory=BundleCounters)
+
+    closed: anyio.Event = field(init=False, repr=False)
+    """Set once the lifespan has cleaned up (a signalled `serve` waits for it)."""
 
     def __post_init__(self) -> None:
         self.kv = KvAccess(self.settings)
+        self.vllm = VllmAccess(self.settings)
+        self.closed = anyio.Event()
 
     async def startup(self) -> None:
         await self.kv.startup()
 
     async def aclose(self) -> None:
+        await self.vllm.aclose()
         await self.kv.aclose()
 
 

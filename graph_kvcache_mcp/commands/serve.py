@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import os
 import secrets
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,13 @@ from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.process_tools import port_in_use, write_private
 from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.state import live_state
 
 HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 HTTP_PATH = "/mcp"
+SIGNAL_CLEANUP_S = 30.0
+"""How long a signalled stdio server waits for its cleanup (stopping its engine) before exiting."""
 _TOP_LEVEL_FLAGS = frozenset({"-h", "--help", "--version"})
 
 
@@ -120,8 +125,17 @@ async def serve_stdio(server: MCPServer[Any]) -> None:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as sigs:
                 async for _ in sigs:
-                    group.cancel_scope.cancel()
-                    return
+                    break
+            group.cancel_scope.cancel()
+            # The SDK reads stdin in a worker thread that only a line or EOF can wake, so the
+            # task group would wait for it forever. Wait for the lifespan's cleanup (engine
+            # stopped), then leave without that thread.
+            state = live_state(server)
+            if state is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(SIGNAL_CLEANUP_S):
+                    await state.closed.wait()
+            sys.stderr.flush()
+            os._exit(0)
 
         group.start_soon(stop_on_signal)
         await server.run_stdio_async()
