@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
@@ -53,7 +54,7 @@ async def test_mcp_run_on_the_entry_file_starts_and_lists_the_tools(
     assert status["kv_source"] == "configured"
 
 
-async def test_http_transport_requires_the_bearer_token(
+def test_http_transport_requires_the_bearer_token(
     memory_engine: RunningEngine, tmp_path: Path
 ) -> None:
     port, token = free_port(), "e2e-http-token-0123456789abcdef"
@@ -68,21 +69,26 @@ async def test_http_transport_requires_the_bearer_token(
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         wait_until(lambda: port_in_use("127.0.0.1", port), timeout_s=30, what="the HTTP port")
-        async with httpx2.AsyncClient() as anonymous:
-            refused = await anonymous.post(url, json={})
-        headers = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers) as authorized,
-            Client(streamable_http_client(url, http_client=authorized)) as client,
-        ):
-            names = {tool.name for tool in (await client.list_tools()).tools}
-            stats = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+        refused, names, stats = anyio.run(_talk_http, url, token)
     finally:
         server.terminate()
         out, err = server.communicate(timeout=20)
-    assert refused.status_code == 401
+    assert refused == 401
     assert "kv_probe" in names and stats.reachable
     assert token not in out.decode() + err.decode()
+
+
+async def _talk_http(url: str, token: str) -> tuple[int, set[str], KvStatsOut]:
+    async with httpx2.AsyncClient() as anonymous:
+        refused = await anonymous.post(url, json={})
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers) as authorized,
+        Client(streamable_http_client(url, http_client=authorized)) as client,
+    ):
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        stats = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+    return refused.status_code, names, stats
 
 
 def test_demo_runs_the_workflow_and_leaves_no_engine_behind(tmp_path: Path) -> None:
