@@ -1,0 +1,145 @@
+"""Benchmark what MCP adds to a KV read: kv_get of a 4 KiB value through the in-memory `Client`
+vs the direct connector call, measured in the same run against one managed engine.
+
+Usage: `.venv/bin/python tools/bench_mcp.py [--calls N] [--rounds R]`. Needs the `engine` extra.
+
+Rows (interleaved in R rounds so drift hits every row alike; each call timed on its own):
+  connector          `await KvClient.get(key)` - the baseline
+  connector + view   the same plus building the tool's result model (sha256, base64)
+  mcp auto           `client.call_tool("kv_get", ...)`, 2026-07-28 era (direct dispatch)
+  mcp legacy         the same over the 2025 initialize handshake (JSON-RPC over memory streams)
+Overhead = row p50 - connector p50, per call. Goal: mcp overhead p50 <= 2 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+from mcp import Client
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
+from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.domain.latency import percentile
+from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.services.kv_views import KvGetManyOut, KvGetOut
+
+VALUE_BYTES = 4096
+GOAL_OVERHEAD_MS = 2.0
+KEY = "bench:mcp-4k"
+
+Call = Callable[[], Awaitable[object]]
+
+
+async def timed(call: Call, count: int, into: list[float]) -> None:
+    for _ in range(count):
+        started = time.perf_counter()
+        await call()
+        into.append((time.perf_counter() - started) * 1000)
+
+
+async def measure(settings: Settings, calls: int, rounds: int) -> dict[str, list[float]]:
+    kv = KvClient.connect(settings.kv_url or "", settings.kv_token, timeout_s=settings.kv_timeout_s)
+    await kv.put(KEY, os.urandom(VALUE_BYTES))
+    arguments = {"keys": [KEY], "include_value": True}
+
+    async def connector() -> object:
+        return await kv.get(KEY)
+
+    async def connector_view() -> object:
+        outcome = await kv.get(KEY)
+        return KvGetManyOut.from_results([KvGetOut.from_outcome(KEY, outcome, include_value=True)])
+
+    samples: dict[str, list[float]] = {
+        "connector": [],
+        "connector + view": [],
+        "mcp auto": [],
+        "mcp legacy": [],
+    }
+    async with (
+        Client(build_server(settings), mode="auto") as auto,
+        Client(build_server(settings), mode="legacy") as legacy,
+    ):
+
+        async def via_auto() -> object:
+            result = await auto.call_tool("kv_get", arguments)
+            assert not result.is_error and result.structured_content is not None
+            return result
+
+        async def via_legacy() -> object:
+            result = await legacy.call_tool("kv_get", arguments)
+            assert not result.is_error and result.structured_content is not None
+            return result
+
+        paths: dict[str, Call] = {
+            "connector": connector,
+            "connector + view": connector_view,
+            "mcp auto": via_auto,
+            "mcp legacy": via_legacy,
+        }
+        for call in paths.values():  # warm up connections, caches and code paths
+            await timed(call, 20, [])
+        per_round = max(1, calls // rounds)
+        for _ in range(rounds):
+            for name, call in paths.items():
+                await timed(call, per_round, samples[name])
+    await kv.aclose()
+    return samples
+
+
+def report(samples: dict[str, list[float]]) -> bool:
+    base = percentile(samples["connector"], 50) or 0.0
+    print(
+        f"kv_get of a {VALUE_BYTES // 1024} KiB value, {len(samples['connector'])} calls per row "
+        "(per-call ms)"
+    )
+    print(f"{'path':<18} {'p50':>8} {'p95':>8} {'mean':>8} {'x conn p50':>11} {'overhead p50':>13}")
+    for name, values in samples.items():
+        p50 = percentile(values, 50) or 0.0
+        p95 = percentile(values, 95) or 0.0
+        mean = sum(values) / len(values)
+        print(
+            f"{name:<18} {p50:>8.3f} {p95:>8.3f} {mean:>8.3f} {p50 / base:>10.2f}x "
+            f"{p50 - base:>12.3f}"
+        )
+    worst = max(
+        (percentile(samples[name], 50) or 0.0) - base for name in ("mcp auto", "mcp legacy")
+    )
+    met = worst <= GOAL_OVERHEAD_MS
+    print(
+        f"MCP overhead p50 (worst era): {worst:.3f} ms per call; goal <= {GOAL_OVERHEAD_MS} ms: "
+        f"{'met' if met else 'NOT met'}"
+    )
+    return met
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=500, help="timed calls per row")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-") as data_dir:
+        engine = ManagedEngine(Path(data_dir))
+        status = engine.start(backend="memory")
+        try:
+            assert status.base_url is not None
+            settings = Settings.build(
+                kv_url=status.base_url,
+                kv_token=engine.token(),
+                data_dir=Path(data_dir),
+                toolsets=("kv",),
+            )
+            samples = anyio.run(measure, settings, args.calls, args.rounds)
+        finally:
+            engine.stop(term_wait_s=5.0)
+    report(samples)
+
+
+if __name__ == "__main__":
+    main()
