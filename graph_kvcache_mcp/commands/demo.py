@@ -15,14 +15,15 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult
+from typing import TYPE_CHECKING, Any
 
 from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_async
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import CallToolResult
 
 DEMO_KEY = "demo:hello"
 DEMO_VALUE = b"hello from the graph-kvcache-mcp demo"
@@ -68,6 +69,9 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 async def demo_session(data_dir: Path, say: Say) -> int:
     """Spawn `python -m graph_kvcache_mcp serve` over stdio and run the workflow through it."""
+    # Imported here: the SDK costs ~0.4 s, which every other CLI command skips.
+    from mcp import Client, StdioServerParameters
+
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "graph_kvcache_mcp", "serve", "--data-dir", str(data_dir)],

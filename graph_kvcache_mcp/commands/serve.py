@@ -15,18 +15,19 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
 from pydantic import SecretStr
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.process_tools import port_in_use, write_private
-from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.state import live_state
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
@@ -103,6 +104,9 @@ def default_to_serve(argv: Sequence[str]) -> list[str]:
 
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    # Imported here: the SDK and server stack cost ~0.5 s, which every other CLI command skips.
+    from graph_kvcache_mcp.server import build_server
+
     server = build_server(settings)
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
