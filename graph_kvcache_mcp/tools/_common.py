@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,14 @@ def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only
     for spec in specs:
         if read_only and spec.writes:
             continue
-        server.add_tool(spec.fn, name=spec.name, title=spec.title, annotations=spec.annotations)
+        server.add_tool(
+            spec.fn,
+            name=spec.name,
+            title=spec.title,
+            # The SDK sends __doc__ verbatim; dedent so models don't pay for indentation.
+            description=inspect.cleandoc(spec.fn.__doc__ or ""),
+            annotations=spec.annotations,
+        )
 
 
 def state_of(ctx: Context[Any]) -> AppState:
