@@ -15,6 +15,8 @@ from typing import Any
 
 from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache_model import ModelFacts
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.engines import RunningEngine, require_in_ci
 
@@ -22,6 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 LMCACHE_BIN = REPO / ".venv-lmcache" / "bin" / "lmcache"
 ADAPTER_MODULE = "graph_kvcache_mcp.connectors.lmcache_l2"
 ADAPTER_CLASS = "EngineL2Client"
+TEST_MODEL = ModelFacts(name="test-model", attention_layers=2, kv_heads=2, head_dim=64)
+"""Matches the KV shape the server bench registers: 256-token chunks of 256 KiB."""
 
 
 def require_lmcache() -> Path:
@@ -95,34 +99,31 @@ class LmcacheServer:
 def running_lmcache_server(
     engine: RunningEngine, log_dir: Path, *, ready_timeout_s: float = 120
 ) -> Iterator[LmcacheServer]:
-    """`lmcache server` on free loopback ports, our adapter pointed at `engine`; stopped on exit."""
+    """The generator's `lmcache server` command (mp_native plan), our adapter pointed at
+    `engine`, on free loopback ports with a small L1; stopped on exit."""
     binary = require_lmcache()
     port, http_port, prometheus_port = free_port(), free_port(), free_port()
     log_path = log_dir / "lmcache-server.log"
+    plan = plan_lmcache(
+        TEST_MODEL,
+        LmcacheChoices(
+            engine_url=engine.base_url,
+            lmcache_port=port,
+            lmcache_http_port=http_port,
+            l1_size_gb=0.1,
+            num_workers=2,
+        ),
+    )
+    assert plan.lmcache_server is not None
     command = [
         str(binary),
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--http-host",
-        "127.0.0.1",
-        "--http-port",
-        str(http_port),
+        *plan.lmcache_server.argv[1:],
+        # test-only: metrics on a free port, small eager L1, and the CPU transfer path
         "--prometheus-port",
         str(prometheus_port),
-        "--l1-size-gb",
-        "0.1",
         "--no-l1-use-lazy",
-        "--eviction-policy",
-        "LRU",
-        "--chunk-size",
-        "256",
         "--supported-transfer-mode",
         "auto",
-        "--l2-adapter",
-        adapter_json(engine),
     ]
     with log_path.open("w") as log:
         process = subprocess.Popen(

@@ -1,0 +1,286 @@
+"""What a model means for LMCache: KV kind, bytes per token, hybrid block size. Pure: no I/O.
+
+`facts_from_hf_config` reads a Hugging Face `config.json` (already parsed) the way vLLM sizes its
+KV cache; `ModelFacts` can also be written out by hand. The hybrid (Mamba / gated-delta-net)
+attention block size is an estimate of vLLM's rule — attention page >= recurrent-state page, in
+multiples of 16 tokens — and says so; vLLM logs the real value ("Setting attention block size to N
+tokens"), which callers pass back as `mamba_block_size`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.errors import ConfigError
+
+KvKind = Literal["dense", "mla", "hybrid", "compressed"]
+HybridFamily = Literal["gdn", "mamba2", "unknown"]
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e4m3fn": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+KERNEL_BLOCK_ALIGNMENT = 16
+"""Smallest kernel block of vLLM's common attention backends; hybrid blocks are multiples of it."""
+
+
+class HybridFacts(BaseModel):
+    """The recurrent (linear-attention / Mamba) side of a hybrid model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    family: HybridFamily
+    linear_layers: int = Field(ge=0)
+    state_bytes_per_layer: int | None = Field(
+        None, description="Recurrent state of one layer (conv + SSM), one TP rank; None = unknown."
+    )
+
+
+class ModelFacts(BaseModel):
+    """The architecture facts the LMCache plan depends on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="Model id as vLLM serves it, e.g. Qwen/Qwen3-8B.")
+    architecture: str | None = None
+    kind: KvKind = "dense"
+    attention_layers: int = Field(ge=1, description="Layers that hold attention KV.")
+    kv_heads: int = Field(1, ge=1)
+    head_dim: int = Field(128, ge=1)
+    kv_dtype: str = "bfloat16"
+    mla_kv_dim: int | None = Field(None, description="MLA latent width (kv_lora_rank + rope dim).")
+    hybrid: HybridFacts | None = None
+    vision: bool = False
+    sliding_window: int | None = None
+
+    def dtype_bytes(self) -> int:
+        try:
+            return DTYPE_BYTES[self.kv_dtype]
+        except KeyError:
+            raise ConfigError(
+                f"unknown KV dtype {self.kv_dtype!r}; use one of {', '.join(sorted(DTYPE_BYTES))}"
+            ) from None
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads one tensor-parallel rank holds (replicated when heads < ranks)."""
+        return max(1, self.kv_heads // tp)
+
+    def attention_bytes_per_token_layer(self, tp: int) -> int:
+        """KV bytes one token adds in one attention layer on one rank."""
+        if self.kind == "mla":
+            return (self.mla_kv_dim or 0) * self.dtype_bytes()
+        return 2 * self.kv_heads_per_rank(tp) * self.head_dim * self.dtype_bytes()
+
+    def kv_bytes_per_token(self, tp: int) -> int:
+        return self.attention_layers * self.attention_bytes_per_token_layer(tp)
+
+    def estimated_block_size(self, tp: int) -> int | None:
+        """vLLM's attention block size for a hybrid, estimated (None when the state is unknown)."""
+        if self.hybrid is None or self.hybrid.state_bytes_per_layer is None:
+            return None
+        unit = KERNEL_BLOCK_ALIGNMENT * self.attention_bytes_per_token_layer(tp)
+        state = _per_rank(self.hybrid.state_bytes_per_layer, tp)
+        return KERNEL_BLOCK_ALIGNMENT * max(1, math.ceil(state / unit))
+
+    def chunk_bytes(self, chunk_tokens: int, tp: int, block_size: int | None = None) -> int:
+        """Estimated bytes of one LMCache chunk object on one rank (attention KV, plus one
+        block-sized recurrent-state page per linear layer for hybrids)."""
+        per_layer = self.attention_bytes_per_token_layer(tp)
+        total = self.attention_layers * chunk_tokens * per_layer
+        if self.hybrid is not None and block_size:
+            total += self.hybrid.linear_layers * block_size * per_layer
+        return total
+
+
+def _per_rank(state_bytes: int, tp: int) -> int:
+    return max(1, state_bytes // tp)
+
+
+def facts_from_hf_config(raw: Mapping[str, Any], *, name: str | None = None) -> ModelFacts:
+    """Read the facts from a parsed HF `config.json` (multimodal configs: their `text_config`).
+
+    Raises:
+        ConfigError: a field the plan needs is missing or malformed; names it.
+    """
+    text: Mapping[str, Any] = raw
+    if isinstance(raw.get("text_config"), Mapping):
+        text = {**raw, **raw["text_config"]}
+    architectures = raw.get("architectures") or []
+    architecture = str(architectures[0]) if architectures else None
+    model_name = name or str(raw.get("_name_or_path") or architecture or "")
+    if not model_name:
+        raise ConfigError("config.json names no model: pass the model id (e.g. Qwen/Qwen3-8B)")
+    model_type = str(text.get("model_type") or raw.get("model_type") or "")
+    dtype = str(text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or "")
+    dtype = dtype.removeprefix("torch.") or "bfloat16"
+    layer_types = [str(t) for t in text.get("layer_types") or []]
+    vision = _has_vision(raw, architecture)
+    layers = _int(text, "num_hidden_layers")
+    common: dict[str, Any] = {
+        "name": model_name,
+        "architecture": architecture,
+        "kv_dtype": dtype,
+        "vision": vision,
+    }
+
+    if _is_compressed(text, model_type, layer_types):
+        return ModelFacts(
+            kind="compressed",
+            attention_layers=layers,
+            kv_heads=_int(text, "num_key_value_heads", 1),
+            head_dim=_int(text, "head_dim", 512),
+            **common,
+        )
+    if text.get("kv_lora_rank"):
+        rope = _int(text, "qk_rope_head_dim", 64)
+        return ModelFacts(
+            kind="mla",
+            attention_layers=layers,
+            kv_heads=1,
+            head_dim=_int(text, "kv_lora_rank") + rope,
+            mla_kv_dim=_int(text, "kv_lora_rank") + rope,
+            **common,
+        )
+
+    heads = _int(text, "num_attention_heads")
+    kv_heads = _int(text, "num_key_value_heads", heads)
+    head_dim = _int(text, "head_dim", 0) or _int(text, "hidden_size") // heads
+    hybrid = _hybrid(text, layers, layer_types, dtype)
+    sliding = text.get("sliding_window")
+    if hybrid is not None:
+        return ModelFacts(
+            kind="hybrid",
+            attention_layers=layers - hybrid.linear_layers,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            hybrid=hybrid,
+            **common,
+        )
+    return ModelFacts(
+        kind="dense",
+        attention_layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        sliding_window=int(sliding) if isinstance(sliding, int) and sliding > 0 else None,
+        **common,
+    )
+
+
+def _is_compressed(text: Mapping[str, Any], model_type: str, layer_types: Sequence[str]) -> bool:
+    # DeepSeek-V4-style compressed sparse attention: LMCache's MP connector cannot store it yet.
+    return (
+        model_type.startswith("deepseek_v4")
+        or any("compress" in t for t in layer_types)
+        or any(k in text for k in ("compress_rates", "compress_ratios", "compress_rate_csa"))
+    )
+
+
+def _has_vision(raw: Mapping[str, Any], architecture: str | None) -> bool:
+    if any(k in raw for k in ("vision_config", "vision_tower", "mm_vision_tower")):
+        return True
+    if isinstance(raw.get("vision_n_layers"), int) and raw["vision_n_layers"] > 0:
+        return True
+    arch = (architecture or "").lower()
+    return any(tag in arch for tag in ("vl", "vision", "conditionalgeneration"))
+
+
+def _hybrid(
+    text: Mapping[str, Any], layers: int, layer_types: Sequence[str], dtype: str
+) -> HybridFacts | None:
+    if "linear_num_value_heads" in text or any(t == "linear_attention" for t in layer_types):
+        return _gdn(text, layers, layer_types, dtype)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:  # NemotronH: M = Mamba2, * = attention
+        return HybridFacts(
+            family="mamba2",
+            linear_layers=pattern.count("M"),
+            state_bytes_per_layer=_mamba2_state(
+                text,
+                heads=_int(text, "mamba_num_heads"),
+                head_dim=_int(text, "mamba_head_dim"),
+                state=_int(text, "ssm_state_size"),
+                groups=_int(text, "n_groups", 1),
+                conv=_int(text, "conv_kernel", 4),
+                dtype=dtype,
+                ssm_default="float32",
+            ),
+        )
+    if any(t == "mamba" for t in layer_types):  # Granite 4.0-H style
+        return HybridFacts(
+            family="mamba2",
+            linear_layers=sum(t == "mamba" for t in layer_types),
+            state_bytes_per_layer=_mamba2_state(
+                text,
+                heads=_int(text, "mamba_n_heads"),
+                head_dim=_int(text, "mamba_d_head"),
+                state=_int(text, "mamba_d_state"),
+                groups=_int(text, "mamba_n_groups", 1),
+                conv=_int(text, "mamba_d_conv", 4),
+                dtype=dtype,
+                ssm_default=dtype,
+            ),
+        )
+    if any(k in text for k in ("mamba_d_state", "ssm_state_size", "attn_layer_period")):
+        return HybridFacts(family="unknown", linear_layers=0, state_bytes_per_layer=None)
+    return None
+
+
+def _gdn(
+    text: Mapping[str, Any], layers: int, layer_types: Sequence[str], dtype: str
+) -> HybridFacts:
+    if layer_types:
+        linear = sum(t == "linear_attention" for t in layer_types)
+    else:
+        interval = _int(text, "full_attention_interval", 4)
+        linear = sum(1 for i in range(layers) if (i + 1) % interval)
+    k_heads = _int(text, "linear_num_key_heads", 16)
+    v_heads = _int(text, "linear_num_value_heads", 32)
+    k_dim = _int(text, "linear_key_head_dim", 128)
+    v_dim = _int(text, "linear_value_head_dim", 128)
+    kernel = _int(text, "linear_conv_kernel_dim", 4)
+    ssm_dtype = str(text.get("mamba_ssm_dtype") or dtype)
+    conv = (k_dim * k_heads * 2 + v_dim * v_heads) * (kernel - 1) * _bytes(dtype)
+    temporal = v_heads * k_dim * v_dim * _bytes(ssm_dtype)
+    return HybridFacts(family="gdn", linear_layers=linear, state_bytes_per_layer=conv + temporal)
+
+
+def _mamba2_state(
+    text: Mapping[str, Any],
+    *,
+    heads: int,
+    head_dim: int,
+    state: int,
+    groups: int,
+    conv: int,
+    dtype: str,
+    ssm_default: str,
+) -> int:
+    ssm_dtype = str(text.get("mamba_ssm_cache_dtype") or ssm_default)
+    conv_dim = heads * head_dim + 2 * groups * state
+    return conv_dim * (conv - 1) * _bytes(dtype) + heads * head_dim * state * _bytes(ssm_dtype)
+
+
+def _bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
+
+
+def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise ConfigError(f"config.json has no {key!r}, which the LMCache plan needs")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"config.json {key!r} is {value!r}, not an integer")
+    return value

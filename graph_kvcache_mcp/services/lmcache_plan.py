@@ -1,0 +1,81 @@
+"""`lmcache config`: model facts from a local config.json or given by hand, then the plan.
+
+Shared by the `lmcache_config` tool and the `lmcache config` CLI so both return the same model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graph_kvcache_mcp.connectors.hf_config import read_hf_config
+from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, LmcachePlan, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache_model import (
+    HybridFacts,
+    KvKind,
+    ModelFacts,
+    facts_from_hf_config,
+)
+from graph_kvcache_mcp.errors import ConfigError
+
+
+def model_facts(
+    *,
+    hf_config: str | Path | None = None,
+    model: str | None = None,
+    kind: KvKind | None = None,
+    num_layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    kv_dtype: str | None = None,
+    linear_layers: int | None = None,
+    vision: bool | None = None,
+) -> ModelFacts:
+    """Facts from `hf_config` (explicit values override what it says), or from the values alone.
+
+    Raises:
+        ConfigError: neither a config.json nor enough facts to size the KV cache.
+    """
+    if hf_config is not None:
+        facts = facts_from_hf_config(read_hf_config(hf_config), name=model)
+        updates = {
+            name: value
+            for name, value in (
+                ("kind", kind),
+                ("attention_layers", num_layers),
+                ("kv_heads", kv_heads),
+                ("head_dim", head_dim),
+                ("kv_dtype", kv_dtype),
+                ("vision", vision),
+            )
+            if value is not None
+        }
+        return facts.model_copy(update=updates) if updates else facts
+    missing = [
+        flag for flag, value in (("model", model), ("num_layers", num_layers)) if value is None
+    ]
+    if kind not in ("mla", "compressed"):
+        missing += [f for f, v in (("kv_heads", kv_heads), ("head_dim", head_dim)) if v is None]
+    if missing:
+        raise ConfigError(
+            "describe the model with a local config.json (hf_config) or give " + ", ".join(missing)
+        )
+    assert model is not None and num_layers is not None
+    hybrid = None
+    if (kind or "dense") == "hybrid":
+        hybrid = HybridFacts(family="unknown", linear_layers=linear_layers or 0)
+    return ModelFacts(
+        name=model,
+        kind=kind or "dense",
+        attention_layers=num_layers,
+        kv_heads=kv_heads or 1,
+        head_dim=head_dim or 576,
+        mla_kv_dim=(head_dim or 576) if kind == "mla" else None,
+        kv_dtype=kv_dtype or "bfloat16",
+        hybrid=hybrid,
+        vision=bool(vision),
+    )
+
+
+def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
+    """The plan (a thin seam so tools and CLI share one call)."""
+    return plan_lmcache(facts, choices)
