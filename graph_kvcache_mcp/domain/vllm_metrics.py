@@ -371,8 +371,11 @@ def _ttft_window(
     count = after.ttft.count - before.ttft.count
     if count < 0:
         return None, count
-    earlier = dict(before.ttft_buckets or [])
-    buckets = [(le, n - earlier.get(le, 0)) for le, n in after.ttft_buckets or []]
+    buckets = None
+    if before.ttft_buckets is not None and after.ttft_buckets is not None:
+        # Snapshots read back from JSON carry no buckets: then no quantiles, never wrong ones.
+        earlier = dict(before.ttft_buckets)
+        buckets = [(le, n - earlier.get(le, 0)) for le, n in after.ttft_buckets]
     return _ttft(buckets or None, after.ttft.sum_s - before.ttft.sum_s, float(count)), count
 
 

