@@ -1,4 +1,4 @@
-"""`graph-kvcache-mcp bundle compile|render`: context bundles from the shell.
+"""`graph-kvcache-mcp bundle compile|render|chat|reuse-measure`: context bundles from the shell.
 
 Evidence comes as JSONL (one evidence item per line, the shape bundle_compile takes); `--json`
 prints exactly what the MCP tools return.
@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
+from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,16 +26,33 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_open import open_kv_client
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE, Bundle, ChatMessage
 from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidValue
-from graph_kvcache_mcp.services.bundle_views import BundleCompileOut, BundleRenderOut
-from graph_kvcache_mcp.services.bundles import compile_cached, load_bundle, make_request, secret_of
+from graph_kvcache_mcp.services.bundle_reuse import measure_bundle_reuse, reuse_table
+from graph_kvcache_mcp.services.bundle_views import (
+    BundleChatOut,
+    BundleCompileOut,
+    BundleRenderOut,
+)
+from graph_kvcache_mcp.services.bundles import (
+    ExactTokenCounter,
+    bundle_chat,
+    compile_cached,
+    load_bundle,
+    make_request,
+    secret_of,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("bundle", help="compile, cache and render context bundles")
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{compile,render}")
+    verbs = group.add_subparsers(
+        dest="verb", required=True, metavar="{compile,render,chat,reuse-measure}"
+    )
     parent = common_options()
     parent.add_argument(
         "--url", dest="kv_url", default=None, help="engine base URL (overrides env)"
@@ -58,15 +76,51 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compile_.add_argument("--as-of", default=None, help="ISO 8601 instant freshness is measured at")
     compile_.add_argument("--text", action="store_true", help="print the rendered bundle too")
     compile_.add_argument("--no-cache", action="store_true", help="do not use the KV store")
+    compile_.add_argument(
+        "--token-counter",
+        choices=("auto", "estimate", "vllm"),
+        default="auto",
+        help="budget tokens: vllm = the served tokenizer, estimate = UTF-8 bytes/4, "
+        "auto = vllm when --model is given",
+    )
+    _vllm_flags(compile_)
     compile_.set_defaults(handler=run_compile)
 
-    render = verbs.add_parser("render", parents=[parent], help="chat messages for one turn")
-    render.add_argument("key", help="a key printed by `bundle compile`")
-    render.add_argument("--turn", required=True, help="the user's message")
-    render.add_argument("--preamble", default=None, help="system preamble (default: built in)")
-    render.add_argument("--preamble-file", type=Path, default=None)
-    render.add_argument("--history", type=Path, default=None, help="JSONL of earlier messages")
+    turn = argparse.ArgumentParser(add_help=False)
+    turn.add_argument("key", help="a key printed by `bundle compile`")
+    turn.add_argument("--turn", required=True, help="the user's message")
+    turn.add_argument("--preamble", default=None, help="system preamble (default: built in)")
+    turn.add_argument("--preamble-file", type=Path, default=None)
+    turn.add_argument("--history", type=Path, default=None, help="JSONL of earlier messages")
+
+    render = verbs.add_parser("render", parents=[parent, turn], help="chat messages for one turn")
     render.set_defaults(handler=run_render)
+
+    chat = verbs.add_parser(
+        "chat", parents=[parent, turn], help="ask vLLM over a stored bundle; prints the Trace too"
+    )
+    chat.add_argument("--max-tokens", type=int, default=64)
+    _vllm_flags(chat)
+    chat.set_defaults(handler=run_chat)
+
+    measure = verbs.add_parser(
+        "reuse-measure",
+        parents=[common_options()],
+        help="cold vs warm vLLM calls over fresh bundles (prefix-cache reuse)",
+    )
+    measure.add_argument("--bundles", type=int, default=3)
+    measure.add_argument("--items", type=int, default=40, help="evidence items per bundle")
+    measure.add_argument("--budget", type=int, default=1200, help="token budget per bundle")
+    measure.add_argument("--max-tokens", type=int, default=4)
+    _vllm_flags(measure)
+    measure.set_defaults(handler=run_reuse_measure)
+
+
+def _vllm_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base-url", dest="vllm_base_url", default=None, help="vLLM base URL (VLLM_BASE_URL)"
+    )
+    parser.add_argument("--model", default=None, help="served model (default: the only one)")
 
 
 def read_jsonl(lines: Iterable[str], what: str) -> list[dict[str, Any]]:
@@ -130,13 +184,21 @@ def run_compile(args: argparse.Namespace, settings: Settings) -> int:
         as_of=_as_of(args.as_of),
     )
 
+    exact_wanted = args.token_counter == "vllm" or (
+        args.token_counter == "auto" and settings.vllm_model is not None
+    )
+
     async def go() -> int:
         secret = secret_of(settings)
-        if args.no_cache:
-            result = await compile_cached(request, kv=None, secret=secret)
-        else:
-            async with open_kv_client(settings) as kv:
-                result = await compile_cached(request, kv=kv, secret=secret)
+        async with AsyncExitStack() as stack:
+            exact: ExactTokenCounter | Unavailable | None = None
+            if exact_wanted:
+                client = await stack.enter_async_context(VllmClient.from_settings(settings))
+                exact = await _exact(client, settings.vllm_model)
+            kv = (
+                None if args.no_cache else await stack.enter_async_context(open_kv_client(settings))
+            )
+            result = await compile_cached(request, kv=kv, exact=exact, secret=secret)
         out = BundleCompileOut.from_result(result, include_text=args.text)
         emit(out, as_json=args.json, human=describe_compile)
         if out.store_reachable is False and not args.json:
@@ -146,7 +208,16 @@ def run_compile(args: argparse.Namespace, settings: Settings) -> int:
     return run_async(go)
 
 
-def run_render(args: argparse.Namespace, settings: Settings) -> int:
+async def _exact(client: VllmClient, model: str | None) -> ExactTokenCounter | Unavailable:
+    try:
+        chosen = await client.resolve_model(model)
+    except VllmRequestError as exc:
+        raise InvalidValue(str(exc)) from None
+    return chosen if isinstance(chosen, Unavailable) else VllmTokenCounter(client, chosen)
+
+
+def _turn_inputs(args: argparse.Namespace) -> tuple[str, str, list[ChatMessage] | None]:
+    """(key, preamble, history) from the flags every per-turn command shares."""
     key = check_key(args.key)
     preamble = DEFAULT_PREAMBLE if args.preamble is None else args.preamble
     if args.preamble_file is not None:
@@ -158,6 +229,13 @@ def run_render(args: argparse.Namespace, settings: Settings) -> int:
             history = [ChatMessage.model_validate(record) for record in records]
         except ValueError as exc:
             raise InvalidValue(f"history: {exc}") from None
+        if any(message.role == "system" for message in history):
+            raise InvalidValue("history may hold only user and assistant messages")
+    return key, preamble, history
+
+
+def run_render(args: argparse.Namespace, settings: Settings) -> int:
+    key, preamble, history = _turn_inputs(args)
 
     async def go() -> int:
         async with open_kv_client(settings) as kv:
@@ -166,14 +244,66 @@ def run_render(args: argparse.Namespace, settings: Settings) -> int:
             out = BundleRenderOut.not_served(key, loaded)
             emit(out, as_json=args.json, human=describe_render)
             return EXIT_MISS if out.reachable else EXIT_UNAVAILABLE
-        try:
-            messages = loaded.as_prompt_messages(
-                args.turn, system_preamble=preamble, history=history
-            )
-        except ValueError as exc:
-            raise InvalidValue(f"history: {exc}") from None
+        messages = loaded.as_prompt_messages(args.turn, system_preamble=preamble, history=history)
         emit(BundleRenderOut.from_messages(key, messages), as_json=args.json, human=describe_render)
         return EXIT_OK
+
+    return run_async(go)
+
+
+def run_chat(args: argparse.Namespace, settings: Settings) -> int:
+    key, preamble, history = _turn_inputs(args)
+
+    async def go() -> int:
+        async with open_kv_client(settings) as kv:
+            loaded = await load_bundle(kv, key, secret=secret_of(settings))
+        if not isinstance(loaded, Bundle):
+            out = BundleChatOut.from_render(BundleRenderOut.not_served(key, loaded))
+            emit(out, as_json=args.json, human=describe_chat)
+            return EXIT_MISS if out.reachable else EXIT_UNAVAILABLE
+        async with VllmClient.from_settings(settings) as client:
+            try:
+                chat = await bundle_chat(
+                    client,
+                    loaded,
+                    args.turn,
+                    model=settings.vllm_model,
+                    system_preamble=preamble,
+                    history=history,
+                    max_tokens=args.max_tokens,
+                )
+            except VllmRequestError as exc:
+                raise InvalidValue(str(exc)) from None
+        if isinstance(chat, Unavailable):
+            emit(BundleChatOut.vllm_down(key, chat), as_json=args.json, human=describe_chat)
+            return EXIT_UNAVAILABLE
+        emit(BundleChatOut.from_chat(key, chat), as_json=args.json, human=describe_chat)
+        return EXIT_OK
+
+    return run_async(go)
+
+
+def run_reuse_measure(args: argparse.Namespace, settings: Settings) -> int:
+    async def progress(done: int, total: int, message: str) -> None:
+        if not args.json:
+            note(f"[{done}/{total}] {message}")
+
+    async def go() -> int:
+        async with VllmClient.from_settings(settings) as client:
+            try:
+                report = await measure_bundle_reuse(
+                    client,
+                    model=settings.vllm_model,
+                    bundles=args.bundles,
+                    items=args.items,
+                    token_budget=args.budget,
+                    max_tokens=args.max_tokens,
+                    progress=progress,
+                )
+            except VllmRequestError as exc:
+                raise InvalidValue(str(exc)) from None
+        emit(report, as_json=args.json, human=reuse_table)
+        return EXIT_OK if report.reachable else EXIT_UNAVAILABLE
 
     return run_async(go)
 
@@ -195,6 +325,17 @@ def describe_compile(out: BundleCompileOut) -> str:
     if out.text is not None:
         lines += ["", out.text.rstrip("\n")]
     return "\n".join(lines)
+
+
+def describe_chat(out: BundleChatOut) -> str:
+    if not out.found or not out.reachable or out.trace is None:
+        return f"{'not found' if out.reachable else 'unavailable'}: {out.reason}"
+    trace = out.trace
+    hit = "unknown" if trace.prefix_cache_hit_tokens is None else trace.prefix_cache_hit_tokens
+    return (
+        f"{out.answer}\n--- {trace.prompt_tokens} prompt tokens, {hit} from the prefix cache "
+        f"({trace.cached_tokens_source}), {trace.latency_s * 1000:.1f} ms"
+    )
 
 
 def describe_render(out: BundleRenderOut) -> str:

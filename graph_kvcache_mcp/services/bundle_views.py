@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.domain.bundle import Bundle, ChatMessage, Rejected, SelectedItem
 from graph_kvcache_mcp.domain.bundle.compiled import PPM
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
-from graph_kvcache_mcp.services.bundles import CacheState, CompileResult
+from graph_kvcache_mcp.domain.traces import Trace
+from graph_kvcache_mcp.services.bundles import BundleChat, CacheState, CompileResult
 
 
 class BundleItemOut(BaseModel):
@@ -149,3 +150,43 @@ class BundleRenderOut(BaseModel):
                     found=False,
                     reason="no bundle stored under this key: compile it first (bundle_compile)",
                 )
+
+
+class BundleChatOut(BaseModel):
+    """The model's answer over a stored bundle, with the call's prefix-cache Trace."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    found: bool = Field(description="False when no usable bundle is stored under the key.")
+    reachable: bool = Field(description="False when the KV store or vLLM could not be reached.")
+    reason: str | None = None
+    answer: str | None = None
+    trace: Trace | None = Field(
+        None, description="Prompt tokens, prefix_cache_hit_tokens (cached), latency, source."
+    )
+    system_sha256: str | None = Field(
+        None, description="SHA-256 of the system message: equal across turns of one bundle."
+    )
+
+    @classmethod
+    def from_chat(cls, key: str, chat: BundleChat) -> Self:
+        return cls(
+            key=key,
+            found=True,
+            reachable=True,
+            answer=chat.answer,
+            trace=chat.trace,
+            system_sha256=chat.system_sha256,
+        )
+
+    @classmethod
+    def from_render(cls, render: BundleRenderOut) -> Self:
+        """A bundle that could not be served: carry the render result's reason."""
+        return cls(
+            key=render.key, found=render.found, reachable=render.reachable, reason=render.reason
+        )
+
+    @classmethod
+    def vllm_down(cls, key: str, outcome: Unavailable) -> Self:
+        return cls(key=key, found=True, reachable=False, reason=outcome.reason)

@@ -9,6 +9,7 @@ the one decoded from the bytes just stored, so it renders exactly like a later h
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Sequence
@@ -20,9 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.vllm_openai import DEFAULT_MAX_TOKENS, VllmClient
 from graph_kvcache_mcp.domain.bundle import (
+    DEFAULT_PREAMBLE,
     Bundle,
     BundleRequest,
+    ChatMessage,
     EstimateCounter,
     PrecountedCounter,
     Rejected,
@@ -34,6 +38,7 @@ from graph_kvcache_mcp.domain.bundle import (
     encode_bundle,
 )
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
+from graph_kvcache_mcp.domain.traces import Trace
 from graph_kvcache_mcp.errors import InvalidValue
 
 CacheState = Literal["hit", "miss", "unavailable", "off"]
@@ -128,8 +133,7 @@ async def _counter_for(
     parts = budget_parts(request)
     counts = await exact.count_many(parts)
     if isinstance(counts, Unavailable):
-        note = f"exact token count unavailable ({counts.reason}); fitted with {fallback.name}"
-        return fallback, note
+        return fallback, _unavailable_note(counts, fallback)
     return PrecountedCounter(exact.name, dict(zip(parts, counts, strict=True))), None
 
 
@@ -138,7 +142,7 @@ async def compile_cached(
     *,
     kv: KvClient | Unavailable | None,
     counter: TokenCounter | None = None,
-    exact: ExactTokenCounter | None = None,
+    exact: ExactTokenCounter | Unavailable | None = None,
     secret: bytes | None = None,
     counters: BundleCounters | None = None,
 ) -> CompileResult:
@@ -148,12 +152,16 @@ async def compile_cached(
     assembled and the reason reported), or None for no cache at all.
 
     `exact` (a tokenizer over I/O) wins over `counter` when given; it is only asked on a miss,
-    and when it cannot answer the compile falls back to `counter` (default: the estimate) and
-    says so in `reason`.
+    and when it cannot answer (or is `Unavailable` from the start) the compile falls back to
+    `counter` (default: the estimate) and says so in `reason`.
     """
     started = time.perf_counter()
     counters = counters if counters is not None else BundleCounters()
-    sizing = _Sizing(exact, counter or EstimateCounter())
+    fallback = counter or EstimateCounter()
+    if isinstance(exact, Unavailable):
+        sizing = _Sizing(None, fallback, _unavailable_note(exact, fallback))
+    else:
+        sizing = _Sizing(exact, fallback)
     if kv is None or isinstance(kv, Unavailable):
         built = await _assemble(request, sizing, secret, counters)
         if kv is not None:
@@ -215,10 +223,15 @@ async def compile_cached(
     )
 
 
+def _unavailable_note(exact: Unavailable, fallback: TokenCounter) -> str:
+    return f"exact token count unavailable ({exact.reason}); fitted with {fallback.name}"
+
+
 @dataclass(frozen=True)
 class _Sizing:
     exact: ExactTokenCounter | None
     fallback: TokenCounter
+    note: str | None = None
 
     @property
     def name(self) -> str:
@@ -261,6 +274,7 @@ async def _assemble(
 ) -> _Built:
     started = time.perf_counter()
     usable, note = await _counter_for(request, sizing.exact, sizing.fallback)
+    note = note or sizing.note
     counters.add(assemblies=1)
     # Scoring is CPU work (milliseconds for hundreds of items): keep it off the event loop.
     bundle = await anyio.to_thread.run_sync(
@@ -289,3 +303,51 @@ async def load_bundle(
             return decode_bundle(value, expected_key=key, secret=secret)
         case Miss() | Unavailable():
             return found
+
+
+class BundleChat(BaseModel):
+    """The model's answer over a bundle, and the call's prefix-cache accounting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    answer: str
+    trace: Trace
+    system_sha256: str = Field(description="SHA-256 of the system message sent (the prefix).")
+    messages: int = Field(description="How many messages were sent.")
+
+
+async def bundle_chat(
+    client: VllmClient,
+    bundle: Bundle,
+    turn_text: str,
+    *,
+    model: str | None = None,
+    system_preamble: str = DEFAULT_PREAMBLE,
+    history: Sequence[ChatMessage] | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: bool = False,
+) -> BundleChat | Unavailable:
+    """Render `bundle` for this turn and send it to vLLM; the Trace says what was cached.
+
+    Raises:
+        ValueError: history holds a system message.
+        VllmRequestError: vLLM refused the request (unknown model, prompt too long, ...).
+    """
+    messages = bundle.as_prompt_messages(
+        turn_text, system_preamble=system_preamble, history=history
+    )
+    result = await client.chat(
+        [message.model_dump() for message in messages],
+        model=model,
+        max_tokens=max_tokens,
+        stream=stream,
+    )
+    if isinstance(result, Unavailable):
+        return result
+    system = messages[0].content.encode("utf-8")
+    return BundleChat(
+        answer=result.answer,
+        trace=result.trace,
+        system_sha256=hashlib.sha256(system).hexdigest(),
+        messages=len(messages),
+    )

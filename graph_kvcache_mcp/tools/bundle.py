@@ -5,13 +5,18 @@ Thin adapters over services/bundles.py; the CLI (`graph-kvcache-mcp bundle ...`)
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -23,8 +28,15 @@ from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
-from graph_kvcache_mcp.services.bundle_views import BundleCompileOut, BundleRenderOut
+from graph_kvcache_mcp.services import bundles as bundle_service
+from graph_kvcache_mcp.services.bundle_reuse import ReuseReport, measure_bundle_reuse
+from graph_kvcache_mcp.services.bundle_views import (
+    BundleChatOut,
+    BundleCompileOut,
+    BundleRenderOut,
+)
 from graph_kvcache_mcp.services.bundles import (
+    ExactTokenCounter,
     compile_cached,
     load_bundle,
     make_request,
@@ -39,6 +51,11 @@ from graph_kvcache_mcp.tools._common import (
 )
 
 TOOLSET = "bundle"
+
+# Calls to vLLM store nothing of ours; they only warm vLLM's own prefix cache.
+CALLS_MODEL = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 
 Key = Annotated[
     str,
@@ -56,6 +73,29 @@ History = Annotated[
     list[ChatMessage] | None,
     Field(description="Earlier user/assistant messages; they go after the system message."),
 ]
+Model = Annotated[
+    str | None,
+    Field(description="Served model name; default: the configured one, else the only one served."),
+]
+TokenCounterChoice = Literal["auto", "estimate", "vllm"]
+
+
+@asynccontextmanager
+async def vllm_client(ctx: Context[Any]) -> AsyncIterator[VllmClient]:
+    """A client for the configured vLLM, closed after the call."""
+    async with VllmClient.from_settings(state_of(ctx).settings) as client:
+        yield client
+
+
+async def exact_counter(client: VllmClient, model: str | None) -> ExactTokenCounter | Unavailable:
+    """vLLM's tokenizer for `model` (or the only served model), or why it cannot be had."""
+    try:
+        chosen = await client.resolve_model(model)
+    except VllmRequestError as exc:
+        raise ToolError(f"{exc}") from exc
+    if isinstance(chosen, Unavailable):
+        return chosen
+    return VllmTokenCounter(client, chosen)
 
 
 async def bundle_compile(
@@ -91,6 +131,13 @@ async def bundle_compile(
     include_text: Annotated[
         bool, Field(description="Also return the full rendered text (can be long).")
     ] = False,
+    token_counter: Annotated[
+        TokenCounterChoice,
+        Field(
+            description="How to count tokens for the budget: vllm = the served model's tokenizer "
+            "(exact), estimate = UTF-8 bytes / 4, auto = vllm when a model is configured."
+        ),
+    ] = "auto",
 ) -> BundleCompileOut:
     """Select evidence for a query under a token budget (relevance, evidence quality, freshness,
     MMR diversity), with citations and a proof graph, and cache the result in the KV store under
@@ -113,12 +160,21 @@ async def bundle_compile(
     except InvalidValue as exc:
         raise ToolError(f"{exc}; fix it and call bundle_compile again") from exc
     state = state_of(ctx)
-    result = await compile_cached(
-        request,
-        kv=await state.kv.connect(),
-        secret=secret_of(state.settings),
-        counters=state.bundles,
+    exact_wanted = token_counter == "vllm" or (
+        token_counter == "auto" and state.settings.vllm_model is not None
     )
+    async with AsyncExitStack() as stack:
+        exact = None
+        if exact_wanted:
+            client = await stack.enter_async_context(vllm_client(ctx))
+            exact = await exact_counter(client, state.settings.vllm_model)
+        result = await compile_cached(
+            request,
+            kv=await state.kv.connect(),
+            exact=exact,
+            secret=secret_of(state.settings),
+            counters=state.bundles,
+        )
     return BundleCompileOut.from_result(result, include_text=include_text)
 
 
@@ -160,9 +216,90 @@ async def bundle_render(
     return BundleRenderOut.from_messages(key, messages)
 
 
+async def bundle_chat(
+    key: Key,
+    turn_text: TurnText,
+    ctx: Context[Any],
+    system_preamble: Preamble = DEFAULT_PREAMBLE,
+    history: History = None,
+    model: Model = None,
+    max_tokens: Annotated[
+        int, Field(ge=1, le=8192, description="Most tokens the model may generate.")
+    ] = 64,
+) -> BundleChatOut:
+    """Ask the configured vLLM one question over a stored bundle (rendered exactly as
+    bundle_render does) and return the answer with its Trace: prompt tokens and
+    prefix_cache_hit_tokens, the tokens vLLM served from its prefix cache. A second turn over the
+    same bundle should hit (whole blocks of the shared system message). reachable=false: the
+    store or vLLM is down (see reason); found=false: compile the bundle first."""
+    bundle = await stored_bundle(ctx, key)
+    if isinstance(bundle, BundleRenderOut):
+        return BundleChatOut.from_render(bundle)
+    async with vllm_client(ctx) as client:
+        try:
+            chat = await bundle_service.bundle_chat(
+                client,
+                bundle,
+                turn_text,
+                model=model or state_of(ctx).settings.vllm_model,
+                system_preamble=system_preamble,
+                history=history,
+                max_tokens=max_tokens,
+            )
+        except VllmRequestError as exc:
+            raise ToolError(f"{exc}; check the model name and the bundle's size") from exc
+        except ValueError as exc:
+            raise ToolError(f"{exc}; drop system messages from history") from exc
+    if isinstance(chat, Unavailable):
+        return BundleChatOut.vllm_down(key, chat)
+    return BundleChatOut.from_chat(key, chat)
+
+
+async def bundle_reuse_measure(
+    ctx: Context[Any],
+    bundles: Annotated[
+        int,
+        Field(ge=1, le=20, description="Independent bundles; each gets a cold and a warm call."),
+    ] = 3,
+    items_per_bundle: Annotated[
+        int, Field(ge=2, le=200, description="Synthetic evidence items per bundle.")
+    ] = 40,
+    token_budget: Annotated[
+        int, Field(ge=64, le=100_000, description="Token budget of each bundle.")
+    ] = 1200,
+    max_tokens: Annotated[int, Field(ge=1, le=256, description="Tokens generated per call.")] = 4,
+    model: Model = None,
+) -> ReuseReport:
+    """Measure vLLM prefix-cache reuse of bundles: for each of N fresh bundles (a per-run nonce
+    makes every run start cold), one cold call and one warm call (same bundle, another question).
+    Per call: latency, prompt tokens, hit tokens from usage (cached_tokens) and from the
+    vllm:prefix_cache_hits_total delta for the model; then warm/cold latency ratio and hit rates.
+    Reports progress after each call. reachable=false: vLLM is down (see reason)."""
+    total = 2 * bundles
+
+    async def progress(done: int, _total: int, message: str) -> None:
+        await ctx.report_progress(done, total, message)
+
+    async with vllm_client(ctx) as client:
+        try:
+            return await measure_bundle_reuse(
+                client,
+                model=model or state_of(ctx).settings.vllm_model,
+                bundles=bundles,
+                items=items_per_bundle,
+                token_budget=token_budget,
+                max_tokens=max_tokens,
+                progress=progress,
+            )
+        except VllmRequestError as exc:
+            raise ToolError(f"{exc}; try a smaller token_budget or name the model") from exc
+
+
 SPECS = (
     ToolSpec(bundle_compile, "Compile a context bundle (cached)", WRITES_IDEMPOTENT),
     ToolSpec(bundle_render, "Render a bundle as chat messages", READ_ONLY),
+    ToolSpec(bundle_chat, "Chat over a bundle (vLLM)", CALLS_MODEL),
+    ToolSpec(bundle_reuse_measure, "Measure vLLM prefix reuse of bundles", CALLS_MODEL),
 )
 
 

@@ -6,6 +6,9 @@ import secrets
 from typing import Any
 
 from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import (
     Bundle,
     BundleRequest,
@@ -136,3 +139,10 @@ async def test_an_unreachable_store_handed_in_still_compiles() -> None:
     assert (result.cache, result.assembled) == ("unavailable", True)
     assert result.reason == "store not used: engine down for the test"
     assert counters.cache_unavailable == 1
+
+
+async def test_an_unreachable_vllm_counter_falls_back_to_the_estimate_and_says_so() -> None:
+    async with VllmClient(f"http://127.0.0.1:{free_port()}/v1", max_retries=0) as client:
+        result = await compile_cached(fresh_request(), kv=None, exact=VllmTokenCounter(client, "m"))
+    assert result.bundle.token_counter.startswith("estimate/")
+    assert result.reason is not None and "exact token count unavailable" in result.reason
