@@ -17,6 +17,7 @@ from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
 from graph_kvcache_mcp.tools import bundle as bundle_tools
 from graph_kvcache_mcp.tools import engine as engine_tools
 from graph_kvcache_mcp.tools import kv as kv_tools
+from graph_kvcache_mcp.tools import lmcache as lmcache_tools
 from graph_kvcache_mcp.tools import vllm as vllm_tools
 
 TOOLSET_MODULES: dict[str, ModuleType] = {
@@ -24,6 +25,7 @@ TOOLSET_MODULES: dict[str, ModuleType] = {
     "engine": engine_tools,
     "bundle": bundle_tools,
     "vllm": vllm_tools,
+    "lmcache": lmcache_tools,
 }
 
 INSTRUCTIONS = """\
@@ -42,6 +44,8 @@ vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served 
 prefix cache (never 0 for unknown: cached_tokens_source says where the count came from);
 vllm_metrics reads /metrics (pass `since` for a delta); vllm_start/vllm_status/vllm_stop manage a
 local server; vllm_trace_summary sums up this session's calls or a JSONL trace file.
+LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
+with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 

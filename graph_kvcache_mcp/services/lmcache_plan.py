@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from graph_kvcache_mcp.connectors.hf_config import read_hf_config
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache_model import (
@@ -74,6 +76,16 @@ def model_facts(
         hybrid=hybrid,
         vision=bool(vision),
     )
+
+
+class LmcacheConfigOut(BaseModel):
+    """The model facts used and the plan built from them (tool and CLI output)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    facts: ModelFacts = Field(description="Architecture facts the plan is sized from.")
+    facts_source: str = Field(description="Where the facts came from.")
+    plan: LmcachePlan
 
 
 def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
