@@ -1,0 +1,145 @@
+"""`graph-kvcache-mcp vllm ...` against a real vLLM: the same models as the tools, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from graph_kvcache_mcp.cli import main
+from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.vllm_openai import ChatResult
+from graph_kvcache_mcp.connectors.vllm_process import VllmStatus
+from graph_kvcache_mcp.domain.traces import TraceSummary
+from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot
+from tests.support.vllm import BLOCK_SIZE, RunningVllm
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.vllm
+def test_chat_twice_with_a_system_file_then_summarize_the_trace_file(
+    vllm_server: RunningVllm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    system = tmp_path / "system.txt"
+    rules = " ".join(f"Point {i}: answers stay short." for i in range(90))
+    system.write_text(f"Run {uuid.uuid4().hex}. {rules}")
+    traces = tmp_path / "traces.jsonl"
+    common = ["--base-url", vllm_server.base_url, "--system-file", str(system)]
+    common += ["--max-tokens", "3", "--trace-file", str(traces)]
+    code1, out1, _ = run(capsys, "vllm", "chat", "--message", "one", "--json", *common)
+    code2, out2, err2 = run(capsys, "vllm", "chat", "--message", "two", *common)
+    code3, out3, _ = run(capsys, "vllm", "summary", str(traces), "--json")
+    first = ChatResult.model_validate_json(out1)
+    summary = TraceSummary.model_validate_json(out3)
+    assert (code1, code2, code3) == (0, 0, 0)
+    assert first.trace.prefix_cache_hit_tokens == 0
+    assert out2.strip() != "" and "prompt tokens from the prefix cache (usage)" in err2
+    assert len(traces.read_text().splitlines()) == 2
+    assert summary.calls == 2 and summary.total_tokens_saved > 0
+    assert summary.total_tokens_saved % BLOCK_SIZE == 0
+
+
+@pytest.mark.vllm
+def test_metrics_status_and_logs_print_json_or_a_table(
+    vllm_server: RunningVllm, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--base-url", vllm_server.base_url]
+    data = ["--data-dir", str(vllm_server.managed.data_dir)]
+    code1, out1, _ = run(capsys, "vllm", "metrics", *url, "--model", vllm_server.model, "--json")
+    code2, out2, _ = run(capsys, "vllm", "metrics", *url)
+    code3, out3, _ = run(capsys, "vllm", "status", *url, *data, "--json")
+    code4, out4, _ = run(capsys, "vllm", "logs", *data, "--lines", "5")
+    snapshot = MetricsSnapshot.model_validate_json(out1)
+    status = VllmStatus.model_validate_json(out3)
+    assert (code1, code2, code3, code4) == (0, 0, 0, 0)
+    assert snapshot.model_name == vllm_server.model and snapshot.prefix_cache_queries_tokens
+    assert "prefix cache hits (tokens)" in out2 and "block size" in out2
+    assert (status.managed_by_us, status.pid) == (True, vllm_server.pid)
+    assert 0 < len(out4.strip().splitlines()) <= 5
+
+
+@pytest.mark.vllm
+def test_metrics_for_an_unknown_model_is_bad_input(
+    vllm_server: RunningVllm, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        capsys, "vllm", "metrics", "--base-url", vllm_server.base_url, "--model", "x"
+    )
+    assert code == 2 and vllm_server.model in err
+
+
+def test_chat_with_vllm_down_exits_3_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    code, out, err = run(capsys, "vllm", "chat", "--base-url", url, "--message", "hi", "--json")
+    assert (code, out) == (3, "")
+    assert "not reachable" in err
+
+
+def test_start_on_a_held_port_exits_3_and_names_the_holder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, socket, sys; s = socket.socket(); "
+            "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('ready', flush=True); "
+            "signal.pause()",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        argv = ["vllm", "start", "--model", "/m", "--port", str(port), "--data-dir", str(tmp_path)]
+        code, _, err = run(capsys, *argv)
+        assert code == 3 and f"pid {holder.pid}" in err
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_bad_start_flags_and_a_missing_trace_file_are_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["vllm", "start", "--model", "/m", "--port", str(free_port()), "--block-size", "16"]
+    code1, _, err1 = run(capsys, *argv, "--data-dir", str(tmp_path), "--python", sys.executable)
+    code2, _, err2 = run(capsys, "vllm", "summary", str(tmp_path / "none.jsonl"))
+    code3, _, err3 = run(capsys, "vllm", "start", "--model", "/m", "--port", "70000")
+    assert code1 == 3 and "not importable" in err1  # checked before the flags are planned
+    assert code2 == 2 and "none.jsonl" in err2
+    assert code3 == 2 and "port" in err3
+
+
+def test_summary_prints_a_readable_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "t.jsonl"
+    line = {
+        "model": "m",
+        "prompt_tokens": 100,
+        "completion_tokens": 1,
+        "prefix_cache_hit_tokens": None,
+        "prefix_cache_miss_tokens": None,
+        "cached_tokens_source": "unavailable",
+        "latency_s": 0.01,
+    }
+    traces.write_text(json.dumps(line) + "\n")
+    code, out, _ = run(capsys, "vllm", "summary", str(traces))
+    assert code == 0
+    assert "calls                  1 (0 with cache info)" in out
+    assert "--enable-prompt-tokens-details" in out
