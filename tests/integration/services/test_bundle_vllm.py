@@ -60,9 +60,16 @@ async def test_a_cache_served_bundle_gives_the_next_turn_a_vllm_prefix_hit(
     finally:
         await kv.aclose()
     assert (fresh.cache, served.cache) == ("miss", "hit")
+    # A preamble of its own: the default one (and the bundle header) is shared by every bundle,
+    # so vLLM would serve those first blocks from earlier tests' calls.
+    preamble = f"Session {secrets.token_hex(8)}. Answer from the evidence below."
     async with vllm_server.client() as client:
-        first = await bundle_chat(client, fresh.bundle, "What is reused?", max_tokens=2)
-        second = await bundle_chat(client, served.bundle, "What is evicted?", max_tokens=2)
+        first = await bundle_chat(
+            client, fresh.bundle, "What is reused?", system_preamble=preamble, max_tokens=2
+        )
+        second = await bundle_chat(
+            client, served.bundle, "What is evicted?", system_preamble=preamble, max_tokens=2
+        )
     assert isinstance(first, BundleChat) and isinstance(second, BundleChat)
     assert first.system_sha256 == second.system_sha256
     assert first.trace.prefix_cache_hit_tokens == 0
