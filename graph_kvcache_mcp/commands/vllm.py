@@ -155,7 +155,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
     async def call() -> MetricsSnapshot | Unavailable:
         async with VllmClient.from_settings(settings) as client:
-            return await client.metrics.snapshot(args.model)
+            return await client.metrics.snapshot(args.model or settings.vllm_model)
 
     snapshot = _guarded(call)
     if isinstance(snapshot, int):
