@@ -3,7 +3,7 @@ storage stack (CreateStorageBackends → RemoteBackend-graphkv) from .venv-lmcac
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
 import subprocess
 
@@ -49,14 +49,10 @@ def test_params_fall_back_to_the_environment(
 
 
 def test_the_module_imports_without_lmcache_and_says_what_to_install() -> None:
-    module = importlib.reload(lmcache_remote)
-    try:
-        import lmcache  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match=r"graph-kvcache-mcp\[lmcache\]"):
-            _ = module.EngineRemoteConnector
-    else:  # pragma: no cover - only where lmcache is installed in the test venv
-        assert module.EngineRemoteConnector.__name__ == "EngineRemoteConnector"
+    if importlib.util.find_spec("lmcache") is not None:  # pragma: no cover - not in .venv
+        pytest.skip("lmcache is importable here; the in-process test covers the class")
+    with pytest.raises(ImportError, match=r"graph-kvcache-mcp\[lmcache\]"):
+        _ = lmcache_remote.EngineRemoteConnector
 
 
 @pytest.mark.lmcache
