@@ -5,8 +5,6 @@ Thin adapters over services/bundles.py; the CLI (`graph-kvcache-mcp bundle ...`)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -78,13 +76,6 @@ Model = Annotated[
     Field(description="Served model name; default: the configured one, else the only one served."),
 ]
 TokenCounterChoice = Literal["auto", "estimate", "vllm"]
-
-
-@asynccontextmanager
-async def vllm_client(ctx: Context[Any]) -> AsyncIterator[VllmClient]:
-    """A client for the configured vLLM, closed after the call."""
-    async with VllmClient.from_settings(state_of(ctx).settings) as client:
-        yield client
 
 
 async def exact_counter(client: VllmClient, model: str | None) -> ExactTokenCounter | Unavailable:
@@ -163,18 +154,16 @@ async def bundle_compile(
     exact_wanted = token_counter == "vllm" or (
         token_counter == "auto" and state.settings.vllm_model is not None
     )
-    async with AsyncExitStack() as stack:
-        exact = None
-        if exact_wanted:
-            client = await stack.enter_async_context(vllm_client(ctx))
-            exact = await exact_counter(client, state.settings.vllm_model)
-        result = await compile_cached(
-            request,
-            kv=await state.kv.connect(),
-            exact=exact,
-            secret=secret_of(state.settings),
-            counters=state.bundles,
-        )
+    exact = None
+    if exact_wanted:
+        exact = await exact_counter(await state.vllm.client(), state.settings.vllm_model)
+    result = await compile_cached(
+        request,
+        kv=await state.kv.connect(),
+        exact=exact,
+        secret=secret_of(state.settings),
+        counters=state.bundles,
+    )
     return BundleCompileOut.from_result(result, include_text=include_text)
 
 
@@ -235,23 +224,24 @@ async def bundle_chat(
     bundle = await stored_bundle(ctx, key)
     if isinstance(bundle, BundleRenderOut):
         return BundleChatOut.from_render(bundle)
-    async with vllm_client(ctx) as client:
-        try:
-            chat = await bundle_service.bundle_chat(
-                client,
-                bundle,
-                turn_text,
-                model=model or state_of(ctx).settings.vllm_model,
-                system_preamble=system_preamble,
-                history=history,
-                max_tokens=max_tokens,
-            )
-        except VllmRequestError as exc:
-            raise ToolError(f"{exc}; check the model name and the bundle's size") from exc
-        except ValueError as exc:
-            raise ToolError(f"{exc}; drop system messages from history") from exc
+    access = state_of(ctx).vllm
+    try:
+        chat = await bundle_service.bundle_chat(
+            await access.client(),
+            bundle,
+            turn_text,
+            model=model or access.settings.vllm_model,
+            system_preamble=system_preamble,
+            history=history,
+            max_tokens=max_tokens,
+        )
+    except VllmRequestError as exc:
+        raise ToolError(f"{exc}; check the model name and the bundle's size") from exc
+    except ValueError as exc:
+        raise ToolError(f"{exc}; drop system messages from history") from exc
     if isinstance(chat, Unavailable):
         return BundleChatOut.vllm_down(key, chat)
+    access.traces.append(chat.trace)  # vllm_trace_summary counts bundle turns too
     return BundleChatOut.from_chat(key, chat)
 
 
@@ -280,19 +270,19 @@ async def bundle_reuse_measure(
     async def progress(done: int, _total: int, message: str) -> None:
         await ctx.report_progress(done, total, message)
 
-    async with vllm_client(ctx) as client:
-        try:
-            return await measure_bundle_reuse(
-                client,
-                model=model or state_of(ctx).settings.vllm_model,
-                bundles=bundles,
-                items=items_per_bundle,
-                token_budget=token_budget,
-                max_tokens=max_tokens,
-                progress=progress,
-            )
-        except VllmRequestError as exc:
-            raise ToolError(f"{exc}; try a smaller token_budget or name the model") from exc
+    access = state_of(ctx).vllm
+    try:
+        return await measure_bundle_reuse(
+            await access.client(),
+            model=model or access.settings.vllm_model,
+            bundles=bundles,
+            items=items_per_bundle,
+            token_budget=token_budget,
+            max_tokens=max_tokens,
+            progress=progress,
+        )
+    except VllmRequestError as exc:
+        raise ToolError(f"{exc}; try a smaller token_budget or name the model") from exc
 
 
 SPECS = (
