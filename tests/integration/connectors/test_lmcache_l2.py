@@ -6,6 +6,7 @@ requests it holds at once, which no real engine can be made to report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -313,10 +314,19 @@ def test_it_offers_every_method_lmcache_requires(memory_engine: RunningEngine) -
         client.close()
 
 
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_BUSY = b'{"error":"Busy","message":"try later"}'
+SERVER_ERROR = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    + f"content-length: {len(_BUSY)}\r\nconnection: close\r\n\r\n".encode()
+    + _BUSY
+)
+
+
 @contextmanager
-def counting_peer(delay_s: float) -> Iterator[tuple[str, list[int]]]:
-    """Answers every request with 404 after `delay_s`, one thread per connection, and records
-    the most requests it held at the same time (`peak[0]`)."""
+def counting_peer(delay_s: float, reply: bytes = NOT_FOUND) -> Iterator[tuple[str, list[int]]]:
+    """Answers every request with `reply` after `delay_s`, one thread per connection, and
+    records the most requests it held at the same time (`peak[0]`)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
@@ -335,9 +345,8 @@ def counting_peer(delay_s: float) -> Iterator[tuple[str, list[int]]]:
             stop.wait(delay_s)
             with lock:
                 active[0] -= 1
-            conn.sendall(
-                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            )
+            with contextlib.suppress(OSError):  # the client gave up (timeout test)
+                conn.sendall(reply)
 
     def serve() -> None:
         while not stop.is_set():
@@ -369,3 +378,30 @@ def test_keys_of_one_batch_are_transferred_concurrently_within_the_bound() -> No
     assert ok and present == [False] * 12
     assert peak[0] == 4, f"expected 4 requests in flight at once, saw {peak[0]}"
     assert elapsed < 12 * 0.3 / 2, f"12 keys took {elapsed:.2f} s: not concurrent"
+
+
+def test_a_timeout_is_a_per_key_failure_with_a_reason() -> None:
+    with counting_peer(delay_s=2.0) as (url, _):
+        client = EngineL2Client(base_url=url, token="t", timeout_s=0.3)
+        try:
+            started = time.monotonic()
+            (_, ok, error, loaded), buffers = load(client, lmcache_keys("slow", 2), 10)
+            elapsed = time.monotonic() - started
+        finally:
+            client.close()
+    assert (ok, loaded) == (False, [False, False])
+    assert "timed out" in error and "2 of 2 keys failed" in error
+    assert all(bytes(b) == b"\xaa" * 10 for b in buffers)
+    assert elapsed < 2 * 3 * 0.3 + 1.5, "retries stay bounded by the timeout"
+
+
+def test_a_server_error_is_a_per_key_failure_with_the_status() -> None:
+    with counting_peer(delay_s=0.0, reply=SERVER_ERROR) as (url, _):
+        client = EngineL2Client(base_url=url, token="t")
+        try:
+            _, set_ok, set_error, _ = store(client, lmcache_keys("5xx", 1), [b"z"])
+            _, ex_ok, ex_error, present = run(client, client.submit_batch_exists(["a@b"]))
+        finally:
+            client.close()
+    assert (set_ok, ex_ok, present) == (False, False, [False])
+    assert "503" in set_error and "503" in ex_error
