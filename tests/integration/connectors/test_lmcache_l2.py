@@ -1,7 +1,7 @@
 """The LMCache native_plugin client against real engines (both backends).
 
-Only `counting_peer` is a double: a loopback server that answers slowly and records how many
-requests it holds at once, which no real engine can be made to report.
+Only `counting_peer` is a double: a loopback server that answers slowly (or with a 503) and
+records how many requests it holds at once, which no real engine can be made to do.
 """
 
 from __future__ import annotations
