@@ -10,13 +10,15 @@ fails (port taken, bad token), so a live pid proves nothing.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -167,10 +169,23 @@ class ManagedEngine:
     ) -> EngineStatus:
         """Ensure an engine runs for this data dir; reuse a healthy one we started before.
 
+        Two callers starting at once (a CLI and a server, say) are serialized on a lock file, so
+        the second one finds and reuses the first one's engine instead of racing it.
+
         Raises:
             EngineProcessError: binary missing, port taken, data dir locked, or not ready in time;
                 the message quotes the engine's own reason from its log.
         """
+        with self._exclusive():
+            return self._start(port, backend, ready_timeout_s, progress)
+
+    def _start(
+        self,
+        port: int | None,
+        backend: Backend,
+        ready_timeout_s: float,
+        progress: Progress | None,
+    ) -> EngineStatus:
         note = progress or (lambda _message: None)
         if (state := self.running_state()) is not None:
             status = self.status()
@@ -224,6 +239,10 @@ class ManagedEngine:
 
     def stop(self, *, term_wait_s: float = 10.0) -> EngineStopResult:
         """SIGTERM the engine we started, SIGKILL after `term_wait_s`; never anything else."""
+        with self._exclusive():
+            return self._stop(term_wait_s)
+
+    def _stop(self, term_wait_s: float) -> EngineStopResult:
         state = self.running_state()
         if state is None:
             return EngineStopResult(stopped=False, how="not_running", data_dir=str(self.data_dir))
@@ -266,6 +285,17 @@ class ManagedEngine:
         )
 
     # --- internals ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold `<home>/lifecycle.lock` (flock) so start and stop never interleave."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / "lifecycle.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _environment(self, port: int, backend: Backend) -> dict[str, str]:
         signer = self._secret("signer_key", lambda: secrets.token_hex(16))

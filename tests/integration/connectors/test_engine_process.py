@@ -96,3 +96,19 @@ def test_stop_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_concurrent_starts_share_one_engine(tmp_path: Path) -> None:
+    """Two starts racing on one data dir: one engine runs, the other caller reuses it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    managed = [ManagedEngine(tmp_path), ManagedEngine(tmp_path)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            statuses = list(pool.map(lambda m: m.start(backend="memory"), managed))
+        assert statuses[0].pid == statuses[1].pid
+        assert sorted(s.reused for s in statuses) == [False, True]
+        assert managed[0].status().reachable
+    finally:
+        managed[0].stop()
+    assert not managed[1].status().running
