@@ -96,4 +96,9 @@ class VllmMetricsClient:
             snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, model_name)
         except ValueError as exc:
             return Unavailable(f"{self.metrics_url} is not a Prometheus exposition ({exc})")
+        if not snapshot.engines:
+            return Unavailable(
+                f"{self.metrics_url} answers but reports no vLLM series: not a vLLM server, or "
+                "one started with --disable-log-stats"
+            )
         return snapshot.model_copy(update={"scraped_at": scraped_at})

@@ -6,6 +6,7 @@ import uuid
 
 import anyio
 import pytest
+from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient
@@ -137,3 +138,15 @@ async def test_a_stopped_server_reads_as_unavailable_not_as_an_empty_answer() ->
     for outcome in (result, health, count):
         assert isinstance(outcome, Unavailable)
         assert base_url.removesuffix("/v1") in outcome.reason
+
+
+async def test_the_api_key_never_shows_in_reprs_or_reasons() -> None:
+    secret = "sk-never-print-" + uuid.uuid4().hex
+    base_url = f"http://127.0.0.1:{free_port()}/v1"
+    async with VllmClient(
+        base_url, api_key=SecretStr(secret), timeout_s=2.0, max_retries=0
+    ) as client:
+        result = await client.chat(conversation("s", "q"), model="m", max_tokens=1)
+        shown = [repr(client), repr(client.metrics), str(await client.metrics.snapshot())]
+    assert isinstance(result, Unavailable)
+    assert all(secret not in text for text in [*shown, result.reason])
