@@ -47,6 +47,10 @@ Completion: TypeAlias = tuple[int, bool, str, list[bool] | None]
 """`(future_id, ok, error_message, result_bools)`, the tuple LMCache's adapter expects."""
 
 DEFAULT_NUM_WORKERS = 4
+DEFAULT_MAX_CONNECTIONS = 16
+"""When neither `adapter_params` nor the environment says: a 64-key batch of 256 KiB pages moved
+fastest with 16-32 requests in flight on a 2-core host (tools/bench_l2.py), 8 was clearly slower."""
+_CONNECTIONS_ENV = "EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS"
 _MAX_REASONS = 3
 
 
@@ -55,8 +59,9 @@ class EngineL2Client:
 
     `adapter_params` become these keyword arguments; whatever is missing comes from the
     environment (`EPISTEMIC_GRAPH_KVCACHE_URL`/`_ADDR`, `_TOKEN`, `_TIMEOUT_S`,
-    `_MAX_CONNECTIONS`), then from a managed engine recorded in the data dir, then the default
-    http://127.0.0.1:9130. Prefer the environment for the token: LMCache logs `adapter_params`.
+    `_MAX_CONNECTIONS`), then from a managed engine recorded in the data dir, then the defaults
+    (http://127.0.0.1:9130, 16 connections). Prefer the environment for the token: LMCache logs
+    `adapter_params`.
 
     Raises:
         ConfigError: a parameter (URL, namespace, number) cannot be used as given.
@@ -74,6 +79,8 @@ class EngineL2Client:
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         url = base_url or (url_from_addr(addr) if addr else None)
+        if max_connections is None and not os.environ.get(_CONNECTIONS_ENV, "").strip():
+            max_connections = DEFAULT_MAX_CONNECTIONS
         settings = Settings.from_env(
             kv_url=url,
             kv_token=SecretStr(token) if token else None,

@@ -67,7 +67,7 @@ class LmcacheChoices(BaseModel):
     l1_size_gb: float = Field(20.0, gt=0)
     max_local_cpu_size_gb: float = Field(5.0, gt=0)
     num_workers: int = Field(4, ge=1, le=64)
-    max_connections: int = Field(8, ge=1, le=256)
+    max_connections: int = Field(16, ge=1, le=256)
     redis_host: str = "127.0.0.1"
     redis_port: int = Field(6390, ge=1, le=65535)
     vllm_port: int = Field(8000, ge=1, le=65535)

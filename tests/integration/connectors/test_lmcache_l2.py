@@ -287,6 +287,15 @@ def test_adapter_params_fall_back_to_the_environment(
     assert client.core.concurrency == 3
 
 
+def test_without_any_setting_sixteen_requests_may_be_in_flight(
+    memory_engine: RunningEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS", raising=False)
+    client = client_for(memory_engine)
+    client.close()
+    assert client.core.concurrency == 16
+
+
 def test_addr_is_read_like_the_engine_reads_it(memory_engine: RunningEngine) -> None:
     port = memory_engine.base_url.rsplit(":", 1)[1]
     client = EngineL2Client(addr=port, token=memory_engine.token.get_secret_value())
