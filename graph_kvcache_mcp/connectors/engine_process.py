@@ -22,14 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
 from graph_kvcache_mcp.connectors.process_tools import (
-    ProcessRecord,
+    ProcessState,
+    StateFile,
     free_port,
-    is_ours,
-    start_ticks,
+    spawn_logged,
     stop_process,
     tail,
     wait_port_free,
@@ -48,12 +48,9 @@ _INSTALL_HINT = "install it with: pip install 'graph-kvcache-mcp[engine]' (epist
 Progress = Callable[[str], None]
 
 
-class EngineState(BaseModel):
+class EngineState(ProcessState):
     """`state.json`: the engine we started. Holds no secret."""
 
-    model_config = ConfigDict(frozen=True)
-
-    process: ProcessRecord
     port: int
     backend: Backend
     base_url: str
@@ -113,6 +110,7 @@ class ManagedEngine:
         self.data_dir = data_dir.expanduser().resolve()
         self.home = self.data_dir / "engine"
         self.state_path = self.home / "state.json"
+        self.state_file = StateFile(self.state_path, EngineState)
         self.log_path = self.home / "engine.log"
         self.store_dir = self.home / "store"
 
@@ -139,20 +137,11 @@ class ManagedEngine:
 
     def state(self) -> EngineState | None:
         """The recorded engine, when the record exists and is readable."""
-        try:
-            return EngineState.model_validate_json(self.state_path.read_text())
-        except (OSError, ValidationError):
-            return None
+        return self.state_file.read()
 
     def running_state(self) -> EngineState | None:
         """The recorded engine when it is still the process we started; clears a stale record."""
-        state = self.state()
-        if state is None:
-            return None
-        if is_ours(state.process):
-            return state
-        self.state_path.unlink(missing_ok=True)
-        return None
+        return self.state_file.read_live()
 
     def client(self, state: EngineState, *, timeout_s: float = 5.0) -> SyncKvClient:
         return SyncKvClient(state.base_url, self.token(), timeout_s=timeout_s)
@@ -207,23 +196,8 @@ class ManagedEngine:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
-        with self.log_path.open("ab") as log:
-            process = subprocess.Popen(
-                command,
-                env=self._environment(chosen, backend),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        ticks = start_ticks(process.pid)
-        record = ProcessRecord(
-            pid=process.pid,
-            start_ticks=ticks if ticks is not None else -1,
-            command=command,
-            started_at=time.time(),
-            log_path=str(self.log_path),
+        process, record = spawn_logged(
+            command, env=self._environment(chosen, backend), log_path=self.log_path
         )
         state = EngineState(
             process=record,
@@ -232,7 +206,7 @@ class ManagedEngine:
             base_url=f"http://{ENGINE_HOST}:{chosen}",
             data_dir=str(self.data_dir),
         )
-        write_private(self.state_path, state.model_dump_json(indent=2))
+        self.state_file.write(state)
         self._wait_ready(process, state, ready_timeout_s, note)
         note(f"engine ready at {state.base_url}")
         return self.status()
@@ -247,7 +221,7 @@ class ManagedEngine:
         if state is None:
             return EngineStopResult(stopped=False, how="not_running", data_dir=str(self.data_dir))
         how = stop_process(state.process, term_wait_s=term_wait_s)
-        self.state_path.unlink(missing_ok=True)
+        self.state_file.clear()
         return EngineStopResult(
             stopped=how != "not_running",
             how=how,
@@ -332,7 +306,7 @@ class ManagedEngine:
         with self.client(state, timeout_s=1.0) as client:
             while time.monotonic() < deadline:
                 if process.poll() is not None:
-                    self.state_path.unlink(missing_ok=True)
+                    self.state_file.clear()
                     raise EngineProcessError(
                         f"engine exited with code {process.returncode} before it was ready: "
                         f"{_engine_reason(self.log_path)} (log: {self.log_path})"
@@ -346,7 +320,7 @@ class ManagedEngine:
                     next_note += 2.0
                 time.sleep(0.05)
         stop_process(state.process, term_wait_s=5.0)
-        self.state_path.unlink(missing_ok=True)
+        self.state_file.clear()
         raise EngineProcessError(
             f"engine did not answer on port {state.port} within {timeout_s:g} s ({last_reason}); "
             f"its log says: {_engine_reason(self.log_path)} (log: {self.log_path})"

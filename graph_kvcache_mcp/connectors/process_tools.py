@@ -10,12 +10,13 @@ import errno
 import os
 import signal
 import socket
+import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
 
@@ -30,6 +31,52 @@ class ProcessRecord(BaseModel):
     command: tuple[str, ...]
     started_at: float
     log_path: str
+
+
+class ProcessState(BaseModel):
+    """Base of a state file's model: the process we started, plus what its manager adds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    process: ProcessRecord
+
+
+StateT = TypeVar("StateT", bound=ProcessState)
+
+
+class StateFile(Generic[StateT]):
+    """The JSON file (0600) where a manager records the process it started, read back as `model`.
+
+    The path is read on every call, so a record written or removed by another process (or a
+    test) is seen at once.
+    """
+
+    def __init__(self, path: Path, model: type[StateT]) -> None:
+        self.path = path
+        self.model = model
+
+    def read(self) -> StateT | None:
+        """The recorded state, when the file exists and is readable."""
+        try:
+            return self.model.model_validate_json(self.path.read_text())
+        except (OSError, ValidationError):
+            return None
+
+    def read_live(self) -> StateT | None:
+        """The recorded state when its process is still the one we started; clears a stale one."""
+        state = self.read()
+        if state is None:
+            return None
+        if is_ours(state.process):
+            return state
+        self.clear()
+        return None
+
+    def write(self, state: StateT) -> None:
+        write_private(self.path, state.model_dump_json(indent=2))
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -105,6 +152,39 @@ def stop_process(record: ProcessRecord, *, term_wait_s: float, kill_wait_s: floa
     send(signal.SIGKILL)
     wait_gone(record.pid, kill_wait_s)
     return "killed"
+
+
+def spawn_logged(
+    command: tuple[str, ...],
+    *,
+    env: Mapping[str, str],
+    log_path: Path,
+    header: str | None = None,
+) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+    """Start `command` in its own session (so it can be stopped as a group) with stdout and
+    stderr appended to `log_path` (after `header`, when given); returns it and its record."""
+    with log_path.open("ab") as log:
+        if header is not None:
+            log.write(header.encode())
+            log.flush()
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    ticks = start_ticks(process.pid)
+    record = ProcessRecord(
+        pid=process.pid,
+        start_ticks=ticks if ticks is not None else -1,
+        command=command,
+        started_at=time.time(),
+        log_path=str(log_path),
+    )
+    return process, record
 
 
 def port_in_use(host: str, port: int) -> bool:

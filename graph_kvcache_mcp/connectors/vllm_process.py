@@ -21,16 +21,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.process_tools import (
-    ProcessRecord,
+    ProcessState,
+    StateFile,
     is_ours,
     port_in_use,
-    start_ticks,
+    spawn_logged,
     stop_process,
     tail,
-    write_private,
 )
 from graph_kvcache_mcp.domain.vllm_launch import (
     LaunchPlan,
@@ -55,12 +55,9 @@ INSTALL_HINT = (
 Progress = Callable[[float, float, str], None]
 
 
-class VllmState(BaseModel):
+class VllmState(ProcessState):
     """`state.json`: the server we started. Holds no secret (the environment is not recorded)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    process: ProcessRecord
     host: str
     port: int
     base_url: str
@@ -164,6 +161,7 @@ class ManagedVllm:
         self.data_dir = data_dir.expanduser().resolve()
         self.home = self.data_dir / "vllm"
         self.state_path = self.home / "state.json"
+        self.state_file = StateFile(self.state_path, VllmState)
         self.log_path = self.home / "vllm.log"
         self.python = str(python) if python else sys.executable
 
@@ -173,20 +171,11 @@ class ManagedVllm:
     # --- state -------------------------------------------------------------------------------
 
     def state(self) -> VllmState | None:
-        try:
-            return VllmState.model_validate_json(self.state_path.read_text())
-        except (OSError, ValidationError):
-            return None
+        return self.state_file.read()
 
     def running_state(self) -> VllmState | None:
         """The recorded server when it is still the process we started; clears a stale record."""
-        state = self.state()
-        if state is None:
-            return None
-        if is_ours(state.process):
-            return state
-        self.state_path.unlink(missing_ok=True)
-        return None
+        return self.state_file.read_live()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -228,7 +217,7 @@ class ManagedVllm:
             )
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = _reap_group(state.process.pid, wait_s=term_wait_s)
-        self.state_path.unlink(missing_ok=True)
+        self.state_file.clear()
         return VllmStopResult(
             stopped=how != "not_running",
             how=how,
@@ -336,27 +325,14 @@ class ManagedVllm:
             ready_timeout_s,
             f"starting vLLM on {VLLM_HOST}:{launch.port} ({plan.platform.kind})",
         )
-        with self.log_path.open("ab") as log:
-            log.write(f"\n=== graph-kvcache-mcp: {' '.join(command)}\n".encode())
-            log.flush()
-            process = subprocess.Popen(
-                command,
-                env=_child_environment(launch, extra_env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        ticks = start_ticks(process.pid)
+        process, record = spawn_logged(
+            command,
+            env=_child_environment(launch, extra_env),
+            log_path=self.log_path,
+            header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
+        )
         state = VllmState(
-            process=ProcessRecord(
-                pid=process.pid,
-                start_ticks=ticks if ticks is not None else -1,
-                command=command,
-                started_at=time.time(),
-                log_path=str(self.log_path),
-            ),
+            process=record,
             host=VLLM_HOST,
             port=launch.port,
             base_url=f"http://{VLLM_HOST}:{launch.port}/v1",
@@ -367,7 +343,7 @@ class ManagedVllm:
             dev_mode=launch.dev_mode,
             prompt_tokens_details=launch.prompt_tokens_details,
         )
-        write_private(self.state_path, state.model_dump_json(indent=2))
+        self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, note, began)
         startup = time.monotonic() - began
         note(startup, ready_timeout_s, f"vLLM ready at {state.base_url} after {startup:.1f} s")
@@ -390,7 +366,7 @@ class ManagedVllm:
             while time.monotonic() < deadline:
                 exited = process.poll() if process is not None else None
                 if exited is not None or not is_ours(state.process):
-                    self.state_path.unlink(missing_ok=True)
+                    self.state_file.clear()
                     code = f"code {exited}" if exited is not None else "an unknown code"
                     raise VllmProcessError(
                         f"vLLM exited with {code} before it was healthy: "
@@ -408,7 +384,7 @@ class ManagedVllm:
                 time.sleep(0.25)  # poll interval; the deadline above bounds the wait
         stop_process(state.process, term_wait_s=10.0)
         _reap_group(state.process.pid, wait_s=5.0)
-        self.state_path.unlink(missing_ok=True)
+        self.state_file.clear()
         raise VllmProcessError(
             f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
             f"its log says: {vllm_reason(self.log_path)} (log: {self.log_path})"

@@ -33,15 +33,17 @@ _HOLDER = (
 def held_port() -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """A loopback port held by a process of ours that is not vLLM (the test stops it itself)."""
     port = free_port()
-    holder = subprocess.Popen(
+    # The `with` closes the stdout pipe: left to the garbage collector it raised a ResourceWarning
+    # inside a later test's setup.
+    with subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(port)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        yield port, holder
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+            yield port, holder
+        finally:
+            holder.kill()
+            holder.wait(timeout=10)
 
 
 def alive(pid: int) -> bool:
