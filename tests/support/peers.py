@@ -1,21 +1,29 @@
 """Test doubles for what a real engine cannot be made to do: answer garbage, or stall.
 
-`garbage_peer` and `slow_peer` are plain loopback TCP servers in a thread, named for what they are.
+`garbage_peer` and `slow_peer` are plain loopback TCP servers in a thread, named for what they are;
+`loopback_peer` is the server under them, for a test that needs a double of its own.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+Handler = Callable[[socket.socket, threading.Event], None]
+"""Serves one accepted connection and closes it; the event is set when the peer stops."""
 
 
 @contextmanager
-def _peer(reply: bytes | None, *, hold_s: float = 0.0) -> Iterator[str]:
+def loopback_peer(
+    handle: Handler, *, backlog: int = 16, thread_per_connection: bool = False
+) -> Iterator[str]:
+    """A loopback TCP server in a thread that hands every connection to `handle` (in the accept
+    thread, or one thread each); yields its http:// URL and stops when the block exits."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
+    listener.listen(backlog)
     listener.settimeout(0.2)
     stop = threading.Event()
 
@@ -25,15 +33,10 @@ def _peer(reply: bytes | None, *, hold_s: float = 0.0) -> Iterator[str]:
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
-            with conn:
-                conn.settimeout(2.0)
-                try:
-                    conn.recv(65536)
-                    if reply is not None:
-                        conn.sendall(reply)
-                    stop.wait(hold_s)
-                except OSError:
-                    pass
+            if thread_per_connection:
+                threading.Thread(target=handle, args=(conn, stop), daemon=True).start()
+            else:
+                handle(conn, stop)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -43,6 +46,23 @@ def _peer(reply: bytes | None, *, hold_s: float = 0.0) -> Iterator[str]:
         stop.set()
         thread.join(timeout=5)
         listener.close()
+
+
+@contextmanager
+def _peer(reply: bytes | None, *, hold_s: float = 0.0) -> Iterator[str]:
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        with conn:
+            conn.settimeout(2.0)
+            try:
+                conn.recv(65536)
+                if reply is not None:
+                    conn.sendall(reply)
+                stop.wait(hold_s)
+            except OSError:
+                pass
+
+    with loopback_peer(answer) as url:
+        yield url
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.domain.lmcache_keys import engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit
 from tests.support.engines import RunningEngine
+from tests.support.peers import loopback_peer
 
 PAGE = 64 * 1024
 
@@ -336,16 +337,11 @@ SERVER_ERROR = (
 def counting_peer(delay_s: float, reply: bytes = NOT_FOUND) -> Iterator[tuple[str, list[int]]]:
     """Answers every request with `reply` after `delay_s`, one thread per connection, and
     records the most requests it held at the same time (`peak[0]`)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    listener.settimeout(0.2)
-    stop = threading.Event()
     lock = threading.Lock()
     active = [0]
     peak = [0]
 
-    def answer(conn: socket.socket) -> None:
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
         with conn:
             conn.recv(65536)
             with lock:
@@ -357,22 +353,8 @@ def counting_peer(delay_s: float, reply: bytes = NOT_FOUND) -> Iterator[tuple[st
             with contextlib.suppress(OSError):  # the client gave up (timeout test)
                 conn.sendall(reply)
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", peak
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        listener.close()
+    with loopback_peer(answer, backlog=64, thread_per_connection=True) as url:
+        yield url, peak
 
 
 def test_keys_of_one_batch_are_transferred_concurrently_within_the_bound() -> None:
