@@ -204,35 +204,12 @@ def _hybrid(
         return _gdn(text, layers, layer_types, dtype)
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and "M" in pattern:  # NemotronH: M = Mamba2, * = attention
-        return HybridFacts(
-            family="mamba2",
-            linear_layers=pattern.count("M"),
-            state_bytes_per_layer=_mamba2_state(
-                text,
-                heads=_int(text, "mamba_num_heads"),
-                head_dim=_int(text, "mamba_head_dim"),
-                state=_int(text, "ssm_state_size"),
-                groups=_int(text, "n_groups", 1),
-                conv=_int(text, "conv_kernel", 4),
-                dtype=dtype,
-                ssm_default="float32",
-            ),
+        return _mamba2(
+            text, pattern.count("M"), _NEMOTRON_H_KEYS, dtype=dtype, ssm_default="float32"
         )
     if any(t == "mamba" for t in layer_types):  # Granite 4.0-H style
-        return HybridFacts(
-            family="mamba2",
-            linear_layers=sum(t == "mamba" for t in layer_types),
-            state_bytes_per_layer=_mamba2_state(
-                text,
-                heads=_int(text, "mamba_n_heads"),
-                head_dim=_int(text, "mamba_d_head"),
-                state=_int(text, "mamba_d_state"),
-                groups=_int(text, "mamba_n_groups", 1),
-                conv=_int(text, "mamba_d_conv", 4),
-                dtype=dtype,
-                ssm_default=dtype,
-            ),
-        )
+        linear = sum(t == "mamba" for t in layer_types)
+        return _mamba2(text, linear, _GRANITE_H_KEYS, dtype=dtype, ssm_default=dtype)
     if any(k in text for k in ("mamba_d_state", "ssm_state_size", "attn_layer_period")):
         return HybridFacts(family="unknown", linear_layers=0, state_bytes_per_layer=None)
     return None
@@ -257,20 +234,43 @@ def _gdn(
     return HybridFacts(family="gdn", linear_layers=linear, state_bytes_per_layer=conv + temporal)
 
 
-def _mamba2_state(
+_NEMOTRON_H_KEYS = (
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "n_groups",
+    "conv_kernel",
+)
+_GRANITE_H_KEYS = (
+    "mamba_n_heads",
+    "mamba_d_head",
+    "mamba_d_state",
+    "mamba_n_groups",
+    "mamba_d_conv",
+)
+"""The config keys of each family's Mamba2 sizes: heads, head dim, state, groups, conv."""
+
+
+def _mamba2(
     text: Mapping[str, Any],
+    linear_layers: int,
+    keys: tuple[str, str, str, str, str],
     *,
-    heads: int,
-    head_dim: int,
-    state: int,
-    groups: int,
-    conv: int,
     dtype: str,
     ssm_default: str,
-) -> int:
+) -> HybridFacts:
+    heads_key, head_dim_key, state_key, groups_key, conv_key = keys
+    heads = _int(text, heads_key)
+    head_dim = _int(text, head_dim_key)
+    state = _int(text, state_key)
+    groups = _int(text, groups_key, 1)
+    conv = _int(text, conv_key, 4)
     ssm_dtype = str(text.get("mamba_ssm_cache_dtype") or ssm_default)
-    conv_dim = heads * head_dim + 2 * groups * state
-    return conv_dim * (conv - 1) * _bytes(dtype) + heads * head_dim * state * _bytes(ssm_dtype)
+    conv_bytes = (heads * head_dim + 2 * groups * state) * (conv - 1) * _bytes(dtype)
+    ssm_bytes = heads * head_dim * state * _bytes(ssm_dtype)
+    return HybridFacts(
+        family="mamba2", linear_layers=linear_layers, state_bytes_per_layer=conv_bytes + ssm_bytes
+    )
 
 
 def _bytes(dtype: str) -> int:
