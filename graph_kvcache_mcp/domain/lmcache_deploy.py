@@ -156,6 +156,15 @@ def _compose_vllm_lmcache(plan: LmcachePlan) -> str:
     assert plan.lmcache_server is not None
     server_args = plan.lmcache_server.argv[1:]  # the image's entrypoint is `lmcache`
     vllm_args = [MODEL_VAR if arg == plan.model.name else arg for arg in plan.vllm.argv[1:]]
+    # The two services share image, network, IPC namespace and env file.
+    image = """    build:
+      context: ..
+      dockerfile: connectors/Dockerfile
+      target: vllm-lmcache
+    network_mode: host
+    ipc: host
+    restart: unless-stopped
+    env_file: [lmcache.env]"""
     gpu = """    deploy:
       resources:
         reservations:
@@ -169,14 +178,7 @@ def _compose_vllm_lmcache(plan: LmcachePlan) -> str:
 name: graph-kvcache
 services:
   lmcache:
-    build:
-      context: ..
-      dockerfile: connectors/Dockerfile
-      target: vllm-lmcache
-    network_mode: host
-    ipc: host
-    restart: unless-stopped
-    env_file: [lmcache.env]
+{image}
     environment:
       EPISTEMIC_GRAPH_KVCACHE_TOKEN: {TOKEN_REQUIRED}
     entrypoint: ["lmcache"]
@@ -184,14 +186,7 @@ services:
 {_yaml_list(server_args, 6)}
 {gpu}
   vllm:
-    build:
-      context: ..
-      dockerfile: connectors/Dockerfile
-      target: vllm-lmcache
-    network_mode: host
-    ipc: host
-    restart: unless-stopped
-    env_file: [lmcache.env]
+{image}
     depends_on: [lmcache]
     entrypoint: ["vllm"]
     command:
