@@ -139,9 +139,6 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     result = _guarded(call)
     if isinstance(result, int):
         return result
-    if isinstance(result, Unavailable):
-        print(f"error: {result.reason}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
     if args.trace_file is not None:
         append_traces(args.trace_file, [result.trace])
     if args.json:
@@ -160,9 +157,6 @@ def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
     snapshot = _guarded(call)
     if isinstance(snapshot, int):
         return snapshot
-    if isinstance(snapshot, Unavailable):
-        print(f"error: {snapshot.reason}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
     emit(snapshot, as_json=args.json, human=describe_snapshot)
     return EXIT_OK
 
@@ -233,13 +227,18 @@ def run_summary(args: argparse.Namespace, _settings: Settings) -> int:
     return EXIT_OK
 
 
-def _guarded(call: Callable[[], Awaitable[T]]) -> T | int:
-    """Run an async call; vLLM refusing the request, or an unknown model, is bad input (exit 2)."""
+def _guarded(call: Callable[[], Awaitable[T | Unavailable]]) -> T | int:
+    """Run an async call; its result, or the exit code after saying why on stderr: vLLM refusing
+    the request, or an unknown model, is bad input (exit 2); vLLM unavailable is exit 3."""
     try:
-        return anyio.run(call)
+        result = anyio.run(call)
     except (VllmRequestError, UnknownModel) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if isinstance(result, Unavailable):
+        print(f"error: {result.reason}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return result
 
 
 # --- human output ----------------------------------------------------------------------------
