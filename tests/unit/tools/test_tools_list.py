@@ -5,8 +5,6 @@ Update the snapshots after an intended change with `UPDATE_SNAPSHOTS=1 pytest te
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.server import build_server
+from tests.support.surfaces import assert_matches_snapshot, assert_well_described
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -32,21 +31,11 @@ async def _surface(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _matches_snapshot(name: str, surface: dict[str, Any]) -> None:
-    path = SNAPSHOTS / f"{name}.json"
-    text = json.dumps(surface, indent=2, sort_keys=True) + "\n"
-    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no snapshot {path}: run with UPDATE_SNAPSHOTS=1"
-    assert text == path.read_text(), f"{name} changed: review, then UPDATE_SNAPSHOTS=1"
-
-
 @pytest.mark.parametrize("read_only", [False, True], ids=["default", "read-only"])
 async def test_kv_and_engine_surface_matches_the_snapshot(read_only: bool, tmp_path: Path) -> None:
     settings = Settings.build(data_dir=tmp_path, toolsets=("kv", "engine"), read_only=read_only)
     name = "kv_engine_read_only" if read_only else "kv_engine"
-    _matches_snapshot(name, await _surface(settings))
+    assert_matches_snapshot(SNAPSHOTS / f"{name}.json", await _surface(settings))
 
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["default", "read-only"])
@@ -57,16 +46,7 @@ async def test_every_tool_has_a_description_an_output_schema_and_all_four_hints(
     tools = (await _surface(settings))["tools"]
     assert tools
     for tool in tools:
-        name = tool["name"]
-        assert tool.get("description", "").strip(), f"{name}: no description"
-        assert tool.get("title"), f"{name}: no title"
-        assert tool.get("outputSchema", {}).get("type") == "object", f"{name}: no output schema"
-        hints = tool.get("annotations", {})
-        for hint in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"):
-            assert isinstance(hints.get(hint), bool), f"{name}: {hint} not set"
-        for prop, schema in tool["inputSchema"].get("properties", {}).items():
-            assert schema.get("description"), f"{name}.{prop}: no description"
-        assert len(name) < 64 and name.replace("_", "").isalnum() and name.islower()
+        assert_well_described(tool)
 
 
 async def test_read_only_drops_exactly_the_tools_that_are_not_read_only(tmp_path: Path) -> None:

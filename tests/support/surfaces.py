@@ -1,0 +1,48 @@
+"""A server's `tools/list` surface as reviewed JSON snapshots, and the invariants every tool keeps.
+
+Update the snapshots after an intended change with `UPDATE_SNAPSHOTS=1 pytest tests/unit/tools`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.server import build_server
+
+
+async def tools_of(settings: Settings) -> list[dict[str, Any]]:
+    """The tools a server built from `settings` lists, as the JSON a client receives."""
+    async with Client(build_server(settings)) as client:
+        tools = (await client.list_tools()).tools
+    return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
+
+
+def assert_matches_snapshot(path: Path, surface: Any) -> None:
+    """`surface` equals the snapshot at `path` (rewritten first when UPDATE_SNAPSHOTS=1)."""
+    text = json.dumps(surface, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no snapshot {path}: run with UPDATE_SNAPSHOTS=1"
+    assert text == path.read_text(), f"{path.name} changed: review, then UPDATE_SNAPSHOTS=1"
+
+
+def assert_well_described(tool: dict[str, Any]) -> None:
+    """A description, a title, an object output schema, all four hints, every parameter
+    described, and a short lower-case snake_case name."""
+    name = tool["name"]
+    assert tool.get("description", "").strip(), f"{name}: no description"
+    assert tool.get("title"), f"{name}: no title"
+    assert tool.get("outputSchema", {}).get("type") == "object", f"{name}: no output schema"
+    hints = tool.get("annotations", {})
+    for hint in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"):
+        assert isinstance(hints.get(hint), bool), f"{name}: {hint} not set"
+    for prop, schema in tool["inputSchema"].get("properties", {}).items():
+        assert schema.get("description"), f"{name}.{prop}: no description"
+    assert len(name) < 64 and name.replace("_", "").isalnum() and name.islower()
