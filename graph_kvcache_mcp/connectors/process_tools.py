@@ -118,9 +118,15 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done == pid:
                 return True
+            our_child = True
         except ChildProcessError:
-            pass
-        if start_ticks(pid) is None or is_zombie(pid):
+            our_child = False
+        if start_ticks(pid) is None:
+            return True
+        # A zombie that is not our child is as gone as we can see. Our own child is gone once
+        # reaped: its leader thread shows as a zombie while the other threads still exit, and
+        # waitpid cannot reap it until they have.
+        if not our_child and is_zombie(pid):
             return True
         if time.monotonic() >= deadline:
             return False
