@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -333,7 +332,3 @@ def _engine_reason(log_path: Path) -> str:
     errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
     chosen = (errors or lines or ["(empty log)"])[-1]
     return chosen.strip()[-300:]
-
-
-def python_executable() -> str:
-    return sys.executable

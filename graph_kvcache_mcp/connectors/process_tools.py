@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Generic, Literal, TypeAlias, TypeVar
 
@@ -242,8 +242,3 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text)
     os.chmod(path, 0o600)
-
-
-def command_line(parts: Sequence[str]) -> str:
-    """A printable command line (for logs and state files; holds no secrets by construction)."""
-    return " ".join(parts)
