@@ -27,6 +27,7 @@ from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
 from graph_kvcache_mcp.connectors.process_tools import (
     ProcessState,
     StateFile,
+    StopHow,
     free_port,
     spawn_logged,
     stop_process,
@@ -79,7 +80,7 @@ class EngineStopResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     stopped: bool
-    how: Literal["terminated", "killed", "not_running"]
+    how: StopHow
     pid: int | None = None
     data_dir: str
 

@@ -34,7 +34,9 @@ class ToolSpec:
     fn: Callable[..., Any]
     title: str
     annotations: ToolAnnotations
-    name: str | None = None  # default: the function's name (set it for a read-only variant)
+    read_only_variant: ToolSpec | None = None
+    """Served instead, under this tool's name, in read-only mode (e.g. a probe that writes
+    nothing); without one a writing tool is simply left out there."""
 
     @property
     def writes(self) -> bool:
@@ -42,17 +44,20 @@ class ToolSpec:
 
 
 def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only: bool) -> None:
-    """Add each spec; in read-only mode, anything that writes or starts/stops is left out."""
+    """Add each spec; read-only mode serves a writer's read-only variant, or leaves it out."""
     for spec in specs:
+        served = spec
         if read_only and spec.writes:
-            continue
+            if spec.read_only_variant is None:
+                continue
+            served = spec.read_only_variant
         server.add_tool(
-            spec.fn,
-            name=spec.name,
-            title=spec.title,
+            served.fn,
+            name=spec.fn.__name__,
+            title=served.title,
             # The SDK sends __doc__ verbatim; dedent so models don't pay for indentation.
-            description=inspect.cleandoc(spec.fn.__doc__ or ""),
-            annotations=spec.annotations,
+            description=inspect.cleandoc(served.fn.__doc__ or ""),
+            annotations=served.annotations,
         )
 
 

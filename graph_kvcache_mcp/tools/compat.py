@@ -205,16 +205,17 @@ async def _put(kv: KvClient, key: str, value: bytes) -> GraphKvcacheOut:
     )
 
 
-SPECS = (ToolSpec(graph_kvcache, "Graph KV cache (action tool)", WRITES_IDEMPOTENT),)
-READ_ONLY_SPECS = (
+SPECS = (
     ToolSpec(
-        graph_kvcache_read_only,
-        "Graph KV cache (action tool, read-only)",
-        READ_ONLY,
-        name="graph_kvcache",
+        graph_kvcache,
+        "Graph KV cache (action tool)",
+        WRITES_IDEMPOTENT,
+        read_only_variant=ToolSpec(
+            graph_kvcache_read_only, "Graph KV cache (action tool, read-only)", READ_ONLY
+        ),
     ),
 )
 
 
 def register(server: MCPServer[Any], *, read_only: bool) -> None:
-    register_all(server, READ_ONLY_SPECS if read_only else SPECS, read_only=read_only)
+    register_all(server, SPECS, read_only=read_only)

@@ -260,21 +260,20 @@ async def _probe(access: KvAccess, *, samples: int, write: bool) -> KvProbeOut:
 
 SPECS = (
     ToolSpec(kv_stats, "KV store stats", READ_ONLY),
-    ToolSpec(kv_probe, "KV store health check", WRITES_CANARIES),
+    ToolSpec(
+        kv_probe,
+        "KV store health check",
+        WRITES_CANARIES,
+        read_only_variant=ToolSpec(kv_probe_read_only, "KV store health check", READ_ONLY),
+    ),
     ToolSpec(kv_get, "Read KV keys", READ_ONLY),
     ToolSpec(kv_save, "Save a KV value to a file", CREATES_FILE),
     ToolSpec(kv_put, "Store bytes under a KV key", WRITES_IDEMPOTENT),
     ToolSpec(kv_exists, "Check KV keys exist", READ_ONLY),
 )
-READ_ONLY_SPECS = (
-    ToolSpec(kv_stats, "KV store stats", READ_ONLY),
-    ToolSpec(kv_probe_read_only, "KV store health check", READ_ONLY, name="kv_probe"),
-    ToolSpec(kv_get, "Read KV keys", READ_ONLY),
-    ToolSpec(kv_exists, "Check KV keys exist", READ_ONLY),
-)
 
 
 def register(server: MCPServer[Any], *, read_only: bool) -> None:
-    register_all(server, READ_ONLY_SPECS if read_only else SPECS, read_only=read_only)
+    register_all(server, SPECS, read_only=read_only)
     compat.register(server, read_only=read_only)
     kv_guide.register(server, stats=stats_out)
