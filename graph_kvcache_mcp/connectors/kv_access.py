@@ -22,7 +22,8 @@ from graph_kvcache_mcp.connectors.engine_process import (
     EngineStopResult,
     ManagedEngine,
 )
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.kv_open import KvTarget, sync_client_for
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -198,15 +199,12 @@ class KvAccess:
         return status
 
     def _new_client(self, base_url: str, *, configured: bool) -> KvClient:
-        token = self.settings.kv_token if configured else self.engine.token()
-        return KvClient(
-            SyncKvClient(
-                base_url,
-                token,
-                timeout_s=self.settings.kv_timeout_s,
-                concurrency=self.settings.kv_concurrency,
-            )
+        target = (
+            KvTarget(base_url, self.settings.kv_token, "configured")
+            if configured
+            else KvTarget(base_url, self.engine.token(), "managed")
         )
+        return KvClient(sync_client_for(target, self.settings))
 
     async def _drop_client(self) -> None:
         client, self._client = self._client, None
