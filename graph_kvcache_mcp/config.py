@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url, url_from_addr
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
 TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle")
@@ -133,25 +133,16 @@ class Settings(BaseModel):
     @classmethod
     def build(cls, **values: Any) -> Settings:
         """Construct, turning pydantic's validation error into one readable `ConfigError`."""
-        from pydantic import ValidationError
-
         try:
             return cls(**values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {_clean(err['msg'])}"
-                for err in exc.errors(include_url=False, include_input=False)
-            )
+            problems = describe_validation(exc, whole="settings")
             raise ConfigError(f"invalid settings: {problems}") from None
 
 
 def split_list(text: str) -> tuple[str, ...]:
     """Split a comma-separated setting, dropping blanks."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _clean(message: str) -> str:
-    return message.removeprefix("Value error, ")
 
 
 def _number(text: str, name: str) -> float:

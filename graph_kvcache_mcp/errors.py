@@ -13,6 +13,8 @@ Messages name what is wrong and how to fix it, and never contain a secret.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class GraphKvcacheError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -47,3 +49,15 @@ class EngineProcessError(ProcessError):
 
 class VllmProcessError(ProcessError):
     """The managed vLLM server could not be started, found, or stopped."""
+
+
+def describe_validation(exc: ValidationError, *, whole: str) -> str:
+    """`field.path: message; ...` for every problem pydantic found.
+
+    `whole` names a problem with the model as a whole (no field path). Used wherever loose input (settings, flags, tool or JSONL payloads) becomes a typed error.
+    """
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or whole}: "
+        f"{error['msg'].removeprefix('Value error, ')}"
+        for error in exc.errors(include_url=False, include_input=False)
+    )

@@ -37,7 +37,7 @@ from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
 from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 T = TypeVar("T")
 
@@ -166,7 +166,8 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     try:
         launch = _launch_from(args, port)
     except ValidationError as exc:
-        raise ConfigError(f"invalid vllm start flags: {_first_error(exc)}") from None
+        problems = describe_validation(exc, whole="flags")
+        raise ConfigError(f"invalid vllm start flags: {problems}") from None
     managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
     status = managed.start(
         launch,
@@ -191,12 +192,6 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         dev_mode=args.dev_mode,
         extra_args=tuple(args.extra_arg),
     )
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return f"{where}: {error['msg']}"
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:

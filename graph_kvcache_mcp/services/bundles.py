@@ -39,7 +39,7 @@ from graph_kvcache_mcp.domain.bundle import (
 )
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.domain.traces import Trace
-from graph_kvcache_mcp.errors import InvalidValue
+from graph_kvcache_mcp.errors import InvalidValue, describe_validation
 
 CacheState = Literal["hit", "miss", "unavailable", "off"]
 
@@ -106,10 +106,7 @@ def make_request(query: str, items: Sequence[Any], **params: Any) -> BundleReque
             }
         )
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'request'}: {error['msg']}"
-            for error in exc.errors(include_url=False, include_input=False)
-        )
+        problems = describe_validation(exc, whole="request")
         raise InvalidValue(f"invalid bundle request ({problems})") from None
 
 
