@@ -54,7 +54,8 @@ class VllmProcessError(ProcessError):
 def describe_validation(exc: ValidationError, *, whole: str) -> str:
     """`field.path: message; ...` for every problem pydantic found.
 
-    `whole` names a problem with the model as a whole (no field path). Used wherever loose input (settings, flags, tool or JSONL payloads) becomes a typed error.
+    `whole` names a problem with the model as a whole (no field path). Used wherever loose
+    input (settings, flags, tool or JSONL payloads) becomes a typed error.
     """
     return "; ".join(
         f"{'.'.join(str(part) for part in error['loc']) or whole}: "
