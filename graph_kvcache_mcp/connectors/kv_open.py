@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
 from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
-from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
+from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,30 @@ def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
         timeout_s=settings.kv_timeout_s,
         concurrency=settings.kv_concurrency,
     )
+
+
+def sync_client_from_params(
+    *,
+    base_url: str | None = None,
+    addr: str | None = None,
+    token: str | None = None,
+    timeout_s: float | None = None,
+    concurrency: int | None = None,
+) -> SyncKvClient:
+    """A blocking client for explicit parameters (an LMCache adapter's), the environment and
+    then the usual precedence filling whatever is not given.
+
+    Raises:
+        ConfigError: a parameter (URL, address, number) cannot be used as given.
+    """
+    url = base_url or (url_from_addr(addr) if addr else None)
+    settings = Settings.from_env(
+        kv_url=url,
+        kv_token=SecretStr(token) if token else None,
+        kv_timeout_s=timeout_s,
+        kv_concurrency=concurrency,
+    )
+    return sync_client_for(resolve_kv_target(settings), settings)
 
 
 @asynccontextmanager

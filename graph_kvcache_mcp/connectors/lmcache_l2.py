@@ -32,12 +32,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias
 
-from pydantic import SecretStr
-
-from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES, SyncKvClient
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.domain.endpoints import url_from_addr
+from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES
+from graph_kvcache_mcp.connectors.kv_open import sync_client_from_params
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, check_namespace, engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Presence, Stored, Unavailable
 
@@ -78,23 +74,16 @@ class EngineL2Client:
         max_connections: int | None = None,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
-        url = base_url or (url_from_addr(addr) if addr else None)
         if max_connections is None and not os.environ.get(_CONNECTIONS_ENV, "").strip():
             max_connections = DEFAULT_MAX_CONNECTIONS
-        settings = Settings.from_env(
-            kv_url=url,
-            kv_token=SecretStr(token) if token else None,
-            kv_timeout_s=timeout_s,
-            kv_concurrency=max_connections,
+        self.core = sync_client_from_params(
+            base_url=base_url,
+            addr=addr,
+            token=token,
+            timeout_s=timeout_s,
+            concurrency=max_connections,
         )
-        target = resolve_kv_target(settings)
         self.namespace = check_namespace(namespace)
-        self.core = SyncKvClient(
-            target.base_url,
-            target.token,
-            timeout_s=settings.kv_timeout_s,
-            concurrency=settings.kv_concurrency,
-        )
         workers = DEFAULT_NUM_WORKERS if num_workers is None else int(num_workers)
         self.num_workers = max(1, workers)
         self._batches = ThreadPoolExecutor(self.num_workers, thread_name_prefix="lmcache-l2")

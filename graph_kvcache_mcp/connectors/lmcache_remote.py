@@ -27,12 +27,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from pydantic import SecretStr
-
-from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES, KvClient, SyncKvClient
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.domain.endpoints import url_from_addr
+from graph_kvcache_mcp.connectors.kv_open import sync_client_from_params
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, check_namespace, engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Unavailable
 from graph_kvcache_mcp.errors import ConfigError
@@ -66,23 +62,14 @@ def params_from_extra_config(extra_config: Mapping[str, Any] | None) -> dict[str
 
 def core_from_params(params: Mapping[str, Any]) -> tuple[SyncKvClient, str]:
     """The blocking KV core and key namespace for `params`, falling back to the environment."""
-    addr = params.get("addr")
-    url = params.get("base_url") or (url_from_addr(str(addr)) if addr else None)
-    token = params.get("token")
-    timeout = params.get("timeout_s")
-    connections = params.get("max_connections")
-    settings = Settings.from_env(
-        kv_url=url,
-        kv_token=SecretStr(str(token)) if token else None,
-        kv_timeout_s=float(timeout) if timeout is not None else None,
-        kv_concurrency=int(connections) if connections is not None else None,
-    )
-    target = resolve_kv_target(settings)
-    core = SyncKvClient(
-        target.base_url,
-        target.token,
-        timeout_s=settings.kv_timeout_s,
-        concurrency=settings.kv_concurrency,
+    addr, token = params.get("addr"), params.get("token")
+    timeout, connections = params.get("timeout_s"), params.get("max_connections")
+    core = sync_client_from_params(
+        base_url=params.get("base_url"),
+        addr=str(addr) if addr else None,
+        token=str(token) if token else None,
+        timeout_s=float(timeout) if timeout is not None else None,
+        concurrency=int(connections) if connections is not None else None,
     )
     return core, check_namespace(str(params.get("namespace") or DEFAULT_NAMESPACE))
 
