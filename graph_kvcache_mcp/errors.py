@@ -3,6 +3,7 @@
     GraphKvcacheError
      ├── InvalidKey        (also ValueError)  a key the engine would refuse or misread
      ├── InvalidValue      (also ValueError)  a value too large, or bytes that do not decode
+     │    └── FileRefused                      a path a tool may not use, or a file it won't read
      ├── ConfigError       (also ValueError)  a setting that cannot be used as given
      └── ProcessError                         a managed process could not be started or stopped
           ├── EngineProcessError
@@ -33,6 +34,11 @@ class InvalidKey(GraphKvcacheError, ValueError):
 
 class InvalidValue(GraphKvcacheError, ValueError):
     """A value that cannot be stored: too large, or not decodable as given."""
+
+
+class FileRefused(InvalidValue):
+    """A path outside the allowed roots, or a file that is not a readable regular file within the
+    size limit (a device, FIFO, socket, directory, symlink where none may be, or too large)."""
 
 
 class ConfigError(GraphKvcacheError, ValueError):

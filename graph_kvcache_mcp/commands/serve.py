@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import json
 import os
-import secrets
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,7 +22,8 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
-from graph_kvcache_mcp.connectors.process_tools import port_in_use, write_private
+from graph_kvcache_mcp.connectors.http_token import TOKEN_ENV, http_token
+from graph_kvcache_mcp.connectors.process_tools import port_in_use
 from graph_kvcache_mcp.state import live_state
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 HTTP_PATH = "/mcp"
+MAX_HTTP_BODY_BYTES = 96 * 1024 * 1024
+"""Room for a 64 MiB value as base64 (~85.4 MiB) inside a JSON-RPC request; the SDK's 4 MiB
+default refused values over ~3 MiB that the tools accept."""
 SIGNAL_CLEANUP_S = 30.0
 """How long a signalled stdio server waits for its cleanup (stopping its engine) before exiting."""
 _TOP_LEVEL_FLAGS = frozenset({"-h", "--help", "--version"})
@@ -48,11 +52,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP port on 127.0.0.1 (http only)"
     )
-    serve.add_argument(
+    auth = serve.add_mutually_exclusive_group()
+    auth.add_argument(
         "--http-token",
         action="store_true",
-        help="require a bearer token on HTTP: GRAPH_KVCACHE_HTTP_TOKEN, else a generated one "
-        "written to <data dir>/http-token (0600)",
+        help="require a bearer token on HTTP (the default; kept for older scripts): "
+        "GRAPH_KVCACHE_HTTP_TOKEN, else one generated into <data dir>/http-token (0600)",
+    )
+    auth.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve HTTP without a token: every local process can then call every tool",
     )
     serve.set_defaults(handler=run_serve)
 
@@ -117,7 +127,20 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     if port_in_use(HTTP_HOST, args.port):
         note(f"error: port {args.port} on {HTTP_HOST} is already in use; choose another --port")
         return EXIT_BAD_INPUT
-    token = http_token(settings) if args.http_token else None
+    token: SecretStr | None = None
+    if args.no_auth:
+        note(
+            "warning: --no-auth: any process on this machine can call every tool of this server "
+            "(read files in the allowed roots, store values, start processes)"
+        )
+    else:
+        found = http_token(settings)
+        token = found.value
+        if found.source == TOKEN_ENV:
+            note(f"HTTP bearer token: from {TOKEN_ENV}")
+        else:
+            made = "generated into" if found.created else "read from"
+            note(f"HTTP bearer token {made} {found.source} (send 'Authorization: Bearer <token>')")
     anyio.run(serve_http, server, args.port, token)
     return EXIT_OK
 
@@ -149,9 +172,10 @@ async def serve_stdio(server: MCPServer[Any]) -> None:
 async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None) -> None:
     import uvicorn
 
-    app: ASGIApp = server.streamable_http_app(host=HTTP_HOST)
-    if token is not None:
-        app = BearerTokenGate(app, token)
+    app: ASGIApp = server.streamable_http_app(
+        host=HTTP_HOST, max_request_body_size=MAX_HTTP_BODY_BYTES
+    )
+    app = BearerTokenGate(app, token) if token is not None else NoOAuthDiscovery(app)
     url = f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
     gate = " (bearer token required)" if token is not None else ""
     note(f"serving MCP over streamable HTTP at {url}{gate}")
@@ -159,50 +183,72 @@ async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None)
     await uvicorn.Server(config).serve()
 
 
-def http_token(settings: Settings) -> SecretStr:
-    """The token HTTP clients must send: from the environment, else generated and saved 0600."""
-    if settings.http_token is not None:
-        note("HTTP bearer token: GRAPH_KVCACHE_HTTP_TOKEN")
-        return settings.http_token
-    path = settings.data_dir / "http-token"
-    write_private(path, secrets.token_hex(32))
-    note(f"HTTP bearer token written to {path} (send it as 'Authorization: Bearer <token>')")
-    return SecretStr(path.read_text().strip())
+class NoOAuthDiscovery:
+    """ASGI middleware: OAuth discovery paths answer 404, so an OAuth-aware client sends its
+    configured header instead of starting an authorization flow this server cannot finish."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _is_oauth_discovery(scope.get("path", "")):
+            await _answer(send, 404, b'{"error": "this server does not use OAuth"}', [])
+            return
+        await self.app(scope, receive, send)
 
 
 class BearerTokenGate:
-    """ASGI middleware: HTTP requests need `Authorization: Bearer <token>`; else 401."""
+    """ASGI middleware: HTTP requests need `Authorization: Bearer <token>` (the scheme in any
+    case), compared in constant time; else 401 with a hint. OAuth discovery paths answer 404."""
 
     def __init__(self, app: ASGIApp, token: SecretStr) -> None:
-        self.app = app
-        self._expected = f"Bearer {token.get_secret_value()}".encode()
+        self.app = NoOAuthDiscovery(app)
+        self._expected = token.get_secret_value().encode()
 
     def __repr__(self) -> str:
         return "BearerTokenGate(token=**********)"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"www-authenticate", b'Bearer realm="graph-kvcache-mcp"'),
-                        (b"content-type", b"application/json"),
-                    ],
-                }
-            )
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": b'{"error": "missing or wrong bearer token"}',
-                }
-            )
+        if (
+            scope["type"] == "http"
+            and not _is_oauth_discovery(scope.get("path", ""))
+            and not self._authorized(scope)
+        ):
+            headers = [(b"www-authenticate", b'Bearer realm="graph-kvcache-mcp"')]
+            await _answer(send, 401, UNAUTHORIZED_BODY, headers)
             return
         await self.app(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", ()):
             if name.lower() == b"authorization":
-                return hmac.compare_digest(bytes(value), self._expected)
+                scheme, _, credentials = bytes(value).strip().partition(b" ")
+                given = credentials.strip()
+                # compare_digest always runs, so timing does not tell a bad scheme from a bad token.
+                matches = hmac.compare_digest(given, self._expected)
+                return matches and scheme.lower() == b"bearer"
         return False
+
+
+UNAUTHORIZED_BODY = json.dumps(
+    {
+        "error": "missing or wrong bearer token",
+        "hint": "send 'Authorization: Bearer <token>' with the token from "
+        "GRAPH_KVCACHE_HTTP_TOKEN, or from <data dir>/http-token (named on the server's stderr)",
+    }
+).encode()
+
+
+def _is_oauth_discovery(path: str) -> bool:
+    return path.startswith(("/.well-known/oauth-", "/.well-known/openid-configuration"))
+
+
+async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -55,7 +55,9 @@ def test_unset_server_flags_leave_the_environment_in_charge(
     assert settings.read_only is True
 
 
-async def _request(gate: BearerTokenGate, headers: list[tuple[bytes, bytes]]) -> list[Any]:
+async def _request(
+    gate: BearerTokenGate, headers: list[tuple[bytes, bytes]], *, path: str = "/mcp"
+) -> list[Any]:
     sent: list[Any] = []
 
     async def receive() -> MutableMapping[str, Any]:
@@ -64,7 +66,7 @@ async def _request(gate: BearerTokenGate, headers: list[tuple[bytes, bytes]]) ->
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    scope = {"type": "http", "method": "POST", "path": path, "headers": headers}
     await gate(scope, receive, send)
     return sent
 
@@ -82,8 +84,10 @@ async def _ok_app(scope: Any, receive: Any, send: Any) -> None:
         [(b"authorization", b"Bearer wrong")],
         [(b"authorization", TOKEN.encode())],
         [(b"x-token", f"Bearer {TOKEN}".encode())],
+        [(b"authorization", f"Basic {TOKEN}".encode())],
+        [(b"authorization", b"Bearer ")],
     ],
-    ids=["missing", "wrong", "no-scheme", "other-header"],
+    ids=["missing", "wrong", "no-scheme", "other-header", "basic-scheme", "empty"],
 )
 async def test_the_gate_answers_401_without_the_right_bearer_token(
     headers: list[tuple[bytes, bytes]],
@@ -92,10 +96,33 @@ async def test_the_gate_answers_401_without_the_right_bearer_token(
     assert sent[0]["status"] == 401
     assert (b"www-authenticate", b'Bearer realm="graph-kvcache-mcp"') in sent[0]["headers"]
     assert TOKEN.encode() not in sent[1]["body"]
+    assert b"Authorization: Bearer <token>" in sent[1]["body"]
 
 
-async def test_the_gate_passes_requests_with_the_token_through() -> None:
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+async def test_the_gate_passes_requests_with_the_token_in_any_scheme_case(scheme: str) -> None:
     gate = BearerTokenGate(_ok_app, SecretStr(TOKEN))
-    sent = await _request(gate, [(b"Authorization", f"Bearer {TOKEN}".encode())])
+    sent = await _request(gate, [(b"Authorization", f"{scheme} {TOKEN}".encode())])
     assert (sent[0]["status"], sent[1]["body"]) == (200, b"ok")
     assert TOKEN not in repr(gate)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+    ],
+)
+async def test_oauth_discovery_answers_404_with_or_without_a_token(path: str) -> None:
+    gate = BearerTokenGate(_ok_app, SecretStr(TOKEN))
+    for headers in ([], [(b"authorization", f"Bearer {TOKEN}".encode())]):
+        sent = await _request(gate, headers, path=path)
+        assert sent[0]["status"] == 404
+
+
+def test_no_auth_and_http_token_cannot_be_given_together() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--transport", "http", "--no-auth", "--http-token"])
