@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url, url_from_addr
+from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
@@ -54,6 +55,12 @@ class Settings(BaseModel):
     toolsets: tuple[str, ...] = DEFAULT_TOOLSETS
     http_token: SecretStr | None = Field(
         None, description="Bearer token the HTTP transport requires (GRAPH_KVCACHE_HTTP_TOKEN)."
+    )
+
+    file_roots: tuple[Path, ...] | None = Field(
+        None,
+        description="Directories tool paths must lie in (GRAPH_KVCACHE_FILE_ROOTS); None: the "
+        "client's roots, else the working directory.",
     )
 
     bundle_secret: SecretStr | None = Field(
@@ -119,6 +126,10 @@ class Settings(BaseModel):
             values["toolsets"] = split_list(toolsets)
         if http_token := env.get("GRAPH_KVCACHE_HTTP_TOKEN", "").strip():
             values["http_token"] = SecretStr(http_token)
+        if (roots := env.get(ROOTS_ENV, "")).strip():
+            values["file_roots"] = tuple(
+                Path(root).expanduser() for root in roots_from_setting(roots, separator=os.pathsep)
+            )
         if bundle_secret := env.get("GRAPH_KVCACHE_BUNDLE_SECRET", "").strip():
             values["bundle_secret"] = SecretStr(bundle_secret)
         if vllm_url := env.get("VLLM_BASE_URL", "").strip():

@@ -115,7 +115,7 @@ def _kind(mode: int) -> str:
 
 def _too_large(path: Path, size: int | None, max_bytes: int) -> FileRefused:
     shown = f"{size:,} bytes" if size is not None else "larger than that"
-    return FileRefused(f"{path} is {shown}; the limit here is {max_bytes:,} bytes")
+    return FileRefused(f"{path} is {shown}; at most {max_bytes:,} bytes are read here")
 
 
 def _refusal(path: Path, exc: OSError) -> FileRefused:

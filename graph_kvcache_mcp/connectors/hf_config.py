@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.connectors.file_access import read_regular_file
+from graph_kvcache_mcp.errors import ConfigError, FileRefused
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -20,22 +21,21 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: missing, too large, not JSON, or not a JSON object.
     """
-    target = Path(path).expanduser()
-    if target.is_dir():
-        target = target / "config.json"
+    target = config_file_of(Path(path).expanduser())
     try:
-        size = target.stat().st_size
-    except OSError:
+        raw = json.loads(read_regular_file(target.resolve(), max_bytes=MAX_CONFIG_BYTES))
+    except FileRefused as exc:
         raise ConfigError(
-            f"no config.json at {target}: give the path of a local model's config.json "
+            f"no config.json to read ({exc}): give the path of a local model's config.json "
             "or of its directory"
         ) from None
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{target} is {size:,} bytes: that is not a model config.json")
-    try:
-        raw = json.loads(target.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{target} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{target} holds JSON but not an object: not a model config.json")
     return raw
+
+
+def config_file_of(path: Path) -> Path:
+    """`path` itself, or `path/config.json` when `path` is a (model) directory."""
+    return path / "config.json" if path.is_dir() else path

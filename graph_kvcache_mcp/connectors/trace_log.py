@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.connectors.file_access import read_regular_file
 from graph_kvcache_mcp.domain.traces import Trace, parse_trace_lines
 from graph_kvcache_mcp.errors import InvalidValue
 
@@ -33,17 +34,16 @@ def append_traces(path: Path, traces: Iterable[Trace]) -> int:
 
 
 def read_traces(path: Path, *, max_bytes: int = MAX_TRACE_FILE_BYTES) -> TraceFile:
-    """Every trace in a JSONL file.
+    """Every trace in a JSONL file (a regular file, read bounded and without blocking).
 
     Raises:
-        InvalidValue: the file is larger than `max_bytes`.
-        OSError: it cannot be read.
+        FileRefused: missing, not a regular file, or larger than `max_bytes`.
+        InvalidValue: not UTF-8 text.
     """
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise InvalidValue(
-            f"{path} is {size:,} bytes, over the {max_bytes:,}-byte limit for a trace file; "
-            "split it or summarize a part"
-        )
-    traces, bad = parse_trace_lines(path.read_text(encoding="utf-8").split("\n"))
+    raw = read_regular_file(path.resolve(), max_bytes=max_bytes)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidValue(f"{path} is not UTF-8 text, so not a JSONL trace file") from None
+    traces, bad = parse_trace_lines(text.split("\n"))
     return TraceFile(path=str(path), traces=traces, bad_lines=bad)

@@ -15,6 +15,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from graph_kvcache_mcp.connectors.file_access import create_exclusive
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.domain.keys import check_key
@@ -37,14 +38,13 @@ from graph_kvcache_mcp.tools._common import (
     register_all,
     state_of,
 )
+from graph_kvcache_mcp.tools.file_paths import new_file_inside_roots
 from graph_kvcache_mcp.tools.kv_input import (
     Key,
     Keys,
     check_keys,
-    new_file_path,
     refused_input,
     value_from,
-    write_new_file,
 )
 
 TOOLSET = "kv"
@@ -172,7 +172,8 @@ async def kv_save(
     path: Annotated[
         str,
         Field(
-            description="Absolute path of a NEW file to write the value to; its directory must "
+            description="Absolute path of a NEW file to write the value to, inside the allowed "
+            "roots (the client's roots or the server's working directory); its directory must "
             "exist. An existing file is never overwritten."
         ),
     ],
@@ -182,7 +183,7 @@ async def kv_save(
     directories and existing files."""
     with refused_input("kv_save"):
         check_key(key)
-    target = new_file_path(path)
+    target = await new_file_inside_roots(ctx, path, param="path")
     access = state_of(ctx).kv
     kv = await access.connect()
     if isinstance(kv, Unavailable):
@@ -191,10 +192,10 @@ async def kv_save(
     if not isinstance(outcome, Hit):
         return KvGetOut.from_outcome(key, outcome)
     try:
-        await anyio.to_thread.run_sync(write_new_file, target, outcome.value)
+        await anyio.to_thread.run_sync(create_exclusive, target, outcome.value)
     except FileExistsError:
         raise ToolError(
-            f"{target} already exists; kv_save never overwrites: choose a new path"
+            f"{target} already exists and is never overwritten: choose a new path"
         ) from None
     except OSError as exc:
         raise ToolError(f"could not write {target}: {exc.strerror or exc}") from None
@@ -213,7 +214,10 @@ async def kv_put(
     ] = None,
     file_path: Annotated[
         str | None,
-        Field(description="Absolute path of a local file whose bytes to store, instead of base64."),
+        Field(
+            description="Absolute path of a regular file inside the allowed roots (the client's "
+            "roots or the server's working directory) whose bytes to store, instead of base64."
+        ),
     ] = None,
 ) -> KvPutOut:
     """Store bytes under a key. The engine keeps the FIRST value ever stored under a key: state
@@ -222,7 +226,7 @@ async def kv_put(
     caller can verify. Values are capped at 64 MiB - 9 bytes."""
     with refused_input("kv_put"):
         check_key(key)
-        value = await value_from(value_b64, file_path)
+        value = await value_from(ctx, value_b64, file_path)
     kv = await state_of(ctx).kv.connect()
     if isinstance(kv, Unavailable):
         return KvPutOut.from_outcome(key, value, kv)

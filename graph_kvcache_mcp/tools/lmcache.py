@@ -11,6 +11,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from graph_kvcache_mcp.connectors.hf_config import config_file_of
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE
@@ -25,6 +26,7 @@ from graph_kvcache_mcp.services.lmcache_check import (
 )
 from graph_kvcache_mcp.services.lmcache_plan import LmcacheConfigOut, build_plan, model_facts
 from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
+from graph_kvcache_mcp.tools.file_paths import path_inside_roots
 
 TOOLSET = "lmcache"
 
@@ -48,8 +50,9 @@ async def lmcache_config(
     hf_config: Annotated[
         str | None,
         Field(
-            description="Path of a local Hugging Face config.json (or its model directory). "
-            "Preferred: the facts are read from it. Nothing is downloaded."
+            description="Absolute path of a local Hugging Face config.json (or its model "
+            "directory) inside the allowed roots. Preferred: the facts are read from it. Nothing "
+            "is downloaded."
         ),
     ] = None,
     model: Annotated[
@@ -104,6 +107,11 @@ async def lmcache_config(
     plan.supported is false, tell the user to rely on vLLM's native prefix caching."""
     settings = state_of(ctx).settings
     source = f"config.json at {hf_config}" if hf_config else "given facts"
+    if hf_config is not None:
+        # Check the file actually read: a model directory's config.json may be a link out.
+        given = await path_inside_roots(ctx, hf_config, param="hf_config")
+        config_file = await anyio.to_thread.run_sync(config_file_of, given)
+        hf_config = str(await path_inside_roots(ctx, str(config_file), param="hf_config"))
     try:
         # The engine this server would use, without starting one: generating config is read-only.
         default_url = (await anyio.to_thread.run_sync(resolve_kv_target, settings)).base_url

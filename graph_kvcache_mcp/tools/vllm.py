@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -14,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.trace_log import TraceFile, read_traces
+from graph_kvcache_mcp.connectors.trace_log import read_traces
 from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
 from graph_kvcache_mcp.connectors.vllm_process import (
     Progress,
@@ -31,7 +30,7 @@ from graph_kvcache_mcp.domain.vllm_metrics import (
     UnknownModel,
     delta,
 )
-from graph_kvcache_mcp.errors import ConfigError, InvalidValue, VllmProcessError
+from graph_kvcache_mcp.errors import ConfigError, FileRefused, InvalidValue, VllmProcessError
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -40,6 +39,7 @@ from graph_kvcache_mcp.tools._common import (
     register_all,
     state_of,
 )
+from graph_kvcache_mcp.tools.file_paths import path_inside_roots
 
 TOOLSET = "vllm"
 # Dropping the prefix cache changes what later calls cost, so it is a destructive write.
@@ -293,8 +293,8 @@ async def vllm_trace_summary(
     path: Annotated[
         str | None,
         Field(
-            description="A JSONL trace file (one Trace per line); default: this session's "
-            "vllm_chat calls."
+            description="Absolute path of a JSONL trace file (one Trace per line) inside the "
+            "allowed roots; default: this session's vllm_chat calls."
         ),
     ] = None,
 ) -> VllmTraceSummaryOut:
@@ -304,10 +304,11 @@ async def vllm_trace_summary(
     access = state_of(ctx).vllm
     if path is None:
         return VllmTraceSummaryOut(source="session", summary=summarize(list(access.traces)))
+    resolved = await path_inside_roots(ctx, path, param="path")
     try:
-        found = await anyio.to_thread.run_sync(_read_trace_file, path)
-    except FileNotFoundError:
-        raise ToolError(f"no trace file at {path}; give the path of a JSONL trace file") from None
+        found = await anyio.to_thread.run_sync(read_traces, resolved)
+    except FileRefused as exc:
+        raise ToolError(f"no trace file at {path}: {exc}; give a JSONL trace file") from None
     except (OSError, InvalidValue) as exc:
         raise ToolError(f"cannot read {path}: {exc}") from exc
     return VllmTraceSummaryOut(
@@ -317,10 +318,6 @@ async def vllm_trace_summary(
         bad_line_count=len(found.bad_lines),
         bad_lines=found.bad_lines[:MAX_BAD_LINES_SHOWN],
     )
-
-
-def _read_trace_file(path: str) -> TraceFile:
-    return read_traces(Path(path).expanduser())
 
 
 def _conversation(

@@ -92,7 +92,8 @@ async def test_an_oversized_file_is_refused_without_reading_it(
     key, big = fresh_key("huge-file"), tmp_path / "big.bin"
     with big.open("wb") as handle:  # sparse: no disk space used
         handle.truncate(MAX_VALUE_BYTES + 1)
-    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+    settings = memory_engine.settings.model_copy(update={"file_roots": (tmp_path,)})
+    async with Client(build_server(settings), mode=mode) as client:
         message = await call_error(client, "kv_put", {"key": key, "file_path": str(big)})
     assert f"{MAX_VALUE_BYTES + 1:,} bytes" in message and "at most" in message
     assert memory_engine.sync_client().contains(key) == Presence(False)
@@ -104,7 +105,8 @@ async def test_kv_put_needs_exactly_one_source_of_bytes(
 ) -> None:
     key, source = fresh_key(), tmp_path / "v.bin"
     source.write_bytes(b"v")
-    async with Client(build_server(memory_engine.settings), mode=mode) as client:
+    settings = memory_engine.settings.model_copy(update={"file_roots": (tmp_path,)})
+    async with Client(build_server(settings), mode=mode) as client:
         neither = await call_error(client, "kv_put", {"key": key})
         both = await call_error(
             client, "kv_put", {"key": key, "value_b64": b64(b"v"), "file_path": str(source)}
@@ -114,7 +116,7 @@ async def test_kv_put_needs_exactly_one_source_of_bytes(
             client, "kv_put", {"key": key, "file_path": str(tmp_path / "absent")}
         )
     assert "exactly one of value_b64" in neither and "exactly one of value_b64" in both
-    assert "relative" in relative and "not an existing regular file" in missing
+    assert "relative" in relative and "does not exist" in missing
     assert memory_engine.sync_client().contains(key) == Presence(False)
 
 

@@ -92,7 +92,8 @@ async def test_kv_save_writes_the_value_to_a_new_file_and_never_overwrites(
     key, value = fresh_key(), os.urandom(200_000)
     engine.sync_client().put(key, value)
     target = tmp_path / "value.bin"
-    async with Client(build_server(engine.settings), mode=mode) as client:
+    settings = engine.settings.model_copy(update={"file_roots": (tmp_path,)})
+    async with Client(build_server(settings), mode=mode) as client:
         saved = KvGetOut.model_validate(
             await call_ok(client, "kv_save", {"key": key, "path": str(target)})
         )
@@ -100,7 +101,7 @@ async def test_kv_save_writes_the_value_to_a_new_file_and_never_overwrites(
         relative = await call_error(client, "kv_save", {"key": key, "path": "value.bin"})
     assert (saved.hit, saved.saved_to, saved.size_bytes) == (True, str(target), len(value))
     assert target.read_bytes() == value
-    assert "already exists" in again and "never overwrites" in again
+    assert "already exists" in again and "choose a new path" in again
     assert "relative" in relative
 
 
@@ -109,7 +110,8 @@ async def test_kv_save_writes_nothing_for_a_missing_key(
     engine: RunningEngine, mode: str, tmp_path: Path
 ) -> None:
     target = tmp_path / "nothing.bin"
-    async with Client(build_server(engine.settings), mode=mode) as client:
+    settings = engine.settings.model_copy(update={"file_roots": (tmp_path,)})
+    async with Client(build_server(settings), mode=mode) as client:
         out = KvGetOut.model_validate(
             await call_ok(client, "kv_save", {"key": fresh_key(), "path": str(target)})
         )
@@ -124,7 +126,8 @@ async def test_kv_put_reads_the_value_from_a_file_path(
     key, value = fresh_key(), os.urandom(5000)
     source = tmp_path / "block.bin"
     source.write_bytes(value)
-    async with Client(build_server(engine.settings), mode=mode) as client:
+    settings = engine.settings.model_copy(update={"file_roots": (tmp_path,)})
+    async with Client(build_server(settings), mode=mode) as client:
         out = KvPutOut.model_validate(
             await call_ok(client, "kv_put", {"key": key, "file_path": str(source)})
         )

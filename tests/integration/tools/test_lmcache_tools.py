@@ -59,7 +59,7 @@ async def test_lmcache_config_from_given_facts_and_its_input_errors(
             "lmcache_config",
             {"hf_config": str(DATA / "qwen3-8b.config.json"), "chunk_size": 100},
         )
-        no_file = await call_error(client, "lmcache_config", {"hf_config": "/nonexistent/x"})
+        no_file = await call_error(client, "lmcache_config", {"hf_config": str(DATA / "absent")})
     out = LmcacheConfigOut.model_validate(raw)
     assert out.plan.lmcache_yaml and "remote_storage_plugin.graphkv" in out.plan.lmcache_yaml
     assert "num_layers" in missing and "config.json" in missing

@@ -227,7 +227,7 @@ async def test_vllm_trace_summary_reads_a_jsonl_file_and_lists_bad_lines(tmp_pat
     with path.open("a") as handle:
         handle.write("{not a trace}\n")
     append_traces(path, traces[1:])
-    settings = Settings.build(data_dir=tmp_path, toolsets=("vllm",))
+    settings = Settings.build(data_dir=tmp_path, toolsets=("vllm",), file_roots=(tmp_path,))
     async with Client(build_server(settings)) as client:
         out = VllmTraceSummaryOut.model_validate(
             await call_ok(client, "vllm_trace_summary", {"path": str(path)})

@@ -1,0 +1,68 @@
+"""Where tools may read and write files: inside allowed roots. Pure: no I/O.
+
+The roots are `GRAPH_KVCACHE_FILE_ROOTS` when set, else the MCP client's roots when it declares
+them and the session can ask, else the server's working directory. Callers resolve paths (and
+roots) with symlinks followed before asking `FileRoots.contains`, so a link inside a root that
+points outside it is outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePath, PurePosixPath
+from urllib.parse import unquote, urlsplit
+
+from graph_kvcache_mcp.errors import ConfigError
+
+ROOTS_ENV = "GRAPH_KVCACHE_FILE_ROOTS"
+FROM_SETTING = ROOTS_ENV
+FROM_CLIENT = "the MCP client's roots"
+FROM_WORKING_DIR = "the server's working directory"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRoots:
+    """The directories tool paths must lie in, and where that list came from."""
+
+    paths: tuple[PurePath, ...]
+    source: str
+
+    def contains(self, resolved: PurePath) -> bool:
+        """True when `resolved` (symlinks already followed) is a root or lies below one."""
+        return any(resolved == root or resolved.is_relative_to(root) for root in self.paths)
+
+    def refusal(self, param: str, given: str, resolved: PurePath) -> str:
+        """Why `given` may not be used, naming the roots and how to widen them."""
+        shown = ", ".join(str(root) for root in self.paths) or "(none)"
+        where = f" (it resolves to {resolved})" if str(resolved) != given else ""
+        return (
+            f"{param} {given!r} is outside the allowed roots{where}. Allowed: {shown}, from "
+            f"{self.source}. Use a path inside them, or have the user set {ROOTS_ENV} "
+            "(absolute directories separated by the OS path separator) when starting the server"
+        )
+
+
+def roots_from_setting(text: str, *, separator: str) -> tuple[PurePosixPath, ...]:
+    """The absolute directories in a `GRAPH_KVCACHE_FILE_ROOTS` value.
+
+    Raises:
+        ConfigError: an entry is relative, or the value names no directory at all.
+    """
+    entries = [entry.strip() for entry in text.split(separator) if entry.strip()]
+    relative = [entry for entry in entries if not entry.startswith(("/", "~"))]
+    if relative:
+        raise ConfigError(f"{ROOTS_ENV}: {relative[0]!r} is relative; give absolute directories")
+    if not entries:
+        raise ConfigError(f"{ROOTS_ENV} is set but names no directory; unset it or give one")
+    return tuple(PurePosixPath(entry) for entry in entries)
+
+
+def paths_from_root_uris(uris: Iterable[str]) -> tuple[PurePosixPath, ...]:
+    """The local directories among a client's root URIs (`file:///...`); others are ignored."""
+    paths: list[PurePosixPath] = []
+    for uri in uris:
+        parts = urlsplit(uri)
+        if parts.scheme == "file" and parts.netloc in {"", "localhost"} and parts.path:
+            paths.append(PurePosixPath(unquote(parts.path)))
+    return tuple(paths)
