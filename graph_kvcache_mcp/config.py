@@ -12,15 +12,29 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from graph_kvcache_mcp.domain.endpoints import parse_http_url, url_from_addr
+from graph_kvcache_mcp.domain.endpoints import (
+    INSECURE_HOSTS_ENV,
+    approve_http_url,
+    check_insecure_hosts,
+    url_from_addr,
+)
 from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
 TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle")
 DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle")
+Endpoint = Literal["kv", "vllm"]
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
@@ -37,6 +51,18 @@ class Settings(BaseModel):
     """Everything the server, CLI and library read from outside. Secrets are `SecretStr`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Before the URLs: their validators read these two.
+    insecure_http_hosts: tuple[str, ...] = Field(
+        (),
+        description="Hosts, IPs or CIDRs that may be sent plain http "
+        "(GRAPH_KVCACHE_INSECURE_HTTP_HOSTS); loopback always may.",
+    )
+    endpoint_problems: dict[Endpoint, str] = Field(
+        default_factory=dict,
+        description="Endpoints refused at startup and why (only a server defers these: its "
+        "toolsets that need the endpoint answer with the reason; elsewhere they raise).",
+    )
 
     kv_url: str | None = Field(
         None, description="Engine base URL; None means 'use the managed engine, else the default'."
@@ -77,17 +103,24 @@ class Settings(BaseModel):
     )
     vllm_timeout_s: float = Field(120.0, gt=0, le=3600)
 
+    @field_validator("insecure_http_hosts")
+    @classmethod
+    def _check_insecure_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_insecure_hosts(value)
+
     @field_validator("kv_url")
     @classmethod
-    def _check_kv_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        return parse_http_url(value, what="EPISTEMIC_GRAPH_KVCACHE_URL").url
+    def _check_kv_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or "kv" in info.data.get("endpoint_problems", {}):
+            return value
+        return _approve(value, "kv", info)
 
     @field_validator("vllm_base_url")
     @classmethod
-    def _check_vllm_url(cls, value: str) -> str:
-        return parse_http_url(value, what="VLLM_BASE_URL").url
+    def _check_vllm_url(cls, value: str, info: ValidationInfo) -> str:
+        if "vllm" in info.data.get("endpoint_problems", {}):
+            return value
+        return _approve(value, "vllm", info)
 
     @field_validator("toolsets")
     @classmethod
@@ -98,20 +131,36 @@ class Settings(BaseModel):
         return value
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        defer_endpoint_errors: bool = False,
+        **overrides: Any,
+    ) -> Settings:
         """Read settings from `environ` (default `os.environ`); `overrides` (flags) win.
 
         Overrides whose value is None are ignored, so unset CLI flags leave the env in charge.
+        With `defer_endpoint_errors` (the server), a malformed or refused engine or vLLM URL is
+        kept and recorded in `endpoint_problems` instead of raising, so the rest still serves.
 
         Raises:
             ConfigError: a value is malformed; the message names the variable and the fix.
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {"data_dir": default_data_dir(env)}
+        if hosts := env.get(INSECURE_HOSTS_ENV, "").strip():
+            values["insecure_http_hosts"] = split_list(hosts)
         if url := env.get("EPISTEMIC_GRAPH_KVCACHE_URL", "").strip():
             values["kv_url"] = url
         elif addr := env.get("EPISTEMIC_GRAPH_KVCACHE_ADDR", "").strip():
-            values["kv_url"] = url_from_addr(addr)
+            try:
+                values["kv_url"] = url_from_addr(addr)
+            except ConfigError as exc:
+                if not defer_endpoint_errors:
+                    raise
+                values["kv_url"] = addr  # kept so nothing falls back to another engine
+                values["endpoint_problems"] = {"kv": str(exc)}
         if token := env.get("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "").strip():
             values["kv_token"] = SecretStr(token)
         if timeout := env.get("EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S", "").strip():
@@ -139,6 +188,8 @@ class Settings(BaseModel):
         if vllm_python := env.get("GRAPH_KVCACHE_VLLM_PYTHON", "").strip():
             values["vllm_python"] = Path(vllm_python)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if defer_endpoint_errors:
+            values["endpoint_problems"] = _endpoint_problems(values)
         return cls.build(**values)
 
     @classmethod
@@ -149,6 +200,36 @@ class Settings(BaseModel):
         except ValidationError as exc:
             problems = describe_validation(exc, whole="settings")
             raise ConfigError(f"invalid settings: {problems}") from None
+
+
+ENDPOINT_SETTINGS: dict[Endpoint, tuple[str, str]] = {
+    "kv": ("kv_url", "EPISTEMIC_GRAPH_KVCACHE_URL"),
+    "vllm": ("vllm_base_url", "VLLM_BASE_URL"),
+}
+"""Each endpoint's Settings field and the variable that names it in messages."""
+
+
+def _approve(url: str, endpoint: Endpoint, info: ValidationInfo) -> str:
+    hosts = info.data.get("insecure_http_hosts", ())
+    return approve_http_url(url, what=ENDPOINT_SETTINGS[endpoint][1], insecure_hosts=hosts).url
+
+
+def _endpoint_problems(values: dict[str, Any]) -> dict[Endpoint, str]:
+    """Why each configured endpoint in `values` would be refused (none: an empty dict)."""
+    problems: dict[Endpoint, str] = dict(values.get("endpoint_problems", {}))
+    try:
+        hosts = check_insecure_hosts(values.get("insecure_http_hosts", ()))
+    except ConfigError:
+        return problems  # the field's own validator reports it
+    for endpoint, (field, variable) in ENDPOINT_SETTINGS.items():
+        url = values.get(field)
+        if url is None or endpoint in problems:
+            continue
+        try:
+            approve_http_url(url, what=variable, insecure_hosts=hosts)
+        except ConfigError as exc:
+            problems[endpoint] = str(exc)
+    return problems
 
 
 def split_list(text: str) -> tuple[str, ...]:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from graph_kvcache_mcp import __version__
-from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.config import Endpoint, Settings
 from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
 from graph_kvcache_mcp.tools import bundle as bundle_tools
 from graph_kvcache_mcp.tools import engine as engine_tools
@@ -27,6 +29,15 @@ TOOLSET_MODULES: dict[str, ModuleType] = {
     "vllm": vllm_tools,
     "lmcache": lmcache_tools,
 }
+
+TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
+    "kv": ("kv",),
+    "engine": ("kv",),
+    "lmcache": ("kv",),
+    "bundle": ("kv", "vllm"),
+    "vllm": ("vllm",),
+}
+"""The endpoints each toolset talks to: a refused one disables the toolset, not the server."""
 
 INSTRUCTIONS = """\
 Tools to drive and inspect an LLM KV-cache stack: the epistemic-graph engine's content-addressed
@@ -77,9 +88,57 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
     )
     for name in settings.toolsets:
         module: Any = TOOLSET_MODULES.get(name)
-        if module is not None:
+        if module is None:
+            continue
+        reason = toolset_refusal(name, settings)
+        if reason is None:
             module.register(server, read_only=settings.read_only)
+        else:
+            logging.getLogger(__name__).warning("%s", reason)
+            module.register(RefusingRegistrar(server, reason), read_only=settings.read_only)
     return server
+
+
+def toolset_refusal(toolset: str, settings: Settings) -> str | None:
+    """Why `toolset` cannot serve (an endpoint it needs was refused at startup), else None."""
+    for endpoint in TOOLSET_ENDPOINTS.get(toolset, ()):
+        if problem := settings.endpoint_problems.get(endpoint):
+            return f"the {toolset} tools are disabled on this server: {problem}"
+    return None
+
+
+class RefusingRegistrar:
+    """Stands in for the server while a refused toolset registers: its tools and resources keep
+    their names and schemas (so the model sees them and learns why) but answer with the reason,
+    and nothing of theirs ever reaches the refused endpoint. Prompts pass through."""
+
+    def __init__(self, server: MCPServer[AppState], reason: str) -> None:
+        self._server = server
+        self._reason = reason
+
+    def add_tool(self, fn: Callable[..., Any], **options: Any) -> None:
+        reason = self._reason
+
+        @functools.wraps(fn)
+        async def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise ToolError(f"{reason}. Tell the user; the other tools still work.")
+
+        self._server.add_tool(refuse, **options)
+
+    def resource(self, uri: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+        reason = self._reason
+
+        def register(fn: Callable[..., Any]) -> Any:
+            @functools.wraps(fn)
+            async def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise ResourceError(reason)
+
+            return self._server.resource(uri, **options)(refuse)
+
+        return register
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
 
 
 def _log_to_stderr() -> None:

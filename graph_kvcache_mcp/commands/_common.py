@@ -54,7 +54,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         value = getattr(args, flag, None)
         if value not in (None, False):
             overrides[field] = value
-    return Settings.from_env(**overrides)
+    # A server starts whatever its endpoints say (each bad one disables the toolsets that need
+    # it); a one-shot command refuses them at once.
+    defer = bool(getattr(args, "defer_endpoint_errors", False))
+    return Settings.from_env(defer_endpoint_errors=defer, **overrides)
 
 
 def emit(model: BaseModel, *, as_json: bool, human: Callable[[Any], str]) -> None:

@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="serve HTTP without a token: every local process can then call every tool",
     )
-    serve.set_defaults(handler=run_serve)
+    serve.set_defaults(handler=run_serve, defer_endpoint_errors=True)
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:

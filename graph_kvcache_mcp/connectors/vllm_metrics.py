@@ -22,10 +22,11 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 def server_root(base_url: str) -> str:
-    """The server's root URL for an OpenAI base URL: a trailing `/v1` is dropped.
+    """The server's root URL for an (already approved) OpenAI base URL: a trailing `/v1` is
+    dropped.
 
     Raises:
-        ConfigError: not http(s), or plain http to a non-loopback host.
+        ConfigError: not an http(s) URL.
     """
     endpoint = parse_http_url(base_url, what="VLLM_BASE_URL")
     root = endpoint.url
@@ -36,7 +37,7 @@ def metrics_url_for(base_url: str) -> str:
     """`/metrics` beside the OpenAI routes of `base_url`.
 
     Raises:
-        ConfigError: not http(s), or plain http to a non-loopback host.
+        ConfigError: not an http(s) URL.
     """
     return server_root(base_url) + "/metrics"
 

@@ -1,11 +1,18 @@
 """Parsing and policing the addresses we talk to. Pure: no I/O.
 
-Plain `http://` is allowed only to loopback, so a bearer token never crosses a network in clear.
+Plain `http://` is allowed to loopback, and to hosts the user lists in
+`GRAPH_KVCACHE_INSECURE_HTTP_HOSTS` (names or CIDRs); anything else must be `https://`, so a
+token never crosses a network in clear unless the user said that network is trusted.
+
+`approve_http_url` applies that policy where a URL enters (settings, tool arguments); connectors
+that receive an approved URL only `parse_http_url` it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -14,6 +21,10 @@ from graph_kvcache_mcp.errors import ConfigError
 DEFAULT_KV_HOST = "127.0.0.1"
 DEFAULT_KV_PORT = 9130
 ENABLE_WORDS = frozenset({"1", "true", "yes", "on", "enable", "enabled"})
+INSECURE_HOSTS_ENV = "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
 
 
 def is_loopback_host(host: str) -> bool:
@@ -46,10 +57,12 @@ class HttpEndpoint:
 
 
 def parse_http_url(url: str, *, what: str) -> HttpEndpoint:
-    """Validate `url` as an http(s) base URL; `what` names the setting in error messages.
+    """Split `url` as an http(s) base URL; `what` names the setting in error messages.
+
+    Shape only: whether plain http may go to this host is `approve_http_url`'s question.
 
     Raises:
-        ConfigError: the URL is malformed, not http(s), or plain http to a non-loopback host.
+        ConfigError: the URL is malformed, not http(s), or carries credentials, query or fragment.
     """
     parts = urlsplit(url.strip())
     if parts.scheme not in {"http", "https"}:
@@ -64,12 +77,72 @@ def parse_http_url(url: str, *, what: str) -> HttpEndpoint:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise ConfigError(f"{what}: {url!r} has an invalid port") from exc
-    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-        raise ConfigError(
-            f"{what}: plain http:// to {parts.hostname} would send the token in clear; "
-            "use https:// for any host other than loopback (127.0.0.1, localhost, ::1)"
-        )
     return HttpEndpoint(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def approve_http_url(url: str, *, what: str, insecure_hosts: Sequence[str] = ()) -> HttpEndpoint:
+    """`parse_http_url`, then refuse plain http to a host that is neither loopback nor listed in
+    `insecure_hosts` (entries as `check_insecure_hosts` returns them).
+
+    Raises:
+        ConfigError: malformed, or plain http to an unlisted host; the message names
+            GRAPH_KVCACHE_INSECURE_HTTP_HOSTS and the https alternative.
+    """
+    endpoint = parse_http_url(url, what=what)
+    if endpoint.scheme == "http" and not plain_http_allowed(endpoint.host, insecure_hosts):
+        raise ConfigError(
+            f"{what}: plain http:// to {endpoint.host} would send tokens and data in clear, so "
+            f"it is refused. Use https://, or, on a network you trust, list the host in "
+            f"{INSECURE_HOSTS_ENV} (e.g. {endpoint.host} or a CIDR such as 10.0.0.0/8) and "
+            "restart the server"
+        )
+    return endpoint
+
+
+def check_insecure_hosts(entries: Iterable[str]) -> tuple[str, ...]:
+    """The entries of `GRAPH_KVCACHE_INSECURE_HTTP_HOSTS`, normalised: IP addresses and CIDRs
+    as `ipaddress` writes them, host names lower-case without a trailing dot.
+
+    Raises:
+        ConfigError: an entry is neither an address, a CIDR, nor a host name.
+    """
+    checked: list[str] = []
+    for entry in (item.strip() for item in entries):
+        if not entry:
+            continue
+        try:
+            checked.append(str(ipaddress.ip_network(entry.strip("[]"), strict=False)))
+            continue
+        except ValueError:
+            pass
+        name = entry.lower().rstrip(".")
+        if not _HOST_NAME.match(name):
+            raise ConfigError(
+                f"{INSECURE_HOSTS_ENV}: {entry!r} is not a host name, IP address or CIDR "
+                "(write e.g. 10.0.0.18,gpu-box.lan,192.168.0.0/16)"
+            )
+        checked.append(name)
+    return tuple(checked)
+
+
+def plain_http_allowed(host: str, insecure_hosts: Sequence[str]) -> bool:
+    """True for loopback, for an IP inside a listed address or CIDR, and for a listed name.
+
+    A name in a URL matches only that name as listed, never what it resolves to.
+    """
+    if is_loopback_host(host):
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host.lower().rstrip(".") in insecure_hosts
+    for entry in insecure_hosts:
+        try:
+            if address in ipaddress.ip_network(entry, strict=False):
+                return True
+        except ValueError:
+            continue  # a host name entry
+    return False
 
 
 def url_from_addr(addr: str) -> str:

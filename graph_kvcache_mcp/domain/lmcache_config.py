@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, check_namespace
 from graph_kvcache_mcp.domain.lmcache_model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
 from graph_kvcache_mcp.errors import ConfigError
@@ -133,7 +133,7 @@ def plan_lmcache(facts: ModelFacts, choices: LmcacheChoices | None = None) -> Lm
             the hybrid block size) or an address is unusable.
     """
     choices = choices or LmcacheChoices()
-    parse_http_url(choices.engine_url, what="engine URL")
+    approve_http_url(choices.engine_url, what="engine URL")
     check_namespace(choices.namespace)
     tp = choices.tensor_parallel_size
     warnings: list[str] = []

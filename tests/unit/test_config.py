@@ -103,3 +103,38 @@ def test_plain_http_is_accepted_only_for_loopback_names(host: str) -> None:
     else:
         with pytest.raises(ConfigError):
             Settings.from_env(env)
+
+
+def test_listed_insecure_hosts_may_be_sent_plain_http() -> None:
+    env = {
+        "VLLM_BASE_URL": "http://10.0.0.18:8000/v1",
+        "EPISTEMIC_GRAPH_KVCACHE_URL": "http://192.168.4.2:9130",
+        "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS": "10.0.0.18, 192.168.0.0/16",
+    }
+    settings = Settings.from_env(env)
+    assert settings.vllm_base_url == "http://10.0.0.18:8000/v1"
+    assert settings.kv_url == "http://192.168.4.2:9130"
+    assert settings.endpoint_problems == {}
+
+
+def test_a_server_defers_bad_endpoints_instead_of_refusing_to_start() -> None:
+    env = {
+        "VLLM_BASE_URL": "http://10.0.0.18:8000/v1",
+        "EPISTEMIC_GRAPH_KVCACHE_ADDR": "nonsense",
+    }
+    with pytest.raises(ConfigError, match="EPISTEMIC_GRAPH_KVCACHE_ADDR"):
+        Settings.from_env(env)
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        Settings.from_env({"VLLM_BASE_URL": env["VLLM_BASE_URL"]})
+    settings = Settings.from_env(env, defer_endpoint_errors=True)
+    assert set(settings.endpoint_problems) == {"kv", "vllm"}
+    assert "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS" in settings.endpoint_problems["vllm"]
+    assert "EPISTEMIC_GRAPH_KVCACHE_ADDR" in settings.endpoint_problems["kv"]
+    # Kept as given, so no tool ever falls back to another engine or server.
+    assert settings.kv_url == "nonsense"
+    assert settings.vllm_base_url == "http://10.0.0.18:8000/v1"
+
+
+def test_a_malformed_insecure_hosts_setting_is_refused() -> None:
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        Settings.from_env({"GRAPH_KVCACHE_INSECURE_HTTP_HOSTS": "not a host"})

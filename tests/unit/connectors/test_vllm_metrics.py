@@ -33,9 +33,11 @@ def test_metrics_url_sits_beside_the_openai_routes() -> None:
     assert server_root("https://vllm.example.com/v1/") == "https://vllm.example.com:443"
 
 
-def test_plain_http_to_another_host_is_refused() -> None:
-    with pytest.raises(ConfigError, match="https"):
-        metrics_url_for("http://10.1.2.3:8000/v1")
+def test_the_metrics_url_keeps_an_approved_base_urls_scheme_and_refuses_a_malformed_one() -> None:
+    # Settings approve the transport (plain http only to loopback or listed hosts).
+    assert metrics_url_for("http://10.1.2.3:8000/v1") == "http://10.1.2.3:8000/metrics"
+    with pytest.raises(ConfigError, match="http"):
+        metrics_url_for("ftp://10.1.2.3/v1")
 
 
 async def test_a_capture_served_by_a_peer_becomes_a_timestamped_snapshot() -> None:
