@@ -58,8 +58,8 @@ class Settings(BaseModel):
         description="Hosts, IPs or CIDRs that may be sent plain http "
         "(GRAPH_KVCACHE_INSECURE_HTTP_HOSTS); loopback always may.",
     )
-    endpoint_problems: dict[Endpoint, str] = Field(
-        default_factory=dict,
+    endpoint_problems: tuple[tuple[Endpoint, str], ...] = Field(
+        (),
         description="Endpoints refused at startup and why (only a server defers these: its "
         "toolsets that need the endpoint answer with the reason; elsewhere they raise).",
     )
@@ -103,6 +103,10 @@ class Settings(BaseModel):
     )
     vllm_timeout_s: float = Field(120.0, gt=0, le=3600)
 
+    def endpoint_problem(self, endpoint: Endpoint) -> str | None:
+        """Why `endpoint` was refused at startup (a server defers these), else None."""
+        return dict(self.endpoint_problems).get(endpoint)
+
     @field_validator("insecure_http_hosts")
     @classmethod
     def _check_insecure_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -111,14 +115,14 @@ class Settings(BaseModel):
     @field_validator("kv_url")
     @classmethod
     def _check_kv_url(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None or "kv" in info.data.get("endpoint_problems", {}):
+        if value is None or "kv" in dict(info.data.get("endpoint_problems", ())):
             return value
         return _approve(value, "kv", info)
 
     @field_validator("vllm_base_url")
     @classmethod
     def _check_vllm_url(cls, value: str, info: ValidationInfo) -> str:
-        if "vllm" in info.data.get("endpoint_problems", {}):
+        if "vllm" in dict(info.data.get("endpoint_problems", ())):
             return value
         return _approve(value, "vllm", info)
 
@@ -160,7 +164,7 @@ class Settings(BaseModel):
                 if not defer_endpoint_errors:
                     raise
                 values["kv_url"] = addr  # kept so nothing falls back to another engine
-                values["endpoint_problems"] = {"kv": str(exc)}
+                values["endpoint_problems"] = (("kv", str(exc)),)
         if token := env.get("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "").strip():
             values["kv_token"] = SecretStr(token)
         if timeout := env.get("EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S", "").strip():
@@ -214,13 +218,13 @@ def _approve(url: str, endpoint: Endpoint, info: ValidationInfo) -> str:
     return approve_http_url(url, what=ENDPOINT_SETTINGS[endpoint][1], insecure_hosts=hosts).url
 
 
-def _endpoint_problems(values: dict[str, Any]) -> dict[Endpoint, str]:
-    """Why each configured endpoint in `values` would be refused (none: an empty dict)."""
-    problems: dict[Endpoint, str] = dict(values.get("endpoint_problems", {}))
+def _endpoint_problems(values: dict[str, Any]) -> tuple[tuple[Endpoint, str], ...]:
+    """Why each configured endpoint in `values` would be refused (none: empty)."""
+    problems: dict[Endpoint, str] = dict(values.get("endpoint_problems", ()))
     try:
         hosts = check_insecure_hosts(values.get("insecure_http_hosts", ()))
     except ConfigError:
-        return problems  # the field's own validator reports it
+        return tuple(problems.items())  # the field's own validator reports it
     for endpoint, (field, variable) in ENDPOINT_SETTINGS.items():
         url = values.get(field)
         if url is None or endpoint in problems:
@@ -229,7 +233,7 @@ def _endpoint_problems(values: dict[str, Any]) -> dict[Endpoint, str]:
             approve_http_url(url, what=variable, insecure_hosts=hosts)
         except ConfigError as exc:
             problems[endpoint] = str(exc)
-    return problems
+    return tuple(problems.items())
 
 
 def split_list(text: str) -> tuple[str, ...]:

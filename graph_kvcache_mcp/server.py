@@ -102,7 +102,7 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
 def toolset_refusal(toolset: str, settings: Settings) -> str | None:
     """Why `toolset` cannot serve (an endpoint it needs was refused at startup), else None."""
     for endpoint in TOOLSET_ENDPOINTS.get(toolset, ()):
-        if problem := settings.endpoint_problems.get(endpoint):
+        if problem := settings.endpoint_problem(endpoint):
             return f"the {toolset} tools are disabled on this server: {problem}"
     return None
 

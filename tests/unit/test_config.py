@@ -114,7 +114,8 @@ def test_listed_insecure_hosts_may_be_sent_plain_http() -> None:
     settings = Settings.from_env(env)
     assert settings.vllm_base_url == "http://10.0.0.18:8000/v1"
     assert settings.kv_url == "http://192.168.4.2:9130"
-    assert settings.endpoint_problems == {}
+    assert settings.endpoint_problems == ()
+    assert hash(settings) == hash(Settings.from_env(env))
 
 
 def test_a_server_defers_bad_endpoints_instead_of_refusing_to_start() -> None:
@@ -127,9 +128,9 @@ def test_a_server_defers_bad_endpoints_instead_of_refusing_to_start() -> None:
     with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
         Settings.from_env({"VLLM_BASE_URL": env["VLLM_BASE_URL"]})
     settings = Settings.from_env(env, defer_endpoint_errors=True)
-    assert set(settings.endpoint_problems) == {"kv", "vllm"}
-    assert "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS" in settings.endpoint_problems["vllm"]
-    assert "EPISTEMIC_GRAPH_KVCACHE_ADDR" in settings.endpoint_problems["kv"]
+    assert {endpoint for endpoint, _ in settings.endpoint_problems} == {"kv", "vllm"}
+    assert "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS" in (settings.endpoint_problem("vllm") or "")
+    assert "EPISTEMIC_GRAPH_KVCACHE_ADDR" in (settings.endpoint_problem("kv") or "")
     # Kept as given, so no tool ever falls back to another engine or server.
     assert settings.kv_url == "nonsense"
     assert settings.vllm_base_url == "http://10.0.0.18:8000/v1"
