@@ -110,7 +110,7 @@ def toolset_refusal(toolset: str, settings: Settings) -> str | None:
 class RefusingRegistrar:
     """Stands in for the server while a refused toolset registers: its tools and resources keep
     their names and schemas (so the model sees them and learns why) but answer with the reason,
-    and nothing of theirs ever reaches the refused endpoint. Prompts pass through."""
+    and nothing of theirs ever reaches the refused endpoint. Prompts (text only) pass through."""
 
     def __init__(self, server: MCPServer[AppState], reason: str) -> None:
         self._server = server
@@ -137,8 +137,11 @@ class RefusingRegistrar:
 
         return register
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)
+    def prompt(self, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+        return self._server.prompt(**options)
+
+    # Deliberately nothing else: a toolset that registers some other way fails loudly here
+    # (AttributeError in every test that builds a server) instead of registering a live tool.
 
 
 def _log_to_stderr() -> None:
