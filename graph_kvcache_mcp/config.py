@@ -112,6 +112,13 @@ class Settings(BaseModel):
     def _check_insecure_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return check_insecure_hosts(value)
 
+    @field_validator("file_roots")
+    @classmethod
+    def _check_file_roots(cls, value: tuple[Path, ...] | None) -> tuple[Path, ...] | None:
+        if value is not None and not all(root.expanduser().is_absolute() for root in value):
+            raise ValueError(f"{ROOTS_ENV}: give absolute directories")
+        return value
+
     @field_validator("kv_url")
     @classmethod
     def _check_kv_url(cls, value: str | None, info: ValidationInfo) -> str | None:

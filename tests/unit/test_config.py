@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,13 @@ def test_a_server_defers_bad_endpoints_instead_of_refusing_to_start() -> None:
 def test_a_malformed_insecure_hosts_setting_is_refused() -> None:
     with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
         Settings.from_env({"GRAPH_KVCACHE_INSECURE_HTTP_HOSTS": "not a host"})
+
+
+def test_file_roots_are_absolute_directories_separated_by_the_os_path_separator() -> None:
+    settings = Settings.from_env({"GRAPH_KVCACHE_FILE_ROOTS": f"/srv/a{os.pathsep}/srv/b"})
+    assert settings.file_roots == (Path("/srv/a"), Path("/srv/b"))
+    assert Settings.from_env({}).file_roots is None
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_FILE_ROOTS"):
+        Settings.from_env({"GRAPH_KVCACHE_FILE_ROOTS": "relative/dir"})
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_FILE_ROOTS"):
+        Settings.build(file_roots=(Path("relative"),))
