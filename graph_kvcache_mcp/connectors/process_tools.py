@@ -18,6 +18,10 @@ from typing import Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from graph_kvcache_mcp.connectors.private_files import open_private_log, read_private
+from graph_kvcache_mcp.connectors.private_files import write_private as write_private
+
+CHILD_UMASK = 0o077
 StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
 
 
@@ -56,20 +60,32 @@ class StateFile(Generic[StateT]):
         self.model = model
 
     def read(self) -> StateT | None:
-        """The recorded state, when the file exists and is readable."""
+        """The recorded state, when the file exists and is readable.
+
+        Raises:
+            ConfigError: the state file is a symbolic link.
+        """
         try:
-            return self.model.model_validate_json(self.path.read_text())
-        except (OSError, ValidationError):
+            text = read_private(self.path)
+        except OSError:
+            return None
+        if text is None:
+            return None
+        try:
+            return self.model.model_validate_json(text)
+        except ValidationError:
             return None
 
-    def read_live(self) -> StateT | None:
-        """The recorded state when its process is still the one we started; clears a stale one."""
+    def read_live(self, *, tidy: bool = True) -> StateT | None:
+        """The recorded state when its process is still the one we started; a stale record is
+        removed when `tidy` (read-only callers leave it)."""
         state = self.read()
         if state is None:
             return None
         if is_ours(state.process):
             return state
-        self.clear()
+        if tidy:
+            self.clear()
         return None
 
     def write(self, state: StateT) -> None:
@@ -90,10 +106,15 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def is_alive(pid: int, ticks: int) -> bool:
+    """True when `pid` runs and is the process that started at `ticks` (not a recycled pid)."""
+    now = start_ticks(pid)
+    return now is not None and now == ticks and not is_zombie(pid)
+
+
 def is_ours(record: ProcessRecord) -> bool:
     """True when `record.pid` is still the very process we started (not a recycled pid)."""
-    ticks = start_ticks(record.pid)
-    if ticks is None or ticks != record.start_ticks or is_zombie(record.pid):
+    if not is_alive(record.pid, record.start_ticks):
         return False
     try:
         cmdline = Path(f"/proc/{record.pid}/cmdline").read_bytes().split(b"\0")
@@ -168,8 +189,12 @@ def spawn_logged(
     header: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
     """Start `command` in its own session (so it can be stopped as a group) with stdout and
-    stderr appended to `log_path` (after `header`, when given); returns it and its record."""
-    with log_path.open("ab") as log:
+    stderr appended to `log_path` (0600, after `header`, when given); returns it and its record.
+
+    The child gets exactly `env` and umask 077, so what it writes (its store, its own logs) is
+    private too.
+    """
+    with open_private_log(log_path) as log:
         if header is not None:
             log.write(header.encode())
             log.flush()
@@ -181,6 +206,7 @@ def spawn_logged(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            umask=CHILD_UMASK,
         )
     ticks = start_ticks(process.pid)
     record = ProcessRecord(
@@ -233,12 +259,3 @@ def tail(path: Path, lines: int = 20, *, max_bytes: int = 64 * 1024) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to a file only the owner can read (0600), created that way, never widened."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
