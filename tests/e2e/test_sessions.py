@@ -153,3 +153,50 @@ async def test_a_killed_engine_is_started_again_by_the_next_kv_call(tmp_path: Pa
         assert status.started_by_this_server and status.holds_lease
         assert second is not None and second.process.pid == status.pid
         wait_until(lambda: engine_gone(second), timeout_s=15, what="the session to stop it")
+
+
+def _tree(root: Path, *, skip: tuple[str, ...] = ()) -> list[str]:
+    names = (str(path.relative_to(root)) for path in root.rglob("*"))
+    return sorted(name for name in names if not name.startswith(skip))
+
+
+async def test_read_only_on_a_fresh_data_dir_creates_nothing_and_says_how_to_start(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "fresh"
+    before = _tree(tmp_path)
+    server = StdioServerParameters(
+        command=str(venv_script("graph-kvcache-mcp")),
+        args=["--read-only", "--data-dir", str(data_dir)],
+        env={"HOME": str(tmp_path), "GRAPH_KVCACHE_TOOLSETS": "kv,engine,vllm,bundle"},
+    )
+    async with Client(server) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        got = await _get(client, fresh_key("ro"))
+        for tool in sorted(names & {"kv_stats", "kv_probe", "engine_status", "vllm_status"}):
+            await call_ok(client, tool, {})
+    assert not got.reachable and got.reason is not None
+    assert got.reason.startswith(f"read-only: no engine runs for {data_dir}")
+    assert "engine_start" in got.reason and "graph-kvcache-mcp engine start" in got.reason
+    assert _tree(tmp_path) == before
+
+
+async def test_read_only_uses_an_engine_that_runs_without_taking_a_lease(tmp_path: Path) -> None:
+    key = fresh_key("ro")
+    with _stopped_afterwards(tmp_path) as managed:
+        managed.start(backend="memory")
+        state = managed.running_state()
+        assert state is not None
+        with managed.client(state) as writer:
+            writer.put(key, b"seen read-only")
+        engines_own = ("engine/store", "engine/engine.sock")  # what the engine itself writes
+        before = _tree(tmp_path, skip=engines_own)
+        server = StdioServerParameters(
+            command=str(venv_script("graph-kvcache-mcp")),
+            args=["--read-only", "--data-dir", str(tmp_path)],
+        )
+        async with Client(server) as client:
+            got = await _get(client, key)
+            status = await _status(client)
+        assert got.hits == 1 and status.running and not status.holds_lease
+        assert status.leases == [] and _tree(tmp_path, skip=engines_own) == before
