@@ -1,7 +1,9 @@
 """The managed vLLM server: ensure one runs (reuse a healthy one), report it, stop what we started.
 
-Layout under `<data_dir>/vllm/`: `state.json` (what we started: pid, kernel start time, command,
-port, model, flags) and `vllm.log` (its stdout and stderr). vLLM runs as a process group (API
+Layout under `<data_dir>/vllm/` (0700; files 0600): `state.json` (what we started: pid, kernel
+start time, command, port, model, flags; written atomically), `vllm.log` (its stdout and stderr)
+and `lifecycle.lock`, which serializes start and stop across processes, so two concurrent starts
+give one server: the second waits and reuses the first. vLLM runs as a process group (API
 server, `VLLM::EngineCore`, `VLLM::Worker`, a multiprocessing resource tracker) in its own session;
 stopping sends SIGTERM to that group, waits, then SIGKILL — and only when the recorded pid is
 still the very process we started. A port held by anything else is reported, never signalled.
@@ -17,12 +19,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.connectors.private_files import exclusive, private_dir
 from graph_kvcache_mcp.connectors.process_tools import (
     ProcessState,
     StateFile,
@@ -36,6 +40,7 @@ from graph_kvcache_mcp.domain.vllm_launch import (
     LaunchPlan,
     Platform,
     VllmLaunch,
+    check_extra_args,
     parse_nvidia_smi,
     plan_launch,
 )
@@ -190,11 +195,26 @@ class ManagedVllm:
     ) -> VllmStatus:
         """Ensure vLLM serves `launch.model` on `launch.port`; start nothing if one already does.
 
+        Two starts at once (two sessions, a session and the CLI) are serialized on the lifecycle
+        lock: the second waits for the first and reuses its server.
+
         Raises:
             VllmProcessError: vLLM missing, the port held by something else, the model serving
                 elsewhere, or the server exiting or not healthy in time (with vLLM's own reason).
-            ConfigError: flags that cannot work on this platform.
+            ConfigError: flags that cannot work on this platform, or a secret in extra_args.
         """
+        check_extra_args(launch.extra_args)
+        with self._exclusive():
+            return self._start(launch, env, ready_timeout_s, progress, platform)
+
+    def _start(
+        self,
+        launch: VllmLaunch,
+        env: Mapping[str, str] | None,
+        ready_timeout_s: float,
+        progress: Progress | None,
+        platform: Platform | None,
+    ) -> VllmStatus:
         note = progress or (lambda _elapsed, _total, _message: None)
         wanted = launch.served_model_name or launch.model
         if (state := self.running_state()) is not None:
@@ -207,14 +227,23 @@ class ManagedVllm:
 
     def stop(self, *, term_wait_s: float = 15.0) -> VllmStopResult:
         """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""
+        if self.state_file.read() is None:
+            return self._nothing_to_stop()  # no state, no lock file: a fresh dir stays empty
+        with self._exclusive():
+            return self._stop(term_wait_s)
+
+    def _nothing_to_stop(self) -> VllmStopResult:
+        return VllmStopResult(
+            stopped=False,
+            how="not_running",
+            data_dir=str(self.data_dir),
+            reason=f"no vLLM started from {self.data_dir} is running; nothing was signalled",
+        )
+
+    def _stop(self, term_wait_s: float) -> VllmStopResult:
         state = self.running_state()
         if state is None:
-            return VllmStopResult(
-                stopped=False,
-                how="not_running",
-                data_dir=str(self.data_dir),
-                reason=f"no vLLM started from {self.data_dir} is running; nothing was signalled",
-            )
+            return self._nothing_to_stop()
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = _reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
@@ -254,6 +283,13 @@ class ManagedVllm:
         )
 
     # --- internals ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        private_dir(self.data_dir)
+        private_dir(self.home)
+        with exclusive(self.home / "lifecycle.lock"):
+            yield
 
     def _reuse_ours(
         self,
@@ -317,7 +353,6 @@ class ManagedVllm:
         ready_timeout_s: float,
         note: Progress,
     ) -> VllmStatus:
-        self.home.mkdir(parents=True, exist_ok=True)
         command = (self.python, "-m", ENTRY_MODULE, *plan.args)
         began = time.monotonic()
         note(
@@ -468,12 +503,52 @@ def _last_line(managed: ManagedVllm) -> str:
     return (lines[-1].strip()[-120:] if lines else "no log output yet") or "no log output yet"
 
 
+# What vLLM may inherit from us: the OS basics, and the families of variables vLLM and its stack
+# (torch, CUDA, Hugging Face, LMCache, the CPU backend's preloads) read. Our own secrets (the
+# engine token, the HTTP token, the bundle secret) match none of them. VLLM_API_KEY passes: it is
+# the key set for vLLM itself, which the vllm_* tools send as well.
+_VLLM_INHERITED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "TZ",
+        "TMPDIR",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "XDG_CACHE_HOME",
+        "TOKENIZERS_PARALLELISM",
+        "CC",
+        "CXX",
+    }
+)
+_VLLM_INHERITED_PREFIXES = (
+    "LC_",
+    "VLLM_",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "PYTORCH_",
+    "TRITON_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "LMCACHE_",
+)
+
+
 def _child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        # Our own engine credentials are none of vLLM's business.
-        if not name.startswith(("EPISTEMIC_GRAPH_", "GRAPH_SERVICE_"))
+        if name in _VLLM_INHERITED or name.startswith(_VLLM_INHERITED_PREFIXES)
     }
     if not env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # an empty value crashes vLLM's CPU worker
