@@ -231,8 +231,8 @@ class ManagedEngine:
                 return status.model_copy(update={"reused": True})
             raise EngineProcessError(
                 f"an engine we started (pid {state.process.pid}) runs but does not answer on "
-                f"port {state.port}: {status.reason}. Stop it with `graph-kvcache-mcp engine stop "
-                f"--data-dir {self.data_dir}` and start again"
+                f"port {state.port}: {status.reason}. Stop it with engine_stop (force=true) or "
+                f"`graph-kvcache-mcp engine stop --data-dir {self.data_dir}` and start again"
             )
         binary = engine_binary()
         chosen = port or free_port(ENGINE_HOST)

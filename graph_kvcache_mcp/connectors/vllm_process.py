@@ -303,7 +303,7 @@ class ManagedVllm:
             raise VllmProcessError(
                 f"a vLLM started from {self.data_dir} already runs (pid {state.process.pid}, "
                 f"port {state.port}, model {state.served_model_name}); stop it first with "
-                "vllm_stop to serve something else"
+                "vllm_stop (CLI: graph-kvcache-mcp vllm stop) to serve something else"
             )
         healthy, served, reason = probe_server(state.base_url)
         if not healthy:
