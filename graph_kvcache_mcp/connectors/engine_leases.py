@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.connectors.private_files import read_private, write_private
-from graph_kvcache_mcp.connectors.process_tools import is_alive, start_ticks
+from graph_kvcache_mcp.connectors.process_identity import is_alive, start_ticks
 from graph_kvcache_mcp.errors import ConfigError
 
 

@@ -27,22 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
 from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.connectors.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.private_files import (
     exclusive,
     new_secret,
     private_dir,
     secret_file,
 )
-from graph_kvcache_mcp.connectors.process_tools import (
-    ProcessState,
-    StateFile,
-    StopHow,
-    free_port,
-    spawn_logged,
-    stop_process,
-    tail,
-    wait_port_free,
-)
+from graph_kvcache_mcp.connectors.process_control import StopHow, spawn_logged, stop_process, tail
+from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 

@@ -36,7 +36,7 @@ from graph_kvcache_mcp.connectors.engine_process import (
 )
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.connectors.kv_open import KvTarget, sync_client_for
-from graph_kvcache_mcp.connectors.process_tools import is_ours
+from graph_kvcache_mcp.connectors.process_identity import is_ours
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError, GraphKvcacheError
 

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine_process import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
-from graph_kvcache_mcp.errors import EngineProcessError
+from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -66,7 +66,10 @@ async def engine_status(ctx: Context[Any]) -> EngineStatusOut:
     path), the server sessions holding leases on it, which engine the KV tools use, and whether
     this server stops it on exit. Removes leases of sessions that no longer run."""
     access = state_of(ctx).kv
-    return EngineStatusOut.build(await access.engine_status(), access)
+    try:
+        return EngineStatusOut.build(await access.engine_status(), access)
+    except ProcessError as exc:  # a platform without /proc
+        raise ToolError(str(exc)) from exc
 
 
 async def engine_start(
@@ -89,7 +92,7 @@ async def engine_start(
     access = state_of(ctx).kv
     try:
         status = await access.start_engine(backend=backend, port=port)
-    except EngineProcessError as exc:
+    except ProcessError as exc:
         raise ToolError(str(exc)) from exc
     return EngineStatusOut.build(status, access)
 
@@ -111,7 +114,7 @@ async def engine_stop(
     engine_start. Never signals a process this project did not start."""
     try:
         return await state_of(ctx).kv.stop_engine(force=force)
-    except EngineProcessError as exc:
+    except ProcessError as exc:
         raise ToolError(str(exc)) from exc
 
 

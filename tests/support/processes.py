@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.engine_process import EngineState, ManagedEngine
-from graph_kvcache_mcp.connectors.process_tools import is_ours
+from graph_kvcache_mcp.connectors.process_identity import is_ours
 
 REPO = Path(__file__).resolve().parents[2]
 

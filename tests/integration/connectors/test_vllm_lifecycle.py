@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmStatus
 from tests.support.processes import SECRETS, environ_of, modes_under, wider_than_private
 from tests.support.vllm import (

@@ -11,7 +11,8 @@ from mcp import Client
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import EngineStopResult, ManagedEngine
 from graph_kvcache_mcp.connectors.kv_access import STOPPED_BY_TOOL
-from graph_kvcache_mcp.connectors.process_tools import free_port, is_ours
+from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.process_identity import is_ours
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_views import KvStatsOut
 from graph_kvcache_mcp.tools.engine import EngineStatusOut

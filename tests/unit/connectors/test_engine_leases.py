@@ -10,7 +10,7 @@ from pathlib import Path
 
 from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
 from graph_kvcache_mcp.connectors.private_files import write_private
-from graph_kvcache_mcp.connectors.process_tools import start_ticks
+from graph_kvcache_mcp.connectors.process_identity import start_ticks
 
 
 def _lease_of(directory: Path, pid: int, ticks: int) -> Path:
