@@ -30,6 +30,7 @@ from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
 from graph_kvcache_mcp.connectors.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.private_files import (
     exclusive,
+    narrow_tree,
     new_secret,
     private_dir,
     secret_file,
@@ -235,6 +236,7 @@ class ManagedEngine:
                 "choose another with --port (or omit it to pick a free one)"
             )
         private_dir(self.store_dir)
+        narrow_tree(self.home)  # a store or log an older version left 0644
         command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
         process, record = spawn_logged(

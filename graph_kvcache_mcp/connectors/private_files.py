@@ -47,6 +47,29 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def narrow_tree(root: Path) -> None:
+    """Make an existing tree private: directories 0700, regular files 0600; links untouched.
+
+    For data dirs written before everything was private (a 0644 store, 0755 directories).
+    """
+    for directory, subdirs, files in os.walk(root):  # os.walk does not follow links
+        for name in (directory, *(os.path.join(directory, d) for d in subdirs)):
+            _narrow(Path(name), DIR_MODE)
+        for name in files:
+            _narrow(Path(directory, name), FILE_MODE)
+
+
+def _narrow(path: Path, mode: int) -> None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode) or stat.S_IMODE(info.st_mode) & ~mode == 0:
+        return
+    if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+        os.chmod(path, mode, follow_symlinks=False)
+
+
 def write_private(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically, as a 0600 file in a 0700 directory.
 

@@ -25,7 +25,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.ports import port_in_use
-from graph_kvcache_mcp.connectors.private_files import exclusive, private_dir
+from graph_kvcache_mcp.connectors.private_files import exclusive, narrow_tree, private_dir
 from graph_kvcache_mcp.connectors.process_control import (
     reap_group,
     spawn_logged,
@@ -247,6 +247,7 @@ class ManagedVllm:
     def _exclusive(self) -> Iterator[None]:
         private_dir(self.data_dir)
         private_dir(self.home)
+        narrow_tree(self.home)  # a log an older version left 0644
         with exclusive(self.home / "lifecycle.lock"):
             yield
 

@@ -10,6 +10,7 @@ import pytest
 
 from graph_kvcache_mcp.connectors.private_files import (
     create_private,
+    narrow_tree,
     open_private_log,
     private_dir,
     read_private,
@@ -93,3 +94,20 @@ def test_racing_creators_of_a_secret_all_get_the_first_value(tmp_path: Path) -> 
 def test_secret_file_without_a_maker_creates_nothing(tmp_path: Path) -> None:
     assert secret_file(tmp_path / "engine" / "token") is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_narrow_tree_makes_an_older_wide_tree_private_and_leaves_links_alone(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ours")
+    outside.chmod(0o644)
+    home = tmp_path / "engine"
+    (home / "store").mkdir(parents=True, mode=0o755)
+    (home / "store").chmod(0o755)
+    (home / "store" / "data.redb").write_bytes(b"x")
+    (home / "store" / "data.redb").chmod(0o644)
+    (home / "link").symlink_to(outside)
+    narrow_tree(home)
+    assert _mode(home / "store") == 0o700 and _mode(home / "store" / "data.redb") == 0o600
+    assert _mode(outside) == 0o644
