@@ -41,7 +41,8 @@ class Leases:
         return f"Leases({str(self.directory)!r})"
 
     def take(self) -> Path:
-        """Write a lease for this process; returns its path (to drop it later)."""
+        """Write a lease for this process (clearing stale ones); returns its path."""
+        self.live()  # the next session is one of those who clear what killed sessions left
         pid = os.getpid()
         ticks = start_ticks(pid)
         lease = Lease(pid=pid, start_ticks=ticks if ticks is not None else -1, taken_at=time.time())

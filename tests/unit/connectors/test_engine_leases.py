@@ -52,3 +52,10 @@ def test_looking_without_tidy_leaves_stale_leases_alone(tmp_path: Path) -> None:
 def test_garbage_in_the_lease_dir_counts_as_no_lease(tmp_path: Path) -> None:
     write_private(tmp_path / "junk.json", "not json")
     assert Leases(tmp_path).live() == {}
+
+
+def test_taking_a_lease_clears_the_stale_ones(tmp_path: Path) -> None:
+    stale = _lease_of(tmp_path, os.getpid(), -5)
+    leases = Leases(tmp_path)
+    mine = leases.take()
+    assert not stale.exists() and list(leases.live()) == [mine]
