@@ -39,10 +39,17 @@ def refuse_link(path: Path) -> None:
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` (and missing parents) and make sure only the owner can enter it (0700)."""
+    """Create `path` (and missing parents) and make sure only the owner can enter it (0700).
+
+    An existing directory is narrowed only when it is ours and not a shared one (sticky bit, as
+    /tmp has): `--data-dir /tmp` must not lock everyone else out of /tmp. What we keep inside
+    lives in subdirectories this function creates 0700, so it stays private either way.
+    """
     refuse_link(path)
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    if stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
+    info = path.stat()
+    shared = info.st_mode & stat.S_ISVTX or info.st_uid != os.getuid()
+    if stat.S_IMODE(info.st_mode) != DIR_MODE and not shared:
         os.chmod(path, DIR_MODE)
     return path
 

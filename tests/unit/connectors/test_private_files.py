@@ -50,6 +50,15 @@ def test_private_dir_narrows_a_wider_existing_dir(tmp_path: Path) -> None:
     assert _mode(wide) == 0o700
 
 
+def test_a_shared_sticky_dir_given_as_data_dir_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    private_dir(shared)
+    write_private(shared / "engine" / "state.json", "{}")
+    assert _mode(shared) == 0o1777 and _mode(shared / "engine") == 0o700
+
+
 @pytest.mark.parametrize("write", [write_private, create_private])
 def test_a_symlinked_private_path_is_refused_and_its_target_untouched(
     tmp_path: Path, write: object
