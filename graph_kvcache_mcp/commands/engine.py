@@ -30,11 +30,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--ready-timeout-s", type=float, default=30.0)
     start.set_defaults(handler=run_start)
 
-    stop = verbs.add_parser("stop", parents=[parent], help="stop the engine we started")
+    stop = verbs.add_parser(
+        "stop", parents=[parent], help="stop the engine we started, even while sessions use it"
+    )
     stop.add_argument("--wait-s", type=float, default=10.0, help="SIGTERM grace before SIGKILL")
     stop.set_defaults(handler=run_stop)
 
-    status = verbs.add_parser("status", parents=[parent], help="is it running and answering")
+    status = verbs.add_parser(
+        "status", parents=[parent], help="is it running and answering; which sessions use it"
+    )
     status.set_defaults(handler=run_status)
 
 
@@ -67,11 +71,15 @@ def describe_status(status: EngineStatus) -> str:
         return f"engine: not running ({status.reason})"
     health = "answering" if status.reachable else f"NOT answering: {status.reason}"
     reused = " (already running, reused)" if status.reused else ""
+    until = (
+        "until `engine stop`" if status.runs_until_stop else "until the last session using it exits"
+    )
+    sessions = ", ".join(f"pid {lease.pid}" for lease in status.leases) or "none"
     return (
         f"engine: running{reused}, {health}\n"
         f"  url      {status.base_url}\n  backend  {status.backend}\n  pid      {status.pid}\n"
-        f"  uptime   {status.uptime_s:.1f} s\n  log      {status.log_path}\n"
-        f"  data dir {status.data_dir}"
+        f"  uptime   {status.uptime_s:.1f} s\n  runs     {until}\n  sessions {sessions}\n"
+        f"  log      {status.log_path}\n  data dir {status.data_dir}"
     )
 
 

@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.http_token import TOKEN_ENV, http_token
-from graph_kvcache_mcp.connectors.process_tools import port_in_use
+from graph_kvcache_mcp.connectors.ports import port_in_use
 from graph_kvcache_mcp.state import live_state
 
 if TYPE_CHECKING:

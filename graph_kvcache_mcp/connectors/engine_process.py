@@ -1,8 +1,11 @@
 """The managed local engine: a real `epistemic-graph-server` on loopback, started and stopped by us.
 
-Layout under `<data_dir>/engine/`: `state.json` (what we started), `token`, `auth_secret`,
-`signer_key` (0600, generated once and reused so configured clients keep working), `engine.log`,
-and `store/` (the engine's persist dir; one engine per dir, the engine locks it).
+Layout under `<data_dir>/engine/` (directories 0700, files 0600): `state.json` (what we started),
+`token`, `auth_secret`, `signer_key` (generated once and reused so configured clients keep
+working), `engine.log`, `leases/` (one file per server session using the engine, see
+`engine_leases`), `lifecycle.lock`, and `store/` (the engine's persist dir; one engine per dir,
+the engine locks it). The engine runs with umask 077 and an environment of its own variables
+only, so its store is private and it never sees our other secrets.
 
 Readiness is an authenticated `GET /kv/stats` = 200: the engine keeps running when its KV listener
 fails (port taken, bad token), so a live pid proves nothing.
@@ -10,7 +13,6 @@ fails (port taken, bad token), so a live pid proves nothing.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -21,20 +23,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
 from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.process_tools import (
-    ProcessState,
-    StateFile,
-    StopHow,
-    free_port,
-    spawn_logged,
-    stop_process,
-    tail,
-    wait_port_free,
-    write_private,
+from graph_kvcache_mcp.connectors.ports import free_port, wait_port_free
+from graph_kvcache_mcp.connectors.private_files import (
+    exclusive,
+    narrow_tree,
+    new_secret,
+    private_dir,
+    secret_file,
 )
+from graph_kvcache_mcp.connectors.process_control import StopHow, spawn_logged, stop_process, tail
+from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -47,6 +49,21 @@ _INSTALL_HINT = "install it with: pip install 'graph-kvcache-mcp[engine]' (epist
 
 Progress = Callable[[str], None]
 
+# What the engine process may inherit from us: what the OS and its runtime need, nothing else.
+# Everything the engine itself reads is set explicitly in `ManagedEngine._environment`.
+_INHERITED = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "TZ",
+    "TMPDIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+)
+_INHERITED_PREFIXES = ("LC_",)
+
 
 class EngineState(ProcessState):
     """`state.json`: the engine we started. Holds no secret."""
@@ -55,6 +72,11 @@ class EngineState(ProcessState):
     backend: Backend
     base_url: str
     data_dir: str
+    runs_until_stop: bool = Field(
+        True,
+        description="Started by `engine start` (or a library caller): only `engine stop` ends it. "
+        "False: started by a server session; the last session to drop its lease stops it.",
+    )
 
 
 class EngineStatus(BaseModel):
@@ -74,6 +96,14 @@ class EngineStatus(BaseModel):
     data_dir: str
     reason: str | None = None
     reused: bool = False
+    runs_until_stop: bool | None = Field(
+        None,
+        description="True: runs until `engine stop`; false: stops when the last session using it "
+        "exits.",
+    )
+    leases: list[Lease] = Field(
+        default_factory=list, description="Live server sessions using this engine."
+    )
 
 
 class EngineStopResult(BaseModel):
@@ -113,6 +143,7 @@ class ManagedEngine:
         self.state_file = StateFile(self.state_path, EngineState)
         self.log_path = self.home / "engine.log"
         self.store_dir = self.home / "store"
+        self.leases = Leases(self.home / "leases")
 
     def __repr__(self) -> str:
         return f"ManagedEngine({str(self.data_dir)!r})"
@@ -121,16 +152,18 @@ class ManagedEngine:
 
     def token(self) -> SecretStr:
         """The bearer token clients use (created on first use, 0600)."""
-        return SecretStr(self._secret("token", lambda: secrets.token_hex(32)))
+        return SecretStr(self._secret("token", new_secret))
+
+    def existing_token(self) -> SecretStr | None:
+        """The bearer token when one was made already; creates nothing (read-only use)."""
+        value = secret_file(self.home / "token")
+        return SecretStr(value) if value is not None else None
 
     def _secret(self, name: str, make: Callable[[], str]) -> str:
-        path = self.home / name
-        if path.exists():
-            value = path.read_text().strip()
-            if value:
-                return value
-        value = make()
-        write_private(path, value)
+        self._make_home()
+        value = secret_file(self.home / name, make)
+        if value is None:  # pragma: no cover - secret_file creates the file or raises
+            raise EngineProcessError(f"could not create {self.home / name}")
         return value
 
     # --- state -------------------------------------------------------------------------------
@@ -139,12 +172,13 @@ class ManagedEngine:
         """The recorded engine, when the record exists and is readable."""
         return self.state_file.read()
 
-    def running_state(self) -> EngineState | None:
-        """The recorded engine when it is still the process we started; clears a stale record."""
-        return self.state_file.read_live()
+    def running_state(self, *, tidy: bool = True) -> EngineState | None:
+        """The recorded engine when it is still the process we started; a stale record is
+        cleared when `tidy` (read-only callers leave everything as it is)."""
+        return self.state_file.read_live(tidy=tidy)
 
     def client(self, state: EngineState, *, timeout_s: float = 5.0) -> SyncKvClient:
-        return SyncKvClient(state.base_url, self.token(), timeout_s=timeout_s)
+        return SyncKvClient(state.base_url, self.existing_token(), timeout_s=timeout_s)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -155,18 +189,21 @@ class ManagedEngine:
         backend: Backend = "durable",
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         progress: Progress | None = None,
+        runs_until_stop: bool = True,
     ) -> EngineStatus:
         """Ensure an engine runs for this data dir; reuse a healthy one we started before.
 
         Two callers starting at once (a CLI and a server, say) are serialized on a lock file, so
-        the second one finds and reuses the first one's engine instead of racing it.
+        the second one finds and reuses the first one's engine instead of racing it. A new
+        engine records `runs_until_stop`: server sessions pass False, so the last session to
+        release it stops it (`release`); otherwise only `stop` ends it.
 
         Raises:
             EngineProcessError: binary missing, port taken, data dir locked, or not ready in time;
                 the message quotes the engine's own reason from its log.
         """
         with self._exclusive():
-            return self._start(port, backend, ready_timeout_s, progress)
+            return self._start(port, backend, ready_timeout_s, progress, runs_until_stop)
 
     def _start(
         self,
@@ -174,17 +211,22 @@ class ManagedEngine:
         backend: Backend,
         ready_timeout_s: float,
         progress: Progress | None,
+        runs_until_stop: bool,
     ) -> EngineStatus:
         note = progress or (lambda _message: None)
         if (state := self.running_state()) is not None:
             status = self.status()
             if status.reachable:
                 note(f"engine already running (pid {state.process.pid}, port {state.port})")
+                if runs_until_stop and not state.runs_until_stop:
+                    # `engine start` on a session's engine: from now on it runs until `engine stop`.
+                    self.state_file.write(state.model_copy(update={"runs_until_stop": True}))
+                    status = status.model_copy(update={"runs_until_stop": True})
                 return status.model_copy(update={"reused": True})
             raise EngineProcessError(
                 f"an engine we started (pid {state.process.pid}) runs but does not answer on "
-                f"port {state.port}: {status.reason}. Stop it with `graph-kvcache-mcp engine stop "
-                f"--data-dir {self.data_dir}` and start again"
+                f"port {state.port}: {status.reason}. Stop it with engine_stop (force=true) or "
+                f"`graph-kvcache-mcp engine stop --data-dir {self.data_dir}` and start again"
             )
         binary = engine_binary()
         chosen = port or free_port(ENGINE_HOST)
@@ -193,7 +235,8 @@ class ManagedEngine:
                 f"port {chosen} on {ENGINE_HOST} is already in use by another process; "
                 "choose another with --port (or omit it to pick a free one)"
             )
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.store_dir)
+        narrow_tree(self.home)  # a store or log an older version left 0644
         command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
         process, record = spawn_logged(
@@ -205,6 +248,7 @@ class ManagedEngine:
             backend=backend,
             base_url=f"http://{ENGINE_HOST}:{chosen}",
             data_dir=str(self.data_dir),
+            runs_until_stop=runs_until_stop,
         )
         self.state_file.write(state)
         self._wait_ready(process, state, ready_timeout_s, note)
@@ -214,6 +258,23 @@ class ManagedEngine:
     def stop(self, *, term_wait_s: float = 10.0) -> EngineStopResult:
         """SIGTERM the engine we started, SIGKILL after `term_wait_s`; never anything else."""
         with self._exclusive():
+            return self._stop(term_wait_s)
+
+    def release(
+        self, lease: Path, *, stop_if_last: bool, term_wait_s: float = 10.0
+    ) -> EngineStopResult | None:
+        """Drop a session's lease; stop the engine when that was the last live lease, it was
+        started by a session (not to run until `engine stop`) and `stop_if_last` allows it.
+
+        Returns the stop's result when the engine was stopped, else None.
+        """
+        with self._exclusive():
+            self.leases.drop(lease)
+            if not stop_if_last or self.leases.live():
+                return None
+            state = self.running_state()
+            if state is None or state.runs_until_stop:
+                return None
             return self._stop(term_wait_s)
 
     def _stop(self, term_wait_s: float) -> EngineStopResult:
@@ -229,15 +290,18 @@ class ManagedEngine:
             data_dir=str(self.data_dir),
         )
 
-    def status(self) -> EngineStatus:
-        """Whether our engine runs and answers, with pid, port, backend and uptime."""
-        state = self.running_state()
+    def status(self, *, tidy: bool = True) -> EngineStatus:
+        """Whether our engine runs and answers, with pid, port, backend, uptime and the live
+        leases; stale records and leases are removed on the way when `tidy`."""
+        state = self.running_state(tidy=tidy)
+        leases = list(self.leases.live(tidy=tidy).values())
         if state is None:
             return EngineStatus(
                 running=False,
                 data_dir=str(self.data_dir),
-                reason=f"no managed engine runs for {self.data_dir}; start one with "
-                "`graph-kvcache-mcp engine start`",
+                leases=leases,
+                reason=f"no managed engine runs for {self.data_dir}; start one with engine_start "
+                "(CLI: `graph-kvcache-mcp engine start`)",
             )
         with self.client(state, timeout_s=2.0) as client:
             stats = client.engine_stats()
@@ -256,30 +320,32 @@ class ManagedEngine:
             log_path=state.process.log_path,
             data_dir=str(self.data_dir),
             reason=stats.reason if isinstance(stats, Unavailable) else None,
+            runs_until_stop=state.runs_until_stop,
+            leases=leases,
         )
 
     # --- internals ---------------------------------------------------------------------------
 
+    def _make_home(self) -> None:
+        private_dir(self.data_dir)
+        private_dir(self.home)
+
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """Hold `<home>/lifecycle.lock` (flock) so start and stop never interleave."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / "lifecycle.lock").open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        """Hold `<home>/lifecycle.lock` (flock) so start, stop and release never interleave."""
+        self._make_home()
+        with exclusive(self.home / "lifecycle.lock"):
+            yield
 
     def _environment(self, port: int, backend: Backend) -> dict[str, str]:
         signer = self._secret("signer_key", lambda: secrets.token_hex(16))
         env = {
             name: value
             for name, value in os.environ.items()
-            if not name.startswith(("EPISTEMIC_GRAPH_", "GRAPH_SERVICE_"))
+            if name in _INHERITED or name.startswith(_INHERITED_PREFIXES)
         }
         env.update(
-            GRAPH_SERVICE_AUTH_SECRET=self._secret("auth_secret", lambda: secrets.token_hex(32)),
+            GRAPH_SERVICE_AUTH_SECRET=self._secret("auth_secret", new_secret),
             GRAPH_SERVICE_PERSIST_DIR=str(self.store_dir),
             EPISTEMIC_GRAPH_AUDIENCE="epistemic-graph",
             EPISTEMIC_GRAPH_TENANT="tenant:local",

@@ -1,15 +1,26 @@
-"""The server's way to the KV store: resolves the engine once, on first use, and shares one client.
+"""The server's way to the KV store: resolves the engine on first use and shares one client.
 
 With `EPISTEMIC_GRAPH_KVCACHE_URL` (or `_ADDR`) set, that engine is used and nothing is ever
-started or stopped. With nothing configured this is the embedded default: the managed engine of the
-data dir is reused when one already runs, else started on first KV use (or at startup with
-`--start-engine`); on exit only an engine *this* server started is stopped, unless `--keep-engine`.
+started, stopped or restarted. With nothing configured this is the embedded default, the managed
+engine of the data dir:
+
+- A session that uses it holds a lease (`engine_leases`) from first use until it exits. The last
+  session to drop its lease stops an engine that sessions started; one started by
+  `graph-kvcache-mcp engine start` runs until `engine stop`, and `--keep-engine` leaves it running.
+- Self-healing: before each call the session checks, from the process side, that the engine its
+  client points at is still the process recorded in the state file. When it is gone (killed,
+  crashed, stopped from a shell) or the state file names another one (restarted on a new port),
+  the state is read again and, if nothing runs, the engine is started again on the same store.
+- Read-only sessions use an engine that already runs and create nothing: no engine, no lease,
+  no secret, no directory.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -18,14 +29,16 @@ import anyio.to_thread
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import (
     Backend,
+    EngineState,
     EngineStatus,
     EngineStopResult,
     ManagedEngine,
 )
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.connectors.kv_open import KvTarget, sync_client_for
+from graph_kvcache_mcp.connectors.process_identity import is_ours
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import EngineProcessError
+from graph_kvcache_mcp.errors import EngineProcessError, GraphKvcacheError
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +48,16 @@ STOPPED_BY_TOOL = (
     "the managed engine was stopped with engine_stop; call engine_start to start it again"
 )
 
+StateStamp = tuple[int, int, int]
+"""(inode, mtime in ns, size) of the state file: any rewrite of it changes the stamp."""
+
+
+def read_only_reason(data_dir: Path) -> str:
+    return (
+        f"read-only: no engine runs for {data_dir}; start one with engine_start in a writable "
+        "session or `graph-kvcache-mcp engine start`"
+    )
+
 
 @dataclass(frozen=True)
 class AccessInfo:
@@ -43,17 +66,30 @@ class AccessInfo:
     source: Source
     base_url: str | None
     started_pid: int | None
+    holds_lease: bool
     stops_on_exit: bool
+    restarts: int
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """The managed engine the shared client points at, as the state file recorded it."""
+
+    state: EngineState
+    stamp: StateStamp | None
 
 
 class KvAccess:
-    """One shared `KvClient` per server, plus the embedded engine's lifecycle."""
+    """One shared `KvClient` per server, plus this session's part in the engine's lifecycle."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.engine = ManagedEngine(settings.data_dir)
         self._client: KvClient | None = None
+        self._binding: _Binding | None = None
+        self._lease: Path | None = None
         self._started_pid: int | None = None
+        self._restarts = 0
         self._stopped_by_tool = False
         self._lock = anyio.Lock()
 
@@ -75,15 +111,25 @@ class KvAccess:
         return f"managed engine in {self.engine.data_dir}"
 
     def info(self) -> AccessInfo:
+        binding = self._binding
+        runs_until_stop = binding is None or binding.state.runs_until_stop
         return AccessInfo(
             source=self.source,
             base_url=self._client.base_url if self._client is not None else self.settings.kv_url,
             started_pid=self._started_pid,
-            stops_on_exit=self._started_pid is not None and not self.settings.keep_engine,
+            holds_lease=self._lease is not None,
+            stops_on_exit=self._lease is not None
+            and not runs_until_stop
+            and not self.settings.keep_engine,
+            restarts=self._restarts,
         )
 
     async def connect(self) -> KvClient | Unavailable:
-        """The shared client; with nothing configured, reuse or start the managed engine first."""
+        """The shared client; with nothing configured, reuse, start or restart the managed
+        engine first (read-only: only reuse)."""
+        client = self._client
+        if client is not None and self._still_bound():
+            return client
         async with self._lock:
             return await self._connect_locked()
 
@@ -124,85 +170,149 @@ class KvAccess:
             return status
 
     async def stop_engine(self, *, force: bool = False) -> EngineStopResult:
-        """Stop the managed engine; one this server did not start only with `force`.
+        """Stop the managed engine now, when no one else relies on it (or when forced).
+
+        Without `force` it refuses an engine started to run until `engine stop` and one that
+        other live sessions hold leases on. This session drops its own lease either way.
 
         Raises:
-            EngineProcessError: a URL is configured, or the engine is someone else's and not forced.
+            EngineProcessError: a URL is configured, or others rely on the engine and not forced.
         """
         self._refuse_when_configured("stop")
         async with self._lock:
             state = await anyio.to_thread.run_sync(self.engine.running_state)
             if state is None:
+                await self._release_lease(stop_if_last=False)
                 return EngineStopResult(
                     stopped=False, how="not_running", data_dir=str(self.engine.data_dir)
                 )
-            if state.process.pid != self._started_pid and not force:
-                raise EngineProcessError(
-                    f"the engine in {self.engine.data_dir} (pid {state.process.pid}) was not "
-                    "started by this server (the CLI or another session did) and may be in use "
-                    "elsewhere; pass force=true to stop it anyway"
-                )
+            if not force:
+                self._refuse_stop(state, await self._other_holders())
             await self._drop_client()
+            await self._release_lease(stop_if_last=False)
             result = await anyio.to_thread.run_sync(self.engine.stop)
             self._started_pid = None
             self._stopped_by_tool = True
             return result
 
     async def engine_status(self) -> EngineStatus:
-        return await anyio.to_thread.run_sync(self.engine.status)
+        """The engine's status; stale records and leases are removed unless read-only."""
+        tidy = not self.settings.read_only
+        return await anyio.to_thread.run_sync(lambda: self.engine.status(tidy=tidy))
 
     async def aclose(self) -> None:
-        """Close the client; stop the engine only when this server started it (and may)."""
+        """Close the client and drop this session's lease; the last session out stops an
+        engine that sessions started (unless --keep-engine)."""
         # Runs at shutdown, often inside a cancelled scope: shield so the engine really stops.
         with anyio.CancelScope(shield=True):
             await self._drop_client()
-            if self._started_pid is None or self.settings.keep_engine:
-                return
-            state = await anyio.to_thread.run_sync(self.engine.running_state)
-            if state is not None and state.process.pid == self._started_pid:
-                result = await anyio.to_thread.run_sync(self.engine.stop)
+            result = await self._release_lease(stop_if_last=not self.settings.keep_engine)
+            if result is not None and result.stopped:
                 log.info("stopped the managed engine (pid %s, %s)", result.pid, result.how)
             self._started_pid = None
 
     # --- internals ---------------------------------------------------------------------------
 
-    async def _connect_locked(self) -> KvClient | Unavailable:
-        if self._client is not None:
-            return self._client
+    def _still_bound(self) -> bool:
+        """True when the client's engine is still the recorded, running process (no I/O but a
+        stat of the state file and a read of /proc). Always true for a configured URL."""
         if self.settings.kv_url is not None:
-            self._client = self._new_client(self.settings.kv_url, configured=True)
+            return True
+        binding = self._binding
+        return (
+            binding is not None
+            and _stamp(self.engine.state_path) == binding.stamp
+            and is_ours(binding.state.process)
+        )
+
+    async def _connect_locked(self) -> KvClient | Unavailable:
+        if self.settings.kv_url is not None:
+            if self._client is None:
+                self._client = self._new_client(self.settings.kv_url, configured=True)
             return self._client
+        if self._client is not None and self._still_bound():
+            return self._client  # another task healed it while this one waited
         if self._stopped_by_tool:
             return Unavailable(STOPPED_BY_TOOL)
+        lost = self._binding
+        if self.settings.read_only:
+            return await self._attach_read_only()
+        backend = lost.state.backend if lost is not None else None
         try:
-            await self._start_locked(backend=None, port=None)
+            status = await self._start_locked(backend=backend, port=None)
         except EngineProcessError as exc:
             return Unavailable(f"managed engine could not start: {exc}")
+        except GraphKvcacheError as exc:  # a symlinked state or secret path, say
+            return Unavailable(f"managed engine could not be used: {exc}")
+        if lost is not None and status.pid != lost.state.process.pid:
+            self._restarts += 1
+            how = "found it running again" if status.reused else "started it again"
+            log.warning(
+                "the managed engine (pid %s) was gone; %s (pid %s, %s)",
+                lost.state.process.pid,
+                how,
+                status.pid,
+                status.base_url,
+            )
         assert self._client is not None  # _start_locked always sets it on success
         return self._client
 
+    async def _attach_read_only(self) -> KvClient | Unavailable:
+        """Use the engine that runs now, touching nothing on disk (no lease, no secret)."""
+
+        def find() -> tuple[EngineState | None, StateStamp | None]:
+            return self.engine.running_state(tidy=False), _stamp(self.engine.state_path)
+
+        state, stamp = await anyio.to_thread.run_sync(find)
+        token = await anyio.to_thread.run_sync(self.engine.existing_token)
+        if state is None or token is None:
+            await self._drop_client()
+            self._binding = None
+            return Unavailable(read_only_reason(self.engine.data_dir))
+        self._bind(state, stamp)
+        return await self._point_at(state.base_url)
+
     async def _start_locked(self, *, backend: Backend | None, port: int | None) -> EngineStatus:
+        if self._lease is None:
+            # Taken before the start: a session exiting meanwhile sees this lease and leaves the
+            # engine running (release and start are serialized on the engine's lock).
+            self._lease = await anyio.to_thread.run_sync(self.engine.leases.take)
         status = await anyio.to_thread.run_sync(
             lambda: self.engine.start(
                 backend=backend or self.settings.engine_backend,
                 port=port or self.settings.engine_port,
                 progress=lambda message: log.info("%s", message),
+                runs_until_stop=False,
             )
         )
         if not status.reused:
             self._started_pid = status.pid
         if status.base_url is None:  # start() only returns once the engine answers
             raise EngineProcessError(f"engine started but reports no address: {status.reason}")
-        if self._client is None or self._client.base_url != status.base_url:
-            await self._drop_client()
-            self._client = self._new_client(status.base_url, configured=False)
+
+        def recorded() -> tuple[EngineState | None, StateStamp | None]:
+            return self.engine.state(), _stamp(self.engine.state_path)
+
+        state, stamp = await anyio.to_thread.run_sync(recorded)
+        if state is not None:
+            self._bind(state, stamp)
+        await self._point_at(status.base_url)
         return status
+
+    def _bind(self, state: EngineState, stamp: StateStamp | None) -> None:
+        self._binding = _Binding(state, stamp)
+
+    async def _point_at(self, base_url: str) -> KvClient:
+        if self._client is None or self._client.base_url != base_url:
+            await self._drop_client()
+            self._client = self._new_client(base_url, configured=False)
+        return self._client
 
     def _new_client(self, base_url: str, *, configured: bool) -> KvClient:
         target = (
             KvTarget(base_url, self.settings.kv_token, "configured")
             if configured
-            else KvTarget(base_url, self.engine.token(), "managed")
+            else KvTarget(base_url, self.engine.existing_token(), "managed")
         )
         return KvClient(sync_client_for(target, self.settings))
 
@@ -211,6 +321,36 @@ class KvAccess:
         if client is not None:
             await client.aclose()
 
+    async def _release_lease(self, *, stop_if_last: bool) -> EngineStopResult | None:
+        lease, self._lease = self._lease, None
+        self._binding = None
+        if lease is None:
+            return None
+        return await anyio.to_thread.run_sync(
+            lambda: self.engine.release(lease, stop_if_last=stop_if_last)
+        )
+
+    async def _other_holders(self) -> list[int]:
+        live = await anyio.to_thread.run_sync(self.engine.leases.live)
+        return sorted({lease.pid for path, lease in live.items() if path != self._lease})
+
+    def _refuse_stop(self, state: EngineState, others: list[int]) -> None:
+        if state.runs_until_stop:
+            raise EngineProcessError(
+                f"the engine in {self.engine.data_dir} (pid {state.process.pid}) was not started "
+                "by a server session: it was started with `graph-kvcache-mcp engine start` (or "
+                "by a library caller) and runs until `graph-kvcache-mcp engine stop`; pass "
+                "force=true to stop it anyway"
+            )
+        if others:
+            pids = ", ".join(str(pid) for pid in others)
+            raise EngineProcessError(
+                f"the engine in {self.engine.data_dir} (pid {state.process.pid}) is in use by "
+                f"{len(others)} other server session(s) (pid {pids}); it stops by itself when "
+                "the last of them exits. Pass force=true to stop it now (a session still using "
+                "it starts it again on its next KV call)"
+            )
+
     def _refuse_when_configured(self, verb: str) -> None:
         if self.settings.kv_url is not None:
             raise EngineProcessError(
@@ -218,3 +358,11 @@ class KvAccess:
                 "(EPISTEMIC_GRAPH_KVCACHE_URL/ADDR is set) and never starts or stops engines; "
                 f"to {verb} the local managed engine, run the server without that variable"
             )
+
+
+def _stamp(path: Path) -> StateStamp | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)

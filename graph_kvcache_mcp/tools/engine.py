@@ -15,7 +15,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine_process import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
-from graph_kvcache_mcp.errors import EngineProcessError
+from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -38,8 +38,14 @@ class EngineStatusOut(EngineStatus):
         None, description="Where KV tools send requests now (null until first use)."
     )
     started_by_this_server: bool = False
+    holds_lease: bool = Field(
+        False, description="True while this server session uses the managed engine (a lease)."
+    )
     stops_on_exit: bool = Field(
-        False, description="True when this server will stop the engine when it exits."
+        False,
+        description="True when this server stops the engine on exit, should it be the last "
+        "session holding a lease (false with --keep-engine or for an engine started by "
+        "`graph-kvcache-mcp engine start`).",
     )
 
     @classmethod
@@ -50,15 +56,20 @@ class EngineStatusOut(EngineStatus):
             kv_source=info.source,
             kv_base_url=info.base_url,
             started_by_this_server=info.started_pid is not None and info.started_pid == status.pid,
+            holds_lease=info.holds_lease,
             stops_on_exit=info.stops_on_exit,
         )
 
 
 async def engine_status(ctx: Context[Any]) -> EngineStatusOut:
     """Report whether the managed local engine runs and answers (pid, port, backend, uptime, log
-    path), which engine the KV tools use, and whether this server stops it on exit."""
+    path), the server sessions holding leases on it, which engine the KV tools use, and whether
+    this server stops it on exit. Removes leases of sessions that no longer run."""
     access = state_of(ctx).kv
-    return EngineStatusOut.build(await access.engine_status(), access)
+    try:
+        return EngineStatusOut.build(await access.engine_status(), access)
+    except ProcessError as exc:  # a platform without /proc
+        raise ToolError(str(exc)) from exc
 
 
 async def engine_start(
@@ -76,12 +87,12 @@ async def engine_start(
     ] = None,
 ) -> EngineStatusOut:
     """Start the managed local engine (or reuse the one already running for this data dir) and
-    return once it answers; the KV tools use it immediately. An engine this server starts is
-    stopped when the server exits unless it runs with --keep-engine."""
+    return once it answers; the KV tools use it immediately. This session then holds a lease on
+    it: the engine stops when the last session using it exits (unless --keep-engine)."""
     access = state_of(ctx).kv
     try:
         status = await access.start_engine(backend=backend, port=port)
-    except EngineProcessError as exc:
+    except ProcessError as exc:
         raise ToolError(str(exc)) from exc
     return EngineStatusOut.build(status, access)
 
@@ -91,17 +102,19 @@ async def engine_stop(
     force: Annotated[
         bool,
         Field(
-            description="Also stop an engine this server did not start (the CLI or another "
-            "session did; they may still be using it)."
+            description="Also stop an engine other sessions still use, or one started with "
+            "`graph-kvcache-mcp engine start` (which otherwise runs until `engine stop`)."
         ),
     ] = False,
 ) -> EngineStopResult:
-    """Stop the managed local engine: SIGTERM, then SIGKILL after a grace period. Durable data
-    stays on disk; a memory-backend engine loses its contents. KV tools then report
-    reachable=false until engine_start. Never signals a process this project did not start."""
+    """Stop the managed local engine: SIGTERM, then SIGKILL after a grace period. Without
+    force it refuses while other server sessions hold leases on it (it stops by itself when the
+    last one exits) or when the CLI started it. Durable data stays on disk; a memory-backend
+    engine loses its contents. This session's KV tools then report reachable=false until
+    engine_start. Never signals a process this project did not start."""
     try:
         return await state_of(ctx).kv.stop_engine(force=force)
-    except EngineProcessError as exc:
+    except ProcessError as exc:
         raise ToolError(str(exc)) from exc
 
 

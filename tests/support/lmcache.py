@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.domain.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache_model import ModelFacts

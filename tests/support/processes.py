@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.engine_process import EngineState, ManagedEngine
-from graph_kvcache_mcp.connectors.process_tools import is_ours
+from graph_kvcache_mcp.connectors.process_identity import is_ours
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,3 +46,32 @@ def running_engine_state(data_dir: Path) -> EngineState | None:
 
 def engine_gone(state: EngineState) -> bool:
     return not is_ours(state.process)
+
+
+# Known values for secrets a child process must never receive (tests set them, then look).
+SECRETS = {
+    "VLLM_API_KEY": "vllm-key-for-test-7c1e",
+    "GRAPH_KVCACHE_HTTP_TOKEN": "http-token-for-test-91ab",
+    "GRAPH_KVCACHE_BUNDLE_SECRET": "bundle-secret-for-test-4d2f",
+    "EPISTEMIC_GRAPH_KVCACHE_TOKEN": "kv-token-for-test-0e55",
+}
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pairs = (item.decode(errors="replace").partition("=") for item in raw if item)
+    return {name: value for name, _, value in pairs}
+
+
+def modes_under(root: Path) -> dict[str, int]:
+    """Permission bits of `root` and everything under it (links are not followed)."""
+    paths = [root, *root.rglob("*")]
+    return {str(path.relative_to(root)): stat.S_IMODE(path.lstat().st_mode) for path in paths}
+
+
+def wider_than_private(modes: dict[str, int], root: Path) -> dict[str, str]:
+    return {
+        name: oct(mode)
+        for name, mode in modes.items()
+        if mode & 0o077 and not (root / name).is_socket()  # a socket's mode is not its access
+    }

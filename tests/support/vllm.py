@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmStatus
 from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import ChatResult
 from graph_kvcache_mcp.connectors.vllm_process import VllmStatus
 from graph_kvcache_mcp.domain.traces import TraceSummary

@@ -23,7 +23,7 @@ from graph_kvcache_mcp.connectors.lmcache_l2 import (
     EngineL2Client,
     wait_for_completion,
 )
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.domain.lmcache_keys import engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit
 from tests.support.engines import RunningEngine

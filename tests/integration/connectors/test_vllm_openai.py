@@ -8,7 +8,7 @@ import anyio
 import pytest
 from pydantic import SecretStr
 
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient
 from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient, VllmRequestError
 from graph_kvcache_mcp.domain.outcomes import Unavailable

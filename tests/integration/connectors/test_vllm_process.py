@@ -10,14 +10,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from graph_kvcache_mcp.connectors.process_tools import free_port, port_in_use, start_ticks
+from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
+from graph_kvcache_mcp.connectors.process_identity import group_members, listener_pid, start_ticks
+from graph_kvcache_mcp.connectors.vllm_health import probe_server
 from graph_kvcache_mcp.connectors.vllm_openai import ChatResult
-from graph_kvcache_mcp.connectors.vllm_process import (
-    ManagedVllm,
-    group_members,
-    listener_pid,
-    probe_server,
-)
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
 from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
 from graph_kvcache_mcp.errors import VllmProcessError
 from tests.support.vllm import BLOCK_SIZE, RunningVllm, VllmServers, fast_cpu_launch

@@ -6,7 +6,7 @@ import secrets
 from typing import Any
 
 from graph_kvcache_mcp.connectors.kv_http import KvClient
-from graph_kvcache_mcp.connectors.process_tools import free_port
+from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import (

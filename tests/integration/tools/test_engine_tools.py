@@ -11,7 +11,8 @@ from mcp import Client
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import EngineStopResult, ManagedEngine
 from graph_kvcache_mcp.connectors.kv_access import STOPPED_BY_TOOL
-from graph_kvcache_mcp.connectors.process_tools import free_port, is_ours
+from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.process_identity import is_ours
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_views import KvStatsOut
 from graph_kvcache_mcp.tools.engine import EngineStatusOut
@@ -75,7 +76,7 @@ async def test_an_engine_someone_else_started_is_reused_and_never_stopped_unforc
             stats = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
             refused = await call_error(client, "engine_stop", {})
         assert stats.base_url == theirs.base_url
-        assert "not started by this server" in refused and "force=true" in refused
+        assert "runs until `graph-kvcache-mcp engine stop`" in refused and "force=true" in refused
         assert is_ours(theirs.process)  # still running after our server exited
         async with Client(build_server(_embedded(tmp_path)), mode=mode) as client:
             forced = EngineStopResult.model_validate(
@@ -117,3 +118,35 @@ async def test_a_configured_url_never_starts_or_stops_an_engine(mode: str, tmp_p
     assert "EPISTEMIC_GRAPH_KVCACHE_URL" in start and "EPISTEMIC_GRAPH_KVCACHE_URL" in stop
     assert (status.running, status.kv_source, status.kv_base_url) == (False, "configured", url)
     assert not (tmp_path / "engine" / "state.json").exists()
+
+
+async def test_engine_stop_refuses_while_another_session_holds_a_lease(tmp_path: Path) -> None:
+    with _cleanup(tmp_path) as managed:
+        async with (
+            Client(build_server(_embedded(tmp_path))) as first,
+            Client(build_server(_embedded(tmp_path))) as second,
+        ):
+            await call_ok(first, "kv_stats", {})
+            await call_ok(second, "kv_stats", {})
+            refused = await call_error(first, "engine_stop", {})
+            running = managed.running_state()
+            forced = EngineStopResult.model_validate(
+                await call_ok(first, "engine_stop", {"force": True})
+            )
+        assert "1 other server session(s)" in refused and "force=true" in refused
+        assert running is not None and forced.stopped and forced.pid == running.process.pid
+
+
+async def test_a_session_follows_an_engine_restarted_on_another_port(tmp_path: Path) -> None:
+    with _cleanup(tmp_path) as managed:
+        async with Client(build_server(_embedded(tmp_path))) as client:
+            before = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+            managed.stop()  # as `graph-kvcache-mcp engine stop` then `engine start --port` would
+            restarted = managed.start(backend="memory", port=free_port())
+            after = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+            status = EngineStatusOut.model_validate(await call_ok(client, "engine_status", {}))
+        assert before.reachable and after.reachable
+        assert after.base_url == restarted.base_url != before.base_url
+        assert status.pid == restarted.pid and not status.started_by_this_server
+        still = managed.running_state()  # `engine start` engines outlive the sessions
+        assert still is not None and still.process.pid == restarted.pid

@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.process_tools import free_port, port_in_use
+from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.trace_log import append_traces
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmLogs
 from graph_kvcache_mcp.domain.traces import Trace

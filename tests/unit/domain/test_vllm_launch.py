@@ -69,3 +69,28 @@ def test_nvidia_smi_lines_become_gpu_names() -> None:
     out = "NVIDIA H200, 143771 MiB\n\nNVIDIA H200, 143771 MiB\n"
     assert parse_nvidia_smi(out) == ["NVIDIA H200, 143771 MiB"] * 2
     assert parse_nvidia_smi("") == []
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--api-key", "sk-1"),
+        ("--api-key=sk-1",),
+        ("--API-KEY=sk-1",),
+        ("--api_key", "sk-1"),
+        ("--api-ke", "sk-1"),
+        ("--api-k=sk-1",),
+        ("--seed", "0", "--api-key", "sk-1"),
+    ],
+)
+def test_an_api_key_in_extra_args_is_refused_in_every_spelling(extra: tuple[str, ...]) -> None:
+    with pytest.raises(ConfigError, match="VLLM_API_KEY") as refused:
+        plan_launch(VllmLaunch(model="/m", extra_args=extra), CPU, host="127.0.0.1")
+    assert "sk-1" not in str(refused.value)
+
+
+def test_flags_that_only_share_the_api_prefix_are_kept() -> None:
+    plan = plan_launch(
+        VllmLaunch(model="/m", extra_args=("--api-server-count", "1")), CPU, host="127.0.0.1"
+    )
+    assert plan.args[-2:] == ("--api-server-count", "1")

