@@ -9,11 +9,10 @@ from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
+from graph_kvcache_mcp.strict_server import StrictServer
 from graph_kvcache_mcp.tools import bundle as bundle_tools
 from graph_kvcache_mcp.tools import engine as engine_tools
 from graph_kvcache_mcp.tools import kv as kv_tools
@@ -50,12 +49,12 @@ A result with reachable=false means the store is down: report its reason, do not
 """
 
 
-def build_server(settings: Settings) -> MCPServer[AppState]:
+def build_server(settings: Settings) -> StrictServer[AppState]:
     """A server exposing the toolsets `settings` allows (read-only mode drops every writer)."""
     _log_to_stderr()
 
     @asynccontextmanager
-    async def lifespan(app: MCPServer[AppState]) -> AsyncIterator[AppState]:
+    async def lifespan(app: StrictServer[AppState]) -> AsyncIterator[AppState]:
         state = AppState(settings)
         bind_live_state(app, state)
         try:
@@ -68,7 +67,7 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
                 unbind_live_state(app, state)
                 state.closed.set()
 
-    server: MCPServer[AppState] = MCPServer(
+    server: StrictServer[AppState] = StrictServer(
         "graph-kvcache-mcp",
         title="graph-kvcache-mcp",
         version=__version__,

@@ -12,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from graph_kvcache_mcp.state import AppState
+from graph_kvcache_mcp.strict_server import StrictServer
 
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -25,6 +26,13 @@ STARTS_PROCESS = ToolAnnotations(
 STOPS_PROCESS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
+
+
+def read_only_refusal(what: str) -> str:
+    """What a caller hears when it asks a read-only server for `what` (a tool or an action)."""
+    return (
+        f"this server is read-only (GRAPH_KVCACHE_READ_ONLY / --read-only): {what} is not available"
+    )
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only
         served = spec
         if read_only and spec.writes:
             if spec.read_only_variant is None:
+                if isinstance(server, StrictServer):
+                    server.withhold(spec.fn.__name__, read_only_refusal(spec.fn.__name__))
                 continue
             served = spec.read_only_variant
         server.add_tool(

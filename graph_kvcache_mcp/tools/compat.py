@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
@@ -23,6 +23,7 @@ from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     WRITES_IDEMPOTENT,
     ToolSpec,
+    read_only_refusal,
     register_all,
     state_of,
 )
@@ -30,6 +31,13 @@ from graph_kvcache_mcp.tools.kv_input import decode_value
 
 Action = Literal["get", "put", "contains", "exists", "stats"]
 ReadAction = Literal["get", "contains", "exists", "stats"]
+
+
+def _refuse_writes(action: object) -> object:
+    if action == "put":
+        raise ValueError(read_only_refusal("put"))
+    return action
+
 
 CompatKey = Annotated[
     str | None,
@@ -107,7 +115,9 @@ async def graph_kvcache(
 async def graph_kvcache_read_only(
     ctx: Context[Any],
     action: Annotated[
-        ReadAction, Field(description="What to do: get, contains, exists, stats (read-only).")
+        ReadAction,
+        BeforeValidator(_refuse_writes),  # says why put is missing, not just "should be get, ..."
+        Field(description="What to do: get, contains, exists, stats (read-only)."),
     ],
     key: CompatKey = None,
 ) -> GraphKvcacheOut:
