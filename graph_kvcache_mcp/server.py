@@ -31,7 +31,7 @@ INSTRUCTIONS = """\
 Tools to drive and inspect an LLM KV-cache stack: the epistemic-graph engine's content-addressed
 KV store (kv_*, graph_kvcache) and the local engine process (engine_*).
 Start with kv_probe to see whether the store is reachable and healthy, then kv_stats for counters
-(pass an earlier result's `engine` object as `since` to see what moved). kv_get reads keys (size
+(pass an earlier result's snapshot_id as `since` to see what moved). kv_get reads keys (size
 and sha256; bytes only when asked and small), kv_save writes one value to a new file, kv_exists
 checks many keys at once, kv_put stores bytes: the engine keeps the first value ever stored under
 a key, so a repeat PUT reports already_present and changes nothing.
@@ -41,8 +41,9 @@ Context bundles (bundle_*): bundle_compile selects evidence under a token budget
 content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable prefix.
 vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served from vLLM's
 prefix cache (never 0 for unknown: cached_tokens_source says where the count came from);
-vllm_metrics reads /metrics (pass `since` for a delta); vllm_start/vllm_status/vllm_stop manage a
-local server; vllm_trace_summary sums up this session's calls or a JSONL trace file.
+vllm_metrics reads /metrics (pass a snapshot_id as `since` for a delta);
+vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums up this
+session's calls or a JSONL trace file.
 LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
 with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.

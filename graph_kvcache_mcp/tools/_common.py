@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from graph_kvcache_mcp.state import AppState
+from graph_kvcache_mcp.state import AppState, Snapshots
 from graph_kvcache_mcp.strict_server import StrictServer
 
 READ_ONLY = ToolAnnotations(
@@ -69,6 +69,25 @@ def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only
             description=inspect.cleandoc(served.fn.__doc__ or ""),
             annotations=served.annotations,
         )
+
+
+T = TypeVar("T")
+
+
+def snapshot_since(snapshots: Snapshots[T], snapshot_id: str, tool: str) -> T:
+    """The snapshot a `since` id names.
+
+    Raises:
+        ToolError: the id is unknown here, or so old it was dropped.
+    """
+    found = snapshots.find(snapshot_id)
+    if found is None:
+        raise ToolError(
+            f"since={snapshot_id!r} is not a snapshot this server holds (it keeps the last "
+            f"{snapshots.limit} {tool} snapshots of this session): call {tool} without since and "
+            "pass the snapshot_id it returns"
+        )
+    return found
 
 
 def state_of(ctx: Context[Any]) -> AppState:

@@ -35,6 +35,7 @@ from graph_kvcache_mcp.tools._common import (
     WRITES_IDEMPOTENT,
     ToolSpec,
     register_all,
+    snapshot_since,
     state_of,
 )
 from graph_kvcache_mcp.tools.kv_input import (
@@ -75,8 +76,7 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
     if since.backend != out.engine.backend:
         raise ToolError(
             f"`since` is a snapshot of a {since.backend} backend but this store is "
-            f"{out.engine.backend}: pass the `engine` object of an earlier kv_stats result "
-            "from this store"
+            f"{out.engine.backend}: call kv_stats without since and use its snapshot_id"
         )
     return out.model_copy(update={"delta": stats_delta(since, out.engine)})
 
@@ -87,20 +87,20 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
 async def kv_stats(
     ctx: Context[Any],
     since: Annotated[
-        EngineStats | None,
-        Field(
-            description="Optional: the `engine` object of an earlier kv_stats result; the answer "
-            "then also holds `delta`, what each engine counter moved since then."
-        ),
+        str | None,
+        Field(description="snapshot_id of an earlier kv_stats result: adds `delta`."),
     ] = None,
 ) -> KvStatsOut:
-    """Report the engine KV store's normalized counters: which backend (memory or durable),
-    blocks, bytes, dedup hits, hit rate (from the engine when it counts gets, else from this
-    server's own client counters), plus this server's client counters. A counter the backend does
-    not report is null, never 0. To see what a workload changed, call once, keep `engine`, run the
-    workload, then call again with since=<that engine object>. reachable=false means the store is
-    down: report the reason instead of retrying."""
-    return await stats_out(state_of(ctx).kv, since)
+    """Engine KV store counters: backend (memory or durable), blocks, bytes, dedup, hit rate,
+    and this server's client counters; null = not reported, never 0. To measure a workload, call,
+    run it, call again with since=<snapshot_id>. reachable=false: the store is down; report the
+    reason."""
+    state = state_of(ctx)
+    before = None if since is None else snapshot_since(state.kv_snapshots, since, "kv_stats")
+    out = await stats_out(state.kv, before)
+    if out.engine is None:
+        return out
+    return out.model_copy(update={"snapshot_id": state.kv_snapshots.keep(out.engine)})
 
 
 async def kv_probe(ctx: Context[Any], samples: Samples = 20) -> KvProbeOut:

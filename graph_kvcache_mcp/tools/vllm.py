@@ -38,6 +38,7 @@ from graph_kvcache_mcp.tools._common import (
     STOPS_PROCESS,
     ToolSpec,
     register_all,
+    snapshot_since,
     state_of,
 )
 
@@ -80,6 +81,9 @@ class VllmMetricsOut(BaseModel):
     metrics_url: str
     snapshot: MetricsSnapshot | None = None
     delta: MetricsDelta | None = Field(None, description="Present when `since` was given.")
+    snapshot_id: str | None = Field(
+        None, description="Pass as `since` to a later vllm_metrics call to get `delta`."
+    )
     reason: str | None = None
 
 
@@ -157,18 +161,16 @@ async def vllm_metrics(
     ctx: Context[Any],
     model: Model = None,
     since: Annotated[
-        MetricsSnapshot | None,
-        Field(
-            description="A `snapshot` from an earlier vllm_metrics result: also return the delta."
-        ),
+        str | None,
+        Field(description="snapshot_id of an earlier vllm_metrics result: adds `delta`."),
     ] = None,
 ) -> VllmMetricsOut:
-    """Read vLLM's Prometheus /metrics for one model: prefix-cache queries and hits (tokens) and
-    hit rate, external (KV connector) cache hits, prompt tokens by source, KV cache usage,
-    running/waiting requests, a TTFT summary, and the cache config (block size, prefix caching).
-    Fields the server does not export are null, not 0. Pass an earlier snapshot as `since` to get
-    what moved in between (delta)."""
-    access = state_of(ctx).vllm
+    """vLLM's /metrics for one model: prefix-cache queries, hits and hit rate, connector (LMCache)
+    hits, prompt tokens by source, KV usage, queue, TTFT, cache config. Not exported = null, never
+    0. Call again with since=<snapshot_id> for what moved in between (delta)."""
+    state = state_of(ctx)
+    before = None if since is None else snapshot_since(state.vllm_snapshots, since, "vllm_metrics")
+    access = state.vllm
     client = await access.client()
     try:
         snapshot = await client.metrics.snapshot(model or access.settings.vllm_model)
@@ -177,8 +179,14 @@ async def vllm_metrics(
     url = client.metrics.metrics_url
     if isinstance(snapshot, Unavailable):
         return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
-    window = delta(since, snapshot) if since is not None else None
-    return VllmMetricsOut(reachable=True, metrics_url=url, snapshot=snapshot, delta=window)
+    window = delta(before, snapshot) if before is not None else None
+    return VllmMetricsOut(
+        reachable=True,
+        metrics_url=url,
+        snapshot=snapshot,
+        delta=window,
+        snapshot_id=state.vllm_snapshots.keep(snapshot),
+    )
 
 
 async def vllm_start(

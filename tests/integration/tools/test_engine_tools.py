@@ -117,3 +117,16 @@ async def test_a_configured_url_never_starts_or_stops_an_engine(mode: str, tmp_p
     assert "EPISTEMIC_GRAPH_KVCACHE_URL" in start and "EPISTEMIC_GRAPH_KVCACHE_URL" in stop
     assert (status.running, status.kv_source, status.kv_base_url) == (False, "configured", url)
     assert not (tmp_path / "engine" / "state.json").exists()
+
+
+@MODES
+async def test_kv_stats_refuses_a_snapshot_of_another_backend(mode: str, tmp_path: Path) -> None:
+    """An engine restarted on another backend: a delta across the two would mean nothing."""
+    with _cleanup(tmp_path):
+        async with Client(build_server(_embedded(tmp_path)), mode=mode) as client:
+            memory = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+            await call_ok(client, "engine_stop", {})
+            await call_ok(client, "engine_start", {"backend": "durable"})
+            message = await call_error(client, "kv_stats", {"since": memory.snapshot_id})
+    assert memory.backend == "memory"
+    assert "`since` is a snapshot of a memory backend but this store is durable" in message
