@@ -1,8 +1,9 @@
 """`StrictServer`: the SDK's `MCPServer` with the argument handling a model can act on.
 
-- Every tool's input schema is tight: no pydantic `title`s (they cost every conversation bytes
-  and tell the model nothing the property name does not) and `additionalProperties: false`; an
-  unknown argument is refused by name, never silently dropped.
+- Every tool's input schema is lean and closed: no pydantic `title`s and no `null` branch for an
+  argument that defaults to null (they cost every conversation bytes and tell the model nothing
+  the name and `required` do not), and `additionalProperties: false`: an unknown argument is
+  refused by name, never silently dropped.
 - Invalid arguments are described by `errors.describe_validation` (argument, what is wrong,
   what is accepted), not pydantic's report with its documentation links.
 - An unknown tool or prompt is a JSON-RPC `-32602` error (2025-11-25 spec), not a tool result or
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -36,21 +38,75 @@ LifespanT = TypeVar("LifespanT")
 _ONE_SCHEMA = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_MAPS = ("properties", "$defs", "patternProperties", "dependentSchemas")
+_NULL = {"type": "null"}
+_DEFS = "#/$defs/"
 
 
-def without_titles(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with every `title` keyword removed (a property *named* title stays)."""
+def lean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` as a model needs it: every `title` keyword dropped (a property *named* title
+    stays), no class docstrings on `$defs`, an optional value whose default is null shown as its
+    plain type (omitting it means null; a null sent anyway is still accepted), and a definition
+    used once written in place (hosts resolve inline schemas most reliably)."""
+    return _inline_single_use_defs(_lean(schema))
+
+
+def _lean(schema: dict[str, Any]) -> dict[str, Any]:
     out = {key: value for key, value in schema.items() if key != "title"}
+    if "$defs" in out:
+        # A definition's description is its class docstring: written for code readers, and the
+        # properties that use it carry their own descriptions.
+        out["$defs"] = {
+            name: {k: v for k, v in sub.items() if k != "description"}
+            for name, sub in out["$defs"].items()
+        }
+    if "default" in out and out["default"] is None and _is_nullable(out.get("anyOf")):
+        (kept,) = [sub for sub in out.pop("anyOf") if sub != _NULL]
+        del out["default"]
+        out = {**kept, **out}
     for key in _ONE_SCHEMA:
         if isinstance(out.get(key), dict):
-            out[key] = without_titles(out[key])
+            out[key] = _lean(out[key])
     for key in _SCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [without_titles(sub) for sub in out[key]]
+            out[key] = [_lean(sub) for sub in out[key]]
     for key in _SCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: without_titles(sub) for name, sub in out[key].items()}
+            out[key] = {name: _lean(sub) for name, sub in out[key].items()}
     return out
+
+
+def _inline_single_use_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    defs: dict[str, Any] = schema.get("$defs") or {}
+    uses = Counter(_refs(schema))
+    once = {name for name in defs if uses[f"{_DEFS}{name}"] == 1}
+
+    def resolve(node: Any, inside: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [resolve(sub, inside) for sub in node]
+        if not isinstance(node, dict):
+            return node
+        name = str(node.get("$ref", "")).removeprefix(_DEFS)
+        if name in once and name not in inside:  # `inside` stops a definition that nests itself
+            rest = {key: resolve(value, inside) for key, value in node.items() if key != "$ref"}
+            return {**resolve(defs[name], inside | {name}), **rest}
+        return {key: resolve(value, inside) for key, value in node.items()}
+
+    out = resolve({key: value for key, value in schema.items() if key != "$defs"}, frozenset())
+    kept = {name: resolve(sub, frozenset({name})) for name, sub in defs.items() if name not in once}
+    return {**out, "$defs": kept} if kept else out
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, list):
+        return [ref for sub in node for ref in _refs(sub)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+    return own + [ref for value in node.values() for ref in _refs(value)]
+
+
+def _is_nullable(options: object) -> bool:
+    return isinstance(options, list) and len(options) == 2 and _NULL in options
 
 
 def tighten(tool: Tool) -> None:
@@ -59,7 +115,7 @@ def tighten(tool: Tool) -> None:
     config = ConfigDict(**{**loose.model_config, "extra": "forbid"})
     strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config})
     tool.fn_metadata.arg_model = strict  # type: ignore[assignment]
-    tool.parameters = without_titles(strict.model_json_schema(by_alias=True))
+    tool.parameters = lean_schema(strict.model_json_schema(by_alias=True))
 
 
 def argument_names(tool: Tool) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -65,8 +64,8 @@ def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only
             served.fn,
             name=spec.fn.__name__,
             title=served.title,
-            # The SDK sends __doc__ verbatim; dedent so models don't pay for indentation.
-            description=inspect.cleandoc(served.fn.__doc__ or ""),
+            # The SDK sends __doc__ verbatim; one line so models pay for no indentation.
+            description=" ".join((served.fn.__doc__ or "").split()),
             annotations=served.annotations,
         )
 

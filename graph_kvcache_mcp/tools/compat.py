@@ -42,16 +42,13 @@ def _refuse_writes(action: object) -> object:
 CompatKey = Annotated[
     str | None,
     Field(
-        description="Engine key for get/put/contains/exists (ignored by stats): printable ASCII "
-        "without spaces, '?' or '#', sent exactly as written."
+        description="Engine key for get/put/contains/exists: printable ASCII without spaces, "
+        "'?' or '#'."
     ),
 ]
 CompatValue = Annotated[
     str | None,
-    Field(
-        description="For put: the bytes as standard, padded base64 ('+' and '/'); ignored by "
-        "other actions."
-    ),
+    Field(description="put: the bytes as standard padded base64."),
 ]
 
 
@@ -99,16 +96,13 @@ class GraphKvcacheOut(BaseModel):
 
 async def graph_kvcache(
     ctx: Context[Any],
-    action: Annotated[Action, Field(description="What to do: get, put, contains, exists, stats.")],
+    action: Annotated[Action, Field(description="get, put, contains, exists or stats.")],
     key: CompatKey = None,
     value_b64: CompatValue = None,
 ) -> GraphKvcacheOut:
-    """The epistemic-graph KV cache in one tool (compatible with the older graph_kvcache tool).
-    action=get -> hit and value_b64 (values over 64 KiB come back without bytes: use kv_get /
-    kv_save); put -> stored (needs key and value_b64; the engine keeps the FIRST value ever
-    stored under a key, so state=already_present means these bytes were not stored);
-    contains / exists -> present; stats -> the store's counters. reachable=false means the store
-    is down: report the reason instead of retrying. The focused kv_* tools give more detail."""
+    """The KV store as one action tool (the older graph_kvcache): get -> hit, value_b64
+    (up to 64 KiB); put -> stored, state (already_present: the first value was kept);
+    contains/exists -> present; stats -> counters."""
     return await _run(ctx, action, key, value_b64)
 
 
@@ -117,14 +111,12 @@ async def graph_kvcache_read_only(
     action: Annotated[
         ReadAction,
         BeforeValidator(_refuse_writes),  # says why put is missing, not just "should be get, ..."
-        Field(description="What to do: get, contains, exists, stats (read-only)."),
+        Field(description="get, contains, exists or stats."),
     ],
     key: CompatKey = None,
 ) -> GraphKvcacheOut:
-    """The epistemic-graph KV cache in one tool (compatible with the older graph_kvcache tool;
-    this server is read-only, so put is not available). action=get -> hit and value_b64 (values
-    over 64 KiB come back without bytes); contains / exists -> present; stats -> the store's
-    counters. reachable=false means the store is down: report the reason instead of retrying."""
+    """The KV store as one action tool (the older graph_kvcache; read-only server, no
+    put): get -> hit, value_b64 (up to 64 KiB); contains/exists -> present; stats -> counters."""
     return await _run(ctx, action, key, None)
 
 

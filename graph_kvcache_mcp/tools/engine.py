@@ -55,8 +55,8 @@ class EngineStatusOut(EngineStatus):
 
 
 async def engine_status(ctx: Context[Any]) -> EngineStatusOut:
-    """Report whether the managed local engine runs and answers (pid, port, backend, uptime, log
-    path), which engine the KV tools use, and whether this server stops it on exit."""
+    """Whether the managed local engine runs and answers (pid, port, backend, uptime,
+    log), which engine the KV tools use, and whether it stops on exit."""
     access = state_of(ctx).kv
     return EngineStatusOut.build(await access.engine_status(), access)
 
@@ -65,19 +65,15 @@ async def engine_start(
     ctx: Context[Any],
     backend: Annotated[
         Literal["durable", "memory"] | None,
-        Field(
-            description="durable keeps data across restarts (default); memory loses it on stop. "
-            "Ignored when an engine already runs (it is reused)."
-        ),
+        Field(description="durable (default) or memory; ignored if an engine runs."),
     ] = None,
     port: Annotated[
         int | None,
-        Field(ge=1024, le=65535, description="Loopback port for the KV API; default: a free one."),
+        Field(ge=1024, le=65535, description="Loopback port; default: a free one."),
     ] = None,
 ) -> EngineStatusOut:
-    """Start the managed local engine (or reuse the one already running for this data dir) and
-    return once it answers; the KV tools use it immediately. An engine this server starts is
-    stopped when the server exits unless it runs with --keep-engine."""
+    """Start the managed local engine (or reuse the running one); returns once it answers.
+    It stops when this server exits unless --keep-engine."""
     access = state_of(ctx).kv
     try:
         status = await access.start_engine(backend=backend, port=port)
@@ -90,15 +86,11 @@ async def engine_stop(
     ctx: Context[Any],
     force: Annotated[
         bool,
-        Field(
-            description="Also stop an engine this server did not start (the CLI or another "
-            "session did; they may still be using it)."
-        ),
+        Field(description="Also stop an engine this server did not start (others may use it)."),
     ] = False,
 ) -> EngineStopResult:
-    """Stop the managed local engine: SIGTERM, then SIGKILL after a grace period. Durable data
-    stays on disk; a memory-backend engine loses its contents. KV tools then report
-    reachable=false until engine_start. Never signals a process this project did not start."""
+    """Stop the managed local engine (SIGTERM, then SIGKILL); durable data stays, memory
+    data is lost. Never signals a process this project did not start."""
     try:
         return await state_of(ctx).kv.stop_engine(force=force)
     except EngineProcessError as exc:

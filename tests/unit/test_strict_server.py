@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import TOOLSETS, Settings
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.strict_server import without_titles
-from tests.support.mcp_calls import MODES, call_error
+from graph_kvcache_mcp.strict_server import lean_schema
+from tests.support.mcp_calls import MODES, call_error, call_ok
 from tests.support.surfaces import tools_of
 
 PYDANTIC_BOILERPLATE = ("errors.pydantic.dev", "validation error for", "Arguments", "[type=")
@@ -59,17 +60,92 @@ async def test_every_input_schema_is_closed_and_has_no_titles(
         assert _schemas_with_a_title(schema) == [], tool["name"]
 
 
-def test_without_titles_keeps_a_property_that_is_named_title() -> None:
+async def test_every_input_schema_is_valid_json_schema(tmp_path: Path) -> None:
+    for tool in await tools_of(_settings(tmp_path)):
+        Draft202012Validator.check_schema(tool["inputSchema"])
+
+
+async def test_the_lean_bundle_compile_schema_accepts_a_full_call_and_refuses_stray_fields(
+    tmp_path: Path,
+) -> None:
+    """Inlined definitions, dropped null branches and closed objects, checked by a validator a
+    host would use."""
+    (tool,) = [t for t in await tools_of(_settings(tmp_path)) if t["name"] == "bundle_compile"]
+    item = {
+        "id": "a",
+        "text": "t",
+        "source_refs": ["doc"],
+        "relevance": 0.5,
+        "relations": [{"type": "supports", "target": "b"}],
+    }
+    call = {"query": "q", "items": [item], "weights": {"relevance": 1}, "token_budget": 10}
+    validator = Draft202012Validator(tool["inputSchema"])
+    assert list(validator.iter_errors(call)) == []
+    stray = {**call, "items": [{**item, "score": 1}]}
+    assert [e.validator for e in validator.iter_errors(stray)] == ["additionalProperties"]
+
+
+@MODES
+async def test_an_explicit_null_for_an_optional_argument_is_still_accepted(
+    mode: str, tmp_path: Path
+) -> None:
+    async with Client(build_server(_settings(tmp_path)), mode=mode) as client:
+        out = await call_ok(client, "kv_stats", {"since": None})
+    assert out["reachable"] is False  # the call ran (the KV URL is a closed port)
+
+
+def test_lean_schema_drops_titles_but_keeps_a_property_that_is_named_title() -> None:
     schema = {
         "title": "Args",
         "type": "object",
         "properties": {"title": {"title": "Title", "type": "string"}},
         "$defs": {"Item": {"title": "Item", "anyOf": [{"title": "X", "type": "string"}]}},
     }
-    assert without_titles(schema) == {
+    assert lean_schema(schema) == {
         "type": "object",
         "properties": {"title": {"type": "string"}},
         "$defs": {"Item": {"anyOf": [{"type": "string"}]}},
+    }
+
+
+def test_lean_schema_writes_a_definition_used_once_in_place_and_keeps_shared_ones() -> None:
+    schema = {
+        "$defs": {
+            "Once": {"type": "object", "properties": {"s": {"$ref": "#/$defs/Shared"}}},
+            "Shared": {"type": "string", "description": "class docstring"},
+        },
+        "properties": {
+            "a": {"$ref": "#/$defs/Once", "description": "a"},
+            "b": {"$ref": "#/$defs/Shared"},
+        },
+    }
+    assert lean_schema(schema) == {
+        "properties": {
+            "a": {
+                "type": "object",
+                "properties": {"s": {"$ref": "#/$defs/Shared"}},
+                "description": "a",
+            },
+            "b": {"$ref": "#/$defs/Shared"},
+        },
+        "$defs": {"Shared": {"type": "string"}},
+    }
+
+
+def test_lean_schema_shows_a_null_default_as_the_plain_type_and_keeps_required_nulls() -> None:
+    optional = {
+        "anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}],
+        "default": None,
+        "description": "d",
+    }
+    required_nullable = {"anyOf": [{"type": "integer"}, {"type": "null"}], "description": "r"}
+    schema = {"properties": {"n": optional, "r": required_nullable}, "required": ["r"]}
+    assert lean_schema(schema) == {
+        "properties": {
+            "n": {"type": "integer", "minimum": 1, "description": "d"},
+            "r": required_nullable,
+        },
+        "required": ["r"],
     }
 
 
