@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import ModuleType
 from typing import Any
 
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
 from graph_kvcache_mcp.strict_server import StrictServer
-from graph_kvcache_mcp.tools import bundle as bundle_tools
-from graph_kvcache_mcp.tools import engine as engine_tools
-from graph_kvcache_mcp.tools import kv as kv_tools
-from graph_kvcache_mcp.tools import lmcache as lmcache_tools
-from graph_kvcache_mcp.tools import vllm as vllm_tools
 
-TOOLSET_MODULES: dict[str, ModuleType] = {
-    "kv": kv_tools,
-    "engine": engine_tools,
-    "bundle": bundle_tools,
-    "vllm": vllm_tools,
-    "lmcache": lmcache_tools,
+# Imported only when a server offers the toolset: a host waits for start-up, and the opt-in
+# toolsets (lmcache) need not load for a server that does not list them.
+TOOLSET_MODULES: dict[str, str] = {
+    "kv": "graph_kvcache_mcp.tools.kv",
+    "engine": "graph_kvcache_mcp.tools.engine",
+    "bundle": "graph_kvcache_mcp.tools.bundle",
+    "vllm": "graph_kvcache_mcp.tools.vllm",
+    "lmcache": "graph_kvcache_mcp.tools.lmcache",
 }
 
 INSTRUCTIONS = """\
@@ -76,8 +73,8 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
         lifespan=lifespan,
     )
     for name in settings.toolsets:
-        module: Any = TOOLSET_MODULES.get(name)
-        if module is not None:
+        if name in TOOLSET_MODULES:
+            module: Any = importlib.import_module(TOOLSET_MODULES[name])
             module.register(server, read_only=settings.read_only)
     return server
 

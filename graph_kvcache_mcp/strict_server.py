@@ -115,7 +115,8 @@ def tighten(tool: Tool) -> None:
     config = ConfigDict(**{**loose.model_config, "extra": "forbid"})
     strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config})
     tool.fn_metadata.arg_model = strict  # type: ignore[assignment]
-    tool.parameters = lean_schema(strict.model_json_schema(by_alias=True))
+    # The SDK's schema of the same fields, closed: cheaper than generating it again at start-up.
+    tool.parameters = lean_schema({**tool.parameters, "additionalProperties": False})
 
 
 def argument_names(tool: Tool) -> list[str]:
