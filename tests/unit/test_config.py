@@ -103,3 +103,19 @@ def test_plain_http_is_accepted_only_for_loopback_names(host: str) -> None:
     else:
         with pytest.raises(ConfigError):
             Settings.from_env(env)
+
+
+def test_vllm_settings_come_from_their_variables_and_blanks_mean_unset() -> None:
+    settings = Settings.from_env(
+        {
+            "VLLM_BASE_URL": "http://127.0.0.1:8001/v1",
+            "VLLM_API_KEY": "sk-local",
+            "VLLM_MODEL": " tiny-llama ",
+        }
+    )
+    blank = Settings.from_env({"VLLM_MODEL": "", "VLLM_API_KEY": ""})
+    assert settings.vllm_base_url == "http://127.0.0.1:8001/v1"
+    assert settings.vllm_api_key is not None
+    assert settings.vllm_api_key.get_secret_value() == "sk-local"
+    assert settings.vllm_model == "tiny-llama"
+    assert (blank.vllm_model, blank.vllm_api_key) == (None, None)
