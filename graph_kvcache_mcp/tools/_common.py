@@ -83,7 +83,7 @@ def snapshot_since(snapshots: Snapshots[T], snapshot_id: str, tool: str) -> T:
     if found is None:
         raise ToolError(
             f"since={snapshot_id!r} is not a snapshot this server holds (it keeps the last "
-            f"{snapshots.limit} {tool} snapshots of this session): call {tool} without since and "
+            f"{snapshots.limit} {tool} snapshots of this process): call {tool} without since and "
             "pass the snapshot_id it returns"
         )
     return found
