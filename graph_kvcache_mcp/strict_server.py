@@ -6,8 +6,9 @@
   refused by name, never silently dropped.
 - Invalid arguments are described by `errors.describe_validation` (argument, what is wrong,
   what is accepted), not pydantic's report with its documentation links.
-- An unknown tool or prompt is a JSON-RPC `-32602` error (2025-11-25 spec), not a tool result or
-  a logged traceback; a tool withheld by read-only mode says that this server is read-only.
+- An unknown tool or prompt, or a prompt argument that is unknown or missing, is a JSON-RPC
+  `-32602` error (2025-11-25 spec), not a tool result or a logged traceback; a tool withheld by
+  read-only mode says that this server is read-only.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from mcp.types import (
     GetPromptResult,
     Icon,
     InputRequiredResult,
+    Prompt,
     ToolAnnotations,
 )
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from graph_kvcache_mcp.errors import describe_validation
 
@@ -123,6 +125,30 @@ def argument_names(tool: Tool) -> list[str]:
     return [field.alias or name for name, field in tool.fn_metadata.arg_model.model_fields.items()]
 
 
+def check_prompt_arguments(prompt: Prompt, arguments: dict[str, Any]) -> None:
+    """Refuse unknown or missing prompt arguments as JSON-RPC -32602 naming them (the SDK would
+    answer code 0 and log a traceback). Prompt arguments are strings (MCP spec).
+
+    Raises:
+        MCPError: INVALID_PARAMS, with `describe_validation`'s text.
+    """
+    declared = prompt.arguments or []
+    fields: dict[str, Any] = {arg.name: (str, ... if arg.required else None) for arg in declared}
+    closed = ConfigDict(extra="forbid")
+    model = create_model(f"{prompt.name}_arguments", __config__=closed, **fields)
+    try:
+        model.model_validate(arguments)
+    except ValidationError as exc:
+        problems = describe_validation(
+            exc, whole="arguments", accepted=list(fields), noun="argument"
+        )
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"invalid arguments for prompt {prompt.name}: {problems}",
+            data={"name": prompt.name},
+        ) from None
+
+
 class StrictServer(MCPServer[LifespanT]):
     """`MCPServer` whose tools have strict schemas and whose errors name the fix (see module)."""
 
@@ -187,13 +213,15 @@ class StrictServer(MCPServer[LifespanT]):
         arguments: dict[str, Any] | None = None,
         context: Context[LifespanT, Any] | None = None,
     ) -> GetPromptResult | InputRequiredResult:
-        prompts = sorted(prompt.name for prompt in await self.list_prompts())
+        prompts = {prompt.name: prompt for prompt in await self.list_prompts()}
         if name not in prompts:
             raise MCPError(
                 code=INVALID_PARAMS,
-                message=f"unknown prompt {name!r}; this server has: {', '.join(prompts) or 'none'}",
+                message=f"unknown prompt {name!r}; this server has: "
+                f"{', '.join(sorted(prompts)) or 'none'}",
                 data={"name": name},
             )
+        check_prompt_arguments(prompts[name], arguments or {})
         return await super().get_prompt(name, arguments, context)
 
     def _tool(self, name: str) -> Tool | None:

@@ -239,3 +239,19 @@ async def test_an_unknown_prompt_answers_32602_and_logs_no_traceback(
     )
     assert known.messages
     assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+
+
+@MODES
+async def test_an_unknown_prompt_argument_answers_32602_naming_it(
+    mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with Client(build_server(_settings(tmp_path)), mode=mode) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.get_prompt("diagnose_kv_cache", {"symptoms": "slow"})
+    assert refused.value.error.code == INVALID_PARAMS
+    assert refused.value.error.message == (
+        "invalid arguments for prompt diagnose_kv_cache: symptoms: unknown argument "
+        "(valid: symptom)"
+    )
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
