@@ -97,7 +97,9 @@ class Settings(BaseModel):
 
     vllm_base_url: str = "http://127.0.0.1:8000/v1"
     vllm_api_key: SecretStr | None = None
-    vllm_model: str | None = None
+    vllm_model: str | None = Field(
+        None, description="Served model the vLLM and bundle tools default to (VLLM_MODEL)."
+    )
     vllm_python: Path | None = Field(
         None, description="Interpreter of the venv that has vLLM; default: the current one."
     )
@@ -196,6 +198,8 @@ class Settings(BaseModel):
             values["vllm_base_url"] = vllm_url
         if vllm_key := env.get("VLLM_API_KEY", "").strip():
             values["vllm_api_key"] = SecretStr(vllm_key)
+        if vllm_model := env.get("VLLM_MODEL", "").strip():
+            values["vllm_model"] = vllm_model
         if vllm_python := env.get("GRAPH_KVCACHE_VLLM_PYTHON", "").strip():
             values["vllm_python"] = Path(vllm_python)
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -14,7 +14,10 @@ Messages name what is wrong and how to fix it, and never contain a secret.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 
 class GraphKvcacheError(Exception):
@@ -57,14 +60,34 @@ class VllmProcessError(ProcessError):
     """The managed vLLM server could not be started, found, or stopped."""
 
 
-def describe_validation(exc: ValidationError, *, whole: str) -> str:
-    """`field.path: message; ...` for every problem pydantic found.
+def describe_validation(
+    exc: ValidationError,
+    *,
+    whole: str,
+    accepted: Sequence[str] = (),
+    noun: str = "field",
+) -> str:
+    """`name: what is wrong; ...` for every problem pydantic found, without its boilerplate.
 
-    `whole` names a problem with the model as a whole (no field path). Used wherever loose
-    input (settings, flags, tool or JSONL payloads) becomes a typed error.
+    `whole` names a problem with the model as a whole (no field path). `accepted` lists the
+    valid names, quoted when a name is unknown; `noun` is what a name is called ("argument").
+    Used wherever loose input (settings, flags, tool arguments or JSONL payloads) becomes a typed
+    error or a tool error; input values are never quoted (they may be secrets or huge).
     """
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or whole}: "
-        f"{error['msg'].removeprefix('Value error, ')}"
-        for error in exc.errors(include_url=False, include_input=False)
-    )
+    problems: list[str] = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in error["loc"]) or whole
+        problem = f"{where}: {_what_is_wrong(error, accepted, noun)}"
+        if problem not in problems:
+            problems.append(problem)
+    return "; ".join(problems)
+
+
+def _what_is_wrong(error: ErrorDetails, accepted: Sequence[str], noun: str) -> str:
+    if error["type"] == "missing":
+        return f"required {noun} missing"
+    if error["type"] == "extra_forbidden":
+        valid = f" (valid: {', '.join(accepted)})" if accepted else ""
+        return f"unknown {noun}{valid}"
+    message = error["msg"].removeprefix("Value error, ")
+    return message.replace("Input should be", "should be", 1)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from types import ModuleType
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -16,18 +16,16 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Endpoint, Settings
 from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
-from graph_kvcache_mcp.tools import bundle as bundle_tools
-from graph_kvcache_mcp.tools import engine as engine_tools
-from graph_kvcache_mcp.tools import kv as kv_tools
-from graph_kvcache_mcp.tools import lmcache as lmcache_tools
-from graph_kvcache_mcp.tools import vllm as vllm_tools
+from graph_kvcache_mcp.strict_server import StrictServer
 
-TOOLSET_MODULES: dict[str, ModuleType] = {
-    "kv": kv_tools,
-    "engine": engine_tools,
-    "bundle": bundle_tools,
-    "vllm": vllm_tools,
-    "lmcache": lmcache_tools,
+# Imported only when a server offers the toolset: a host waits for start-up, and the opt-in
+# toolsets (lmcache) need not load for a server that does not list them.
+TOOLSET_MODULES: dict[str, str] = {
+    "kv": "graph_kvcache_mcp.tools.kv",
+    "engine": "graph_kvcache_mcp.tools.engine",
+    "bundle": "graph_kvcache_mcp.tools.bundle",
+    "vllm": "graph_kvcache_mcp.tools.vllm",
+    "lmcache": "graph_kvcache_mcp.tools.lmcache",
 }
 
 TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
@@ -43,7 +41,7 @@ INSTRUCTIONS = """\
 Tools to drive and inspect an LLM KV-cache stack: the epistemic-graph engine's content-addressed
 KV store (kv_*, graph_kvcache) and the local engine process (engine_*).
 Start with kv_probe to see whether the store is reachable and healthy, then kv_stats for counters
-(pass an earlier result's `engine` object as `since` to see what moved). kv_get reads keys (size
+(pass an earlier result's snapshot_id as `since` to see what moved). kv_get reads keys (size
 and sha256; bytes only when asked and small), kv_save writes one value to a new file, kv_exists
 checks many keys at once, kv_put stores bytes: the engine keeps the first value ever stored under
 a key, so a repeat PUT reports already_present and changes nothing.
@@ -53,20 +51,21 @@ Context bundles (bundle_*): bundle_compile selects evidence under a token budget
 content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable prefix.
 vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served from vLLM's
 prefix cache (never 0 for unknown: cached_tokens_source says where the count came from);
-vllm_metrics reads /metrics (pass `since` for a delta); vllm_start/vllm_status/vllm_stop manage a
-local server; vllm_trace_summary sums up this session's calls or a JSONL trace file.
+vllm_metrics reads /metrics (pass a snapshot_id as `since` for a delta);
+vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums up this
+session's calls or a JSONL trace file.
 LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
 with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 
 
-def build_server(settings: Settings) -> MCPServer[AppState]:
+def build_server(settings: Settings) -> StrictServer[AppState]:
     """A server exposing the toolsets `settings` allows (read-only mode drops every writer)."""
     _log_to_stderr()
 
     @asynccontextmanager
-    async def lifespan(app: MCPServer[AppState]) -> AsyncIterator[AppState]:
+    async def lifespan(app: StrictServer[AppState]) -> AsyncIterator[AppState]:
         state = AppState(settings)
         bind_live_state(app, state)
         try:
@@ -79,7 +78,7 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
                 unbind_live_state(app, state)
                 state.closed.set()
 
-    server: MCPServer[AppState] = MCPServer(
+    server: StrictServer[AppState] = StrictServer(
         "graph-kvcache-mcp",
         title="graph-kvcache-mcp",
         version=__version__,
@@ -87,9 +86,10 @@ def build_server(settings: Settings) -> MCPServer[AppState]:
         lifespan=lifespan,
     )
     for name in settings.toolsets:
-        module: Any = TOOLSET_MODULES.get(name)
-        if module is None:
+        module_path = TOOLSET_MODULES.get(name)
+        if module_path is None:
             continue
+        module: Any = importlib.import_module(module_path)
         reason = toolset_refusal(name, settings)
         if reason is None:
             module.register(server, read_only=settings.read_only)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import secrets
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from weakref import WeakKeyDictionary
 
 import anyio
@@ -11,7 +13,37 @@ import anyio
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
 from graph_kvcache_mcp.connectors.vllm_access import VllmAccess
+from graph_kvcache_mcp.domain.kv_stats import EngineStats
 from graph_kvcache_mcp.services.bundles import BundleCounters
+
+if TYPE_CHECKING:
+    from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot
+
+T = TypeVar("T")
+SNAPSHOTS_KEPT = 32
+
+
+class Snapshots(Generic[T]):
+    """The last few snapshots a tool handed out, under short ids a later call passes back as
+    `since` (so a tool's input schema never has to embed its whole output model)."""
+
+    def __init__(self, kind: str, *, limit: int = SNAPSHOTS_KEPT) -> None:
+        self.kind = kind
+        self.limit = limit
+        self._kept: OrderedDict[str, T] = OrderedDict()
+
+    def keep(self, snapshot: T) -> str:
+        """Store `snapshot`, dropping the oldest beyond `limit`; return its id."""
+        # Random, not a counter: an id from an earlier server process must not name a new
+        # snapshot by accident.
+        snapshot_id = f"{self.kind}-{secrets.token_hex(4)}"
+        self._kept[snapshot_id] = snapshot
+        while len(self._kept) > self.limit:
+            self._kept.popitem(last=False)
+        return snapshot_id
+
+    def find(self, snapshot_id: str) -> T | None:
+        return self._kept.get(snapshot_id)
 
 
 @dataclass
@@ -22,6 +54,8 @@ class AppState:
     kv: KvAccess = field(init=False)
     vllm: VllmAccess = field(init=False)
     bundles: BundleCounters = field(default_factory=BundleCounters)
+    kv_snapshots: Snapshots[EngineStats] = field(default_factory=lambda: Snapshots("kv"))
+    vllm_snapshots: Snapshots[MetricsSnapshot] = field(default_factory=lambda: Snapshots("vllm"))
 
     closed: anyio.Event = field(init=False, repr=False)
     """Set once the lifespan has cleaned up (a signalled `serve` waits for it)."""

@@ -120,7 +120,7 @@ async def run_workflow(client: Client, say: Say) -> None:
     if not probe["passed"]:
         raise DemoFailed("kv_probe reported a failed check (see above)")
 
-    delta = await _call(client, say, 5, "kv_stats", {"since": stats["engine"]}, brief_args=True)
+    delta = await _call(client, say, 5, "kv_stats", {"since": stats["snapshot_id"]})
     moved = {k: v for k, v in (delta["delta"] or {}).items() if isinstance(v, int) and v}
     say("   -> engine counters moved since step 1: " + (json.dumps(moved) if moved else "none"))
 
@@ -131,11 +131,8 @@ async def _call(
     step: int,
     tool: str,
     arguments: dict[str, Any],
-    *,
-    brief_args: bool = False,
 ) -> dict[str, Any]:
-    shown = "{since: <engine from step 1>}" if brief_args else json.dumps(arguments)
-    say(f"\n{step}. {tool} {shown}")
+    say(f"\n{step}. {tool} {json.dumps(arguments)}")
     result: CallToolResult = await client.call_tool(tool, arguments)
     if result.is_error or result.structured_content is None:
         text = " ".join(getattr(block, "text", "") for block in result.content)

@@ -13,18 +13,19 @@ Where the cached-token count comes from, in order:
 3. otherwise `source="unavailable"` with a note. Never 0 for "unknown".
 The client learns whether the server fills the usage field, and scrapes `/metrics` around a call
 only while it does not.
+
+`openai` is imported when the first client is built, not with this module: it costs about half a
+second, and a server that never talks to vLLM should not pay it while a host waits for it to start.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
 import httpx2
-import openai
-from openai.types.chat import ChatCompletionStreamOptionsParam
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from graph_kvcache_mcp.config import Settings
@@ -33,6 +34,10 @@ from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, cache_split
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import GraphKvcacheError
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletionStreamOptionsParam
 
 DEFAULT_MAX_TOKENS = 64
 DEFAULT_MAX_RETRIES = 2
@@ -79,6 +84,8 @@ class VllmClient:
         max_retries: int = DEFAULT_MAX_RETRIES,
         metrics_fallback: bool = True,
     ) -> None:
+        import openai  # on first use (see the module docstring)
+
         self.root_url = server_root(base_url)  # validates: loopback http or https
         self.base_url = self.root_url + "/v1"
         self.metrics_fallback = metrics_fallback
@@ -135,6 +142,8 @@ class VllmClient:
 
     async def models(self) -> list[str] | Unavailable:
         """The served model names (`GET /v1/models`)."""
+        import openai  # already loaded by __init__; binds the name for `except`
+
         try:
             page = await self._openai.models.list()
         except openai.APIError as exc:
@@ -270,6 +279,8 @@ class VllmClient:
     async def _call(
         self, kind: str, request: dict[str, Any], *, model: str | None, stream: bool
     ) -> ChatResult | Unavailable:
+        import openai  # already loaded by __init__; binds the name for `except`
+
         chosen = await self.resolve_model(model)
         if isinstance(chosen, Unavailable):
             return chosen
@@ -451,6 +462,8 @@ class VllmClient:
 
     def _failed(self, exc: openai.APIError) -> Unavailable:
         """Turn an openai error into a value, or raise when the request itself was wrong."""
+        import openai  # already loaded by __init__
+
         if isinstance(exc, openai.APIConnectionError):
             return self._down(exc)
         if isinstance(exc, openai.APIStatusError):

@@ -15,13 +15,14 @@ A family the server does not export reads as `None`, never 0. Counters are summe
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.errors import GraphKvcacheError
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 # Sample names as they appear in the exposition (counters carry `_total`).
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
@@ -200,6 +201,9 @@ def parse_snapshot(text: str, model_name: str | None = None) -> MetricsSnapshot:
         UnknownModel: a model was named and the exposition has no series for it.
         ValueError: the text is not a Prometheus exposition.
     """
+    # The parser loads on first parse: the models here are part of every server's tool list.
+    from prometheus_client.parser import text_string_to_metric_families
+
     families = text_string_to_metric_families(relevant_lines(text, model_name))
     snapshot = snapshot_from_families(families, model_name, strict=False)
     if model_name is not None and not snapshot.engines:
@@ -209,6 +213,8 @@ def parse_snapshot(text: str, model_name: str | None = None) -> MetricsSnapshot:
 
 def served_models(text: str) -> list[str]:
     """Every `model_name` label value in the exposition (a full parse; for error messages)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     names: set[str] = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

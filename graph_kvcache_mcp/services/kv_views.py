@@ -189,6 +189,11 @@ class KvStatsOut(BaseModel):
         description="Engine counter movement since the snapshot passed as `since` (None when no "
         "snapshot was given or the backend does not report a counter).",
     )
+    snapshot_id: str | None = Field(
+        None,
+        description="Names this result's `engine` counters: pass it as `since` to a later "
+        "kv_stats call to get `delta`.",
+    )
     reason: str | None = None
 
     @classmethod

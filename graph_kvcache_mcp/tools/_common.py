@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from graph_kvcache_mcp.state import AppState
+from graph_kvcache_mcp.state import AppState, Snapshots
+from graph_kvcache_mcp.strict_server import StrictServer
 
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -25,6 +25,13 @@ STARTS_PROCESS = ToolAnnotations(
 STOPS_PROCESS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
+
+
+def read_only_refusal(what: str) -> str:
+    """What a caller hears when it asks a read-only server for `what` (a tool or an action)."""
+    return (
+        f"this server is read-only (GRAPH_KVCACHE_READ_ONLY / --read-only): {what} is not available"
+    )
 
 
 @dataclass(frozen=True)
@@ -49,16 +56,37 @@ def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only
         served = spec
         if read_only and spec.writes:
             if spec.read_only_variant is None:
+                if isinstance(server, StrictServer):
+                    server.withhold(spec.fn.__name__, read_only_refusal(spec.fn.__name__))
                 continue
             served = spec.read_only_variant
         server.add_tool(
             served.fn,
             name=spec.fn.__name__,
             title=served.title,
-            # The SDK sends __doc__ verbatim; dedent so models don't pay for indentation.
-            description=inspect.cleandoc(served.fn.__doc__ or ""),
+            # The SDK sends __doc__ verbatim; one line so models pay for no indentation.
+            description=" ".join((served.fn.__doc__ or "").split()),
             annotations=served.annotations,
         )
+
+
+T = TypeVar("T")
+
+
+def snapshot_since(snapshots: Snapshots[T], snapshot_id: str, tool: str) -> T:
+    """The snapshot a `since` id names.
+
+    Raises:
+        ToolError: the id is unknown here, or so old it was dropped.
+    """
+    found = snapshots.find(snapshot_id)
+    if found is None:
+        raise ToolError(
+            f"since={snapshot_id!r} is not a snapshot this server holds (it keeps the last "
+            f"{snapshots.limit} {tool} snapshots of this process): call {tool} without since and "
+            "pass the snapshot_id it returns"
+        )
+    return found
 
 
 def state_of(ctx: Context[Any]) -> AppState:

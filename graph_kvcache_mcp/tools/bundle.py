@@ -57,23 +57,20 @@ CALLS_MODEL = ToolAnnotations(
 
 Key = Annotated[
     str,
-    Field(min_length=1, description="A bundle key from bundle_compile (ctxbundle:<hex>)."),
+    Field(min_length=1, description="The key bundle_compile returned."),
 ]
-TurnText = Annotated[str, Field(description="The user's message for this turn.")]
+TurnText = Annotated[str, Field(description="This turn's user message.")]
 Preamble = Annotated[
     str,
-    Field(
-        description="Text placed before the bundle in the system message; keep it fixed across "
-        "turns so the prefix stays cacheable. Empty = the bundle alone."
-    ),
+    Field(description="Goes before the bundle in the system message; keep it fixed."),
 ]
 History = Annotated[
     list[ChatMessage] | None,
-    Field(description="Earlier user/assistant messages; they go after the system message."),
+    Field(description="Earlier user/assistant messages, after the system message."),
 ]
 Model = Annotated[
     str | None,
-    Field(description="Served model name; default: the configured one, else the only one served."),
+    Field(description="Served model (default: VLLM_MODEL, else the only one)."),
 ]
 TokenCounterChoice = Literal["auto", "estimate", "vllm"]
 
@@ -93,11 +90,11 @@ async def bundle_compile(
     query: Annotated[str, Field(max_length=20_000, description="What the bundle should answer.")],
     items: Annotated[
         list[EvidenceItem],
-        Field(max_length=MAX_ITEMS, description="Candidate evidence; ids must be unique."),
+        Field(max_length=MAX_ITEMS, description="Candidate evidence, unique ids."),
     ],
     ctx: Context[Any],
     policy_version: Annotated[
-        str, Field(description="Your selection policy's version; part of the cache key.")
+        str, Field(description="Your policy's version (part of the cache key).")
     ] = "v1",
     token_budget: Annotated[
         int, Field(ge=1, le=1_000_000, description="Most tokens the bundle text may use.")
@@ -108,34 +105,29 @@ async def bundle_compile(
     ] = 0.7,
     weights: Annotated[
         ScoreWeights | None,
-        Field(
-            description="Composite weights (relevance, evidence, freshness); default 0.6/0.25/0.15."
-        ),
+        Field(description="Score weights, normalized by their sum; default 0.6/0.25/0.15."),
     ] = None,
     freshness_half_life_days: Annotated[
         float, Field(gt=0, description="Freshness halves every this many days before as_of.")
     ] = 30.0,
     as_of: Annotated[
         datetime | None,
-        Field(description="Instant freshness is measured at (ISO 8601); omit = neutral freshness."),
+        Field(description="When freshness is measured (ISO 8601); omit = neutral."),
     ] = None,
     include_text: Annotated[
-        bool, Field(description="Also return the full rendered text (can be long).")
+        bool, Field(description="Also return the rendered text (can be long).")
     ] = False,
     token_counter: Annotated[
         TokenCounterChoice,
         Field(
-            description="How to count tokens for the budget: vllm = the served model's tokenizer "
-            "(exact), estimate = UTF-8 bytes / 4, auto = vllm when a model is configured."
+            description="vllm = the served model's tokenizer, estimate = bytes/4, auto = vllm "
+            "when VLLM_MODEL is set."
         ),
     ] = "auto",
 ) -> BundleCompileOut:
-    """Select evidence for a query under a token budget (relevance, evidence quality, freshness,
-    MMR diversity), with citations and a proof graph, and cache the result in the KV store under
-    a key derived from the evidence content and every parameter. The same evidence again is a
-    cache hit (kv_cache_hit=true, nothing re-scored); any edit gives a new key. Returns a summary
-    and the key; pass the key to bundle_render or bundle_chat. store_reachable=false means the
-    store is down: the bundle was still compiled, it just was not cached."""
+    """Select evidence for a query under a token budget (relevance, evidence, freshness,
+    MMR diversity) and cache the bundle by content and parameters (any edit: a new key). Returns
+    a summary and the key for bundle_render / bundle_chat."""
     try:
         request = make_request(
             query,
@@ -190,9 +182,9 @@ async def bundle_render(
     system_preamble: Preamble = DEFAULT_PREAMBLE,
     history: History = None,
 ) -> BundleRenderOut:
-    """Render a stored bundle as chat messages: [system (preamble + bundle), *history, user].
-    The system message is byte-identical for every turn over the same bundle (system_sha256
-    shows it), so a serving engine can reuse its cached prefix. found=false: compile first."""
+    """Render a stored bundle as chat messages [system (preamble + bundle), *history,
+    user]; the system message is byte-identical across turns (system_sha256): a cacheable prefix.
+    found=false: compile first."""
     bundle = await stored_bundle(ctx, key)
     if isinstance(bundle, BundleRenderOut):
         return bundle
@@ -216,11 +208,9 @@ async def bundle_chat(
         int, Field(ge=1, le=8192, description="Most tokens the model may generate.")
     ] = 64,
 ) -> BundleChatOut:
-    """Ask the configured vLLM one question over a stored bundle (rendered exactly as
-    bundle_render does) and return the answer with its Trace: prompt tokens and
-    prefix_cache_hit_tokens, the tokens vLLM served from its prefix cache. A second turn over the
-    same bundle should hit (whole blocks of the shared system message). reachable=false: the
-    store or vLLM is down (see reason); found=false: compile the bundle first."""
+    """Ask vLLM one question over a stored bundle (rendered as bundle_render does): the
+    answer and a trace with prefix_cache_hit_tokens; later turns should hit. found=false: compile
+    first."""
     bundle = await stored_bundle(ctx, key)
     if isinstance(bundle, BundleRenderOut):
         return BundleChatOut.from_render(bundle)
@@ -249,7 +239,7 @@ async def bundle_reuse_measure(
     ctx: Context[Any],
     bundles: Annotated[
         int,
-        Field(ge=1, le=20, description="Independent bundles; each gets a cold and a warm call."),
+        Field(ge=1, le=20, description="Bundles; each gets a cold and a warm call."),
     ] = 3,
     items_per_bundle: Annotated[
         int, Field(ge=2, le=200, description="Synthetic evidence items per bundle.")
@@ -260,11 +250,8 @@ async def bundle_reuse_measure(
     max_tokens: Annotated[int, Field(ge=1, le=256, description="Tokens generated per call.")] = 4,
     model: Model = None,
 ) -> ReuseReport:
-    """Measure vLLM prefix-cache reuse of bundles: for each of N fresh bundles (a per-run nonce
-    makes every run start cold), one cold call and one warm call (same bundle, another question).
-    Per call: latency, prompt tokens, hit tokens from usage (cached_tokens) and from the
-    vllm:prefix_cache_hits_total delta for the model; then warm/cold latency ratio and hit rates.
-    Reports progress after each call. reachable=false: vLLM is down (see reason)."""
+    """Measure vLLM prefix-cache reuse: N fresh bundles, a cold then a warm call each;
+    per call latency, prompt and hit tokens, then the warm/cold latency ratio and hit rates."""
     total = 2 * bundles
 
     async def progress(done: int, _total: int, message: str) -> None:

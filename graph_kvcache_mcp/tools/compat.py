@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
@@ -23,6 +23,7 @@ from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     WRITES_IDEMPOTENT,
     ToolSpec,
+    read_only_refusal,
     register_all,
     state_of,
 )
@@ -31,19 +32,23 @@ from graph_kvcache_mcp.tools.kv_input import decode_value
 Action = Literal["get", "put", "contains", "exists", "stats"]
 ReadAction = Literal["get", "contains", "exists", "stats"]
 
+
+def _refuse_writes(action: object) -> object:
+    if action == "put":
+        raise ValueError(read_only_refusal("put"))
+    return action
+
+
 CompatKey = Annotated[
     str | None,
     Field(
-        description="Engine key for get/put/contains/exists (ignored by stats): printable ASCII "
-        "without spaces, '?' or '#', sent exactly as written."
+        description="Engine key for get/put/contains/exists: printable ASCII without spaces, "
+        "'?' or '#'."
     ),
 ]
 CompatValue = Annotated[
     str | None,
-    Field(
-        description="For put: the bytes as standard, padded base64 ('+' and '/'); ignored by "
-        "other actions."
-    ),
+    Field(description="put: the bytes as standard padded base64."),
 ]
 
 
@@ -91,30 +96,27 @@ class GraphKvcacheOut(BaseModel):
 
 async def graph_kvcache(
     ctx: Context[Any],
-    action: Annotated[Action, Field(description="What to do: get, put, contains, exists, stats.")],
+    action: Annotated[Action, Field(description="get, put, contains, exists or stats.")],
     key: CompatKey = None,
     value_b64: CompatValue = None,
 ) -> GraphKvcacheOut:
-    """The epistemic-graph KV cache in one tool (compatible with the older graph_kvcache tool).
-    action=get -> hit and value_b64 (values over 64 KiB come back without bytes: use kv_get /
-    kv_save); put -> stored (needs key and value_b64; the engine keeps the FIRST value ever
-    stored under a key, so state=already_present means these bytes were not stored);
-    contains / exists -> present; stats -> the store's counters. reachable=false means the store
-    is down: report the reason instead of retrying. The focused kv_* tools give more detail."""
+    """The KV store as one action tool (the older graph_kvcache): get -> hit, value_b64
+    (up to 64 KiB); put -> stored, state (already_present: the first value was kept);
+    contains/exists -> present; stats -> counters."""
     return await _run(ctx, action, key, value_b64)
 
 
 async def graph_kvcache_read_only(
     ctx: Context[Any],
     action: Annotated[
-        ReadAction, Field(description="What to do: get, contains, exists, stats (read-only).")
+        ReadAction,
+        BeforeValidator(_refuse_writes),  # says why put is missing, not just "should be get, ..."
+        Field(description="get, contains, exists or stats."),
     ],
     key: CompatKey = None,
 ) -> GraphKvcacheOut:
-    """The epistemic-graph KV cache in one tool (compatible with the older graph_kvcache tool;
-    this server is read-only, so put is not available). action=get -> hit and value_b64 (values
-    over 64 KiB come back without bytes); contains / exists -> present; stats -> the store's
-    counters. reachable=false means the store is down: report the reason instead of retrying."""
+    """The KV store as one action tool (the older graph_kvcache; read-only server, no
+    put): get -> hit, value_b64 (up to 64 KiB); contains/exists -> present; stats -> counters."""
     return await _run(ctx, action, key, None)
 
 

@@ -62,9 +62,8 @@ class EngineStatusOut(EngineStatus):
 
 
 async def engine_status(ctx: Context[Any]) -> EngineStatusOut:
-    """Report whether the managed local engine runs and answers (pid, port, backend, uptime, log
-    path), the server sessions holding leases on it, which engine the KV tools use, and whether
-    this server stops it on exit. Removes leases of sessions that no longer run."""
+    """Whether the managed local engine runs and answers (pid, port, backend, uptime, log), the
+    sessions holding leases on it, which engine the KV tools use, and whether it stops on exit."""
     access = state_of(ctx).kv
     try:
         return EngineStatusOut.build(await access.engine_status(), access)
@@ -76,19 +75,16 @@ async def engine_start(
     ctx: Context[Any],
     backend: Annotated[
         Literal["durable", "memory"] | None,
-        Field(
-            description="durable keeps data across restarts (default); memory loses it on stop. "
-            "Ignored when an engine already runs (it is reused)."
-        ),
+        Field(description="durable (default) or memory; ignored if an engine runs."),
     ] = None,
     port: Annotated[
         int | None,
-        Field(ge=1024, le=65535, description="Loopback port for the KV API; default: a free one."),
+        Field(ge=1024, le=65535, description="Loopback port; default: a free one."),
     ] = None,
 ) -> EngineStatusOut:
-    """Start the managed local engine (or reuse the one already running for this data dir) and
-    return once it answers; the KV tools use it immediately. This session then holds a lease on
-    it: the engine stops when the last session using it exits (unless --keep-engine)."""
+    """Start the managed local engine (or reuse the running one); returns once it answers. This
+    session holds a lease: the engine stops when the last session using it exits (unless
+    --keep-engine)."""
     access = state_of(ctx).kv
     try:
         status = await access.start_engine(backend=backend, port=port)
@@ -101,17 +97,12 @@ async def engine_stop(
     ctx: Context[Any],
     force: Annotated[
         bool,
-        Field(
-            description="Also stop an engine other sessions still use, or one started with "
-            "`graph-kvcache-mcp engine start` (which otherwise runs until `engine stop`)."
-        ),
+        Field(description="Also stop an engine other sessions use or the CLI started."),
     ] = False,
 ) -> EngineStopResult:
-    """Stop the managed local engine: SIGTERM, then SIGKILL after a grace period. Without
-    force it refuses while other server sessions hold leases on it (it stops by itself when the
-    last one exits) or when the CLI started it. Durable data stays on disk; a memory-backend
-    engine loses its contents. This session's KV tools then report reachable=false until
-    engine_start. Never signals a process this project did not start."""
+    """Stop the managed local engine (SIGTERM, then SIGKILL); durable data stays, memory data
+    is lost. Without force it refuses while other sessions hold leases or when the CLI started
+    it. Never signals a process this project did not start."""
     try:
         return await state_of(ctx).kv.stop_engine(force=force)
     except ProcessError as exc:

@@ -36,6 +36,7 @@ from graph_kvcache_mcp.tools._common import (
     WRITES_IDEMPOTENT,
     ToolSpec,
     register_all,
+    snapshot_since,
     state_of,
 )
 from graph_kvcache_mcp.tools.file_paths import new_file_inside_roots
@@ -59,9 +60,7 @@ CREATES_FILE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
-Samples = Annotated[
-    int, Field(ge=1, le=500, description="How many small HEAD requests to time for latency.")
-]
+Samples = Annotated[int, Field(ge=1, le=500, description="Small requests to time for latency.")]
 
 
 async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvStatsOut:
@@ -75,8 +74,7 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
     if since.backend != out.engine.backend:
         raise ToolError(
             f"`since` is a snapshot of a {since.backend} backend but this store is "
-            f"{out.engine.backend}: pass the `engine` object of an earlier kv_stats result "
-            "from this store"
+            f"{out.engine.backend}: call kv_stats without since and use its snapshot_id"
         )
     return out.model_copy(update={"delta": stats_delta(since, out.engine)})
 
@@ -87,35 +85,31 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
 async def kv_stats(
     ctx: Context[Any],
     since: Annotated[
-        EngineStats | None,
-        Field(
-            description="Optional: the `engine` object of an earlier kv_stats result; the answer "
-            "then also holds `delta`, what each engine counter moved since then."
-        ),
+        str | None,
+        Field(description="snapshot_id of an earlier kv_stats result: adds `delta`."),
     ] = None,
 ) -> KvStatsOut:
-    """Report the engine KV store's normalized counters: which backend (memory or durable),
-    blocks, bytes, dedup hits, hit rate (from the engine when it counts gets, else from this
-    server's own client counters), plus this server's client counters. A counter the backend does
-    not report is null, never 0. To see what a workload changed, call once, keep `engine`, run the
-    workload, then call again with since=<that engine object>. reachable=false means the store is
-    down: report the reason instead of retrying."""
-    return await stats_out(state_of(ctx).kv, since)
+    """KV store counters (backend, blocks, bytes, dedup, hit rate) and this server's client
+    counters; null = not reported. Pass the snapshot_id it returns as since to a later call to
+    see what moved."""
+    state = state_of(ctx)
+    before = None if since is None else snapshot_since(state.kv_snapshots, since, "kv_stats")
+    out = await stats_out(state.kv, before)
+    if out.engine is None:
+        return out
+    return out.model_copy(update={"snapshot_id": state.kv_snapshots.keep(out.engine)})
 
 
 async def kv_probe(ctx: Context[Any], samples: Samples = 20) -> KvProbeOut:
-    """Health-check the KV store, each check pass/fail with a reason: reachable, token accepted,
-    a canary PUT/GET round trip returns the same bytes, a repeat PUT moves the engine's dedup
-    counter, and p50/p95 latency of small requests. Writes two 64-byte canary blocks under
-    probe:<random> (the engine has no delete). Call it first when anything KV-related looks
-    wrong; a failed check's detail says what to fix."""
+    """Health-check the KV store: reachable, token, canary round trip, dedup, latency; each
+    check pass/fail with a reason. Writes two small probe:* keys. Call it first when KV looks
+    wrong."""
     return await _probe(state_of(ctx).kv, samples=samples, write=True)
 
 
 async def kv_probe_read_only(ctx: Context[Any], samples: Samples = 20) -> KvProbeOut:
-    """Health-check the KV store without writing anything (this server is read-only): reachable,
-    token accepted, and p50/p95 latency of small requests, each with pass/fail and a reason.
-    The round-trip and dedup checks need writes and are skipped here."""
+    """Health-check the KV store without writing (read-only server): reachable, token
+    accepted, p50/p95 latency; each check pass/fail with a reason."""
     return await _probe(state_of(ctx).kv, samples=samples, write=False)
 
 
@@ -124,22 +118,19 @@ async def kv_get(
     keys: Keys,
     include_value: Annotated[
         bool,
-        Field(description="Return the bytes as base64 too (only while they fit the inline cap)."),
+        Field(description="Also return the bytes as base64 (while within max_inline_bytes)."),
     ] = False,
     max_inline_bytes: Annotated[
         int,
         Field(
             ge=0,
             le=MAX_INLINE_CAP_BYTES,
-            description="Inline cap for the whole response, in bytes of value (before base64).",
+            description="Cap on inline value bytes, whole response.",
         ),
     ] = DEFAULT_INLINE_CAP_BYTES,
 ) -> KvGetManyOut:
-    """Look up one or many keys. Each result says hit or miss, the value's size and sha256, and -
-    only with include_value=true and while the response stays under max_inline_bytes - the bytes
-    as standard base64. A value that does not fit is not returned; its note says how to fetch it
-    (kv_save writes it to a file). A miss is normal (the key was never stored); reachable=false
-    means the store is down: report the reason instead of retrying."""
+    """Read keys: hit or miss, size and sha256; with include_value=true also the bytes as
+    base64, within max_inline_bytes (else a note says how to fetch them). A miss is normal."""
     with refused_input("kv_get"):
         check_keys(keys)
     access = state_of(ctx).kv
@@ -178,9 +169,8 @@ async def kv_save(
         ),
     ],
 ) -> KvGetOut:
-    """Write one key's value to a new file and report its size and sha256 (for values too large
-    to return inline from kv_get). On a miss nothing is written. Refuses relative paths, missing
-    directories and existing files."""
+    """Write one key's value to a new file (for values too big for kv_get) and return its
+    size and sha256. Writes nothing on a miss; never overwrites a file."""
     with refused_input("kv_save"):
         check_key(key)
     target = await new_file_inside_roots(ctx, path, param="path")
@@ -207,10 +197,7 @@ async def kv_put(
     key: Key,
     value_b64: Annotated[
         str | None,
-        Field(
-            description="The bytes as standard, padded base64 ('+' and '/'; no URL-safe alphabet, "
-            "no line breaks). Give this or file_path."
-        ),
+        Field(description="The bytes as standard padded base64. Give this or file_path."),
     ] = None,
     file_path: Annotated[
         str | None,
@@ -220,10 +207,8 @@ async def kv_put(
         ),
     ] = None,
 ) -> KvPutOut:
-    """Store bytes under a key. The engine keeps the FIRST value ever stored under a key: state
-    stored_new means these bytes are now stored; already_present means the key existed and these
-    bytes were NOT stored (the engine only counted a dedup hit). Echoes size and sha256 so the
-    caller can verify. Values are capped at 64 MiB - 9 bytes."""
+    """Store bytes (base64 or a file) under a key; echoes size and sha256. The engine keeps
+    the FIRST value ever stored: state=already_present means these bytes were NOT stored."""
     with refused_input("kv_put"):
         check_key(key)
         value = await value_from(ctx, value_b64, file_path)
@@ -234,8 +219,8 @@ async def kv_put(
 
 
 async def kv_exists(ctx: Context[Any], keys: Keys) -> KvExistsOut:
-    """Check which of many keys are present (HEAD requests, no bytes transferred). Each result
-    is present true/false, or null with a reason when the store could not answer for it."""
+    """Check which keys are present (no bytes transferred): present true/false per key, or
+    null with a reason when the store could not answer."""
     with refused_input("kv_exists"):
         check_keys(keys)
     kv = await state_of(ctx).kv.connect()

@@ -25,17 +25,15 @@ MAX_B64_CHARS = (MAX_VALUE_BYTES + 2) // 3 * 4
 
 Key = Annotated[
     str,
-    Field(
-        description="Engine key, sent exactly as written: printable ASCII without spaces, '?' or "
-        "'#', at most 8188 bytes, not an engine route name (stats, version, snapshot, ...)."
-    ),
+    Field(description="Engine key, sent as written: printable ASCII without spaces, '?' or '#'."),
 ]
 Keys = Annotated[
     list[str],
     Field(
         min_length=1,
         max_length=MAX_KEYS_PER_CALL,
-        description=f"One or more engine keys (at most {MAX_KEYS_PER_CALL}), same rules as `key`.",
+        description=f"1 to {MAX_KEYS_PER_CALL} engine keys: printable ASCII without spaces, '?' "
+        "or '#'.",
     ),
 ]
 

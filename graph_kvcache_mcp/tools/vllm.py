@@ -37,6 +37,7 @@ from graph_kvcache_mcp.tools._common import (
     STOPS_PROCESS,
     ToolSpec,
     register_all,
+    snapshot_since,
     state_of,
 )
 from graph_kvcache_mcp.tools.file_paths import path_inside_roots
@@ -50,7 +51,7 @@ MAX_BAD_LINES_SHOWN = 50
 
 Model = Annotated[
     str | None,
-    Field(description="Served model name; default: VLLM_MODEL, else the server's only model."),
+    Field(description="Served model (default: VLLM_MODEL, else the only one)."),
 ]
 
 
@@ -80,6 +81,9 @@ class VllmMetricsOut(BaseModel):
     metrics_url: str
     snapshot: MetricsSnapshot | None = None
     delta: MetricsDelta | None = Field(None, description="Present when `since` was given.")
+    snapshot_id: str | None = Field(
+        None, description="Pass as `since` to a later vllm_metrics call to get `delta`."
+    )
     reason: str | None = None
 
 
@@ -110,28 +114,20 @@ class VllmTraceSummaryOut(BaseModel):
 
 async def vllm_chat(
     ctx: Context[Any],
-    message: Annotated[
-        str | None, Field(description="The user turn (or give `messages` instead).")
-    ] = None,
-    system: Annotated[
-        str | None, Field(description="A system message sent before `message`.")
-    ] = None,
+    message: Annotated[str | None, Field(description="The user turn (or give messages).")] = None,
+    system: Annotated[str | None, Field(description="System message sent before message.")] = None,
     messages: Annotated[
         list[ChatMessage] | None,
-        Field(description="A whole conversation, instead of message/system."),
+        Field(description="A whole conversation instead."),
     ] = None,
     model: Model = None,
     max_tokens: Annotated[int, Field(ge=1, le=4096, description="Answer length cap.")] = 64,
-    temperature: Annotated[
-        float, Field(ge=0, le=2, description="0 = greedy (repeatable answers).")
-    ] = 0.0,
-    stream: Annotated[bool, Field(description="Stream, to measure time to first token.")] = False,
+    temperature: Annotated[float, Field(ge=0, le=2, description="0 = greedy (repeatable).")] = 0.0,
+    stream: Annotated[bool, Field(description="Stream, to measure TTFT.")] = False,
 ) -> VllmChatOut:
-    """Send one chat request to vLLM and return the answer plus its Trace: prompt tokens, how
-    many were served from vLLM's prefix cache (prefix_cache_hit_tokens) and where that number
-    came from (cached_tokens_source: usage, metrics_delta, or unavailable — unknown is never
-    reported as 0), latency and, when streamed, time to first token. Repeat a long identical
-    prefix (system message) to see cache hits. reachable=false: vLLM is down (see vllm_status)."""
+    """One chat request to vLLM: the answer and a trace (prompt tokens,
+    prefix_cache_hit_tokens served from vLLM's prefix cache and their cached_tokens_source, null =
+    unknown; latency; TTFT when streamed)."""
     access = state_of(ctx).vllm
     conversation = _conversation(message, system, messages)
     client = await access.client()
@@ -157,18 +153,16 @@ async def vllm_metrics(
     ctx: Context[Any],
     model: Model = None,
     since: Annotated[
-        MetricsSnapshot | None,
-        Field(
-            description="A `snapshot` from an earlier vllm_metrics result: also return the delta."
-        ),
+        str | None,
+        Field(description="snapshot_id of an earlier vllm_metrics result: adds `delta`."),
     ] = None,
 ) -> VllmMetricsOut:
-    """Read vLLM's Prometheus /metrics for one model: prefix-cache queries and hits (tokens) and
-    hit rate, external (KV connector) cache hits, prompt tokens by source, KV cache usage,
-    running/waiting requests, a TTFT summary, and the cache config (block size, prefix caching).
-    Fields the server does not export are null, not 0. Pass an earlier snapshot as `since` to get
-    what moved in between (delta)."""
-    access = state_of(ctx).vllm
+    """vLLM /metrics for one model: prefix-cache queries, hits, hit rate, connector hits,
+    prompt tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass the
+    snapshot_id it returns as since to a later call for the delta."""
+    state = state_of(ctx)
+    before = None if since is None else snapshot_since(state.vllm_snapshots, since, "vllm_metrics")
+    access = state.vllm
     client = await access.client()
     try:
         snapshot = await client.metrics.snapshot(model or access.settings.vllm_model)
@@ -177,8 +171,14 @@ async def vllm_metrics(
     url = client.metrics.metrics_url
     if isinstance(snapshot, Unavailable):
         return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
-    window = delta(since, snapshot) if since is not None else None
-    return VllmMetricsOut(reachable=True, metrics_url=url, snapshot=snapshot, delta=window)
+    window = delta(before, snapshot) if before is not None else None
+    return VllmMetricsOut(
+        reachable=True,
+        metrics_url=url,
+        snapshot=snapshot,
+        delta=window,
+        snapshot_id=state.vllm_snapshots.keep(snapshot),
+    )
 
 
 async def vllm_start(
@@ -186,7 +186,7 @@ async def vllm_start(
     model: Annotated[str, Field(min_length=1, description="Local model dir or hub id to serve.")],
     port: Annotated[
         int | None,
-        Field(ge=1024, le=65535, description="Loopback port; default: the VLLM_BASE_URL port."),
+        Field(ge=1024, le=65535, description="Loopback port; default: VLLM_BASE_URL's."),
     ] = None,
     served_model_name: Annotated[
         str | None, Field(description="Name clients use; default: `model`.")
@@ -203,21 +203,16 @@ async def vllm_start(
         int | None, Field(ge=1024**2, description="KV cache size; CPU default 1 GiB.")
     ] = None,
     dev_mode: Annotated[
-        bool, Field(description="VLLM_SERVER_DEV_MODE=1, needed by vllm_reset_prefix_cache.")
+        bool, Field(description="Dev mode, needed by vllm_reset_prefix_cache.")
     ] = False,
-    extra_args: Annotated[
-        list[str] | None, Field(description="More vLLM flags, e.g. ['--seed', '0'].")
-    ] = None,
+    extra_args: Annotated[list[str] | None, Field(description="More vLLM flags.")] = None,
     ready_timeout_s: Annotated[
-        float, Field(gt=0, le=3600, description="Give up (and stop it) if not healthy by then.")
+        float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
     ] = 600.0,
 ) -> VllmStatusOut:
-    """Ensure a vLLM OpenAI server runs on loopback with prefix caching and per-call cached-token
-    counts (--enable-prefix-caching --enable-prompt-tokens-details). A healthy server already
-    on the port is reused and nothing starts. Without an NVIDIA GPU it picks CPU-safe flags and
-    lists why in `notes`. Reports progress while vLLM loads (often 20 s to minutes) and returns
-    once GET /health answers; vllm_chat and vllm_metrics then use it. It keeps running after
-    this MCP server exits: stop it with vllm_stop."""
+    """Start (or reuse) a loopback vLLM with prefix caching and cached-token counts
+    (CPU-safe flags without a GPU). Reports progress; returns once healthy; keeps running after
+    this server exits (see vllm_stop)."""
     access = state_of(ctx).vllm
     try:
         launch = VllmLaunch(
@@ -251,16 +246,15 @@ async def vllm_stop(
     ctx: Context[Any],
     wait_s: Annotated[float, Field(gt=0, le=120, description="SIGTERM grace before SIGKILL.")] = 15,
 ) -> VllmStopResult:
-    """Stop the vLLM server this project started from its data dir: SIGTERM to its process group,
-    SIGKILL after `wait_s`. A server this project did not start is never signalled (the result
-    says not_running). Its prefix cache is lost."""
+    """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never one it
+    did not start. Its prefix cache is lost."""
     managed = state_of(ctx).vllm.managed
     return await anyio.to_thread.run_sync(partial(managed.stop, term_wait_s=wait_s))
 
 
 async def vllm_status(ctx: Context[Any]) -> VllmStatusOut:
-    """Report the managed vLLM (pid, port, model, platform and flag notes, uptime, log path) and
-    whether it answers; without one, whether anything answers on the configured port."""
+    """The managed vLLM (pid, port, model, notes, uptime, log) and whether it answers;
+    else whether anything answers on the configured port."""
     access = state_of(ctx).vllm
     status = await anyio.to_thread.run_sync(partial(access.managed.status, port=access.port))
     return VllmStatusOut(**status.model_dump(), tools_base_url=access.base_url)
@@ -270,15 +264,14 @@ async def vllm_logs(
     ctx: Context[Any],
     lines: Annotated[int, Field(ge=1, le=500, description="How many last lines.")] = 50,
 ) -> VllmLogs:
-    """The last lines of the managed vLLM's log: where it says why it failed to start."""
+    """The last lines of the managed vLLM's log (why it failed to start)."""
     managed = state_of(ctx).vllm.managed
     return await anyio.to_thread.run_sync(partial(managed.logs, lines))
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
-    """Drop every block of vLLM's prefix cache, so the next call is cold (for before/after
-    measurements). Needs a server started with VLLM_SERVER_DEV_MODE=1 (vllm_start with
-    dev_mode=true); otherwise reset=false and the reason says so."""
+    """Drop vLLM's whole prefix cache so the next call is cold. Needs vllm_start
+    dev_mode=true; otherwise reset=false with the reason."""
     client = await state_of(ctx).vllm.client()
     result = await client.reset_prefix_cache()
     if isinstance(result, Unavailable):
@@ -298,9 +291,8 @@ async def vllm_trace_summary(
         ),
     ] = None,
 ) -> VllmTraceSummaryOut:
-    """Summarize traces: average prefix-cache hit rate, tokens saved, an estimate of prefill
-    seconds saved (from the run's own cold calls; its basis is stated), counts per cached-token
-    source, p50/p95 latency."""
+    """Summarize this session's chat traces, or a JSONL trace file: hit rate, tokens and
+    estimated prefill seconds saved, counts per cached-token source, p50/p95 latency."""
     access = state_of(ctx).vllm
     if path is None:
         return VllmTraceSummaryOut(source="session", summary=summarize(list(access.traces)))

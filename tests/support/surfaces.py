@@ -1,15 +1,19 @@
-"""A server's `tools/list` surface as reviewed JSON snapshots, and the invariants every tool keeps.
+"""A server's `tools/list` surface as reviewed JSON snapshots, the invariants every tool keeps, and
+what the list costs a model.
 
 Update the snapshots after an intended change with `UPDATE_SNAPSHOTS=1 pytest tests/unit/tools`.
+Print the cost of the default tool list, per tool: `.venv/bin/python -m tests.support.surfaces`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
@@ -21,6 +25,18 @@ async def tools_of(settings: Settings) -> list[dict[str, Any]]:
     async with Client(build_server(settings)) as client:
         tools = (await client.list_tools()).tools
     return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
+
+
+def model_view(tool: dict[str, Any]) -> str:
+    """What a host forwards to the model for one tool: name, description and inputSchema as
+    compact JSON (titles, annotations and outputSchema stay with the host)."""
+    seen = {key: tool.get(key) for key in ("name", "description", "inputSchema")}
+    return json.dumps(seen, separators=(",", ":"), ensure_ascii=False)
+
+
+def model_view_bytes(tools: list[dict[str, Any]]) -> int:
+    """The whole tool list's cost to a model, in UTF-8 bytes of `model_view`."""
+    return sum(len(model_view(tool).encode()) for tool in tools)
 
 
 def assert_matches_snapshot(path: Path, surface: Any) -> None:
@@ -46,3 +62,15 @@ def assert_well_described(tool: dict[str, Any]) -> None:
     for prop, schema in tool["inputSchema"].get("properties", {}).items():
         assert schema.get("description"), f"{name}.{prop}: no description"
     assert len(name) < 64 and name.replace("_", "").isalnum() and name.islower()
+
+
+async def _print_default_cost() -> None:
+    with tempfile.TemporaryDirectory() as data_dir:
+        tools = await tools_of(Settings.build(data_dir=Path(data_dir)))
+    for tool in sorted(tools, key=lambda t: -len(model_view(t).encode())):
+        print(f"{len(model_view(tool).encode()):>7,}  {tool['name']}")
+    print(f"{model_view_bytes(tools):>7,}  total for {len(tools)} tools (default toolsets)")
+
+
+if __name__ == "__main__":
+    anyio.run(_print_default_cost)

@@ -150,3 +150,19 @@ def test_file_roots_are_absolute_directories_separated_by_the_os_path_separator(
         Settings.from_env({"GRAPH_KVCACHE_FILE_ROOTS": "relative/dir"})
     with pytest.raises(ConfigError, match="GRAPH_KVCACHE_FILE_ROOTS"):
         Settings.build(file_roots=(Path("relative"),))
+
+
+def test_vllm_settings_come_from_their_variables_and_blanks_mean_unset() -> None:
+    settings = Settings.from_env(
+        {
+            "VLLM_BASE_URL": "http://127.0.0.1:8001/v1",
+            "VLLM_API_KEY": "sk-local",
+            "VLLM_MODEL": " tiny-llama ",
+        }
+    )
+    blank = Settings.from_env({"VLLM_MODEL": "", "VLLM_API_KEY": ""})
+    assert settings.vllm_base_url == "http://127.0.0.1:8001/v1"
+    assert settings.vllm_api_key is not None
+    assert settings.vllm_api_key.get_secret_value() == "sk-local"
+    assert settings.vllm_model == "tiny-llama"
+    assert (blank.vllm_model, blank.vllm_api_key) == (None, None)

@@ -55,7 +55,7 @@ class Relation(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    type: RelationType = Field(description="supports | contradicts | alternative_to")
+    type: RelationType
     target: str = Field(min_length=1, max_length=MAX_ID_CHARS, description="Id of the other item.")
 
     @field_validator("target")
@@ -69,29 +69,25 @@ class EvidenceItem(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(min_length=1, max_length=MAX_ID_CHARS, description="Unique id of the item.")
-    text: str = Field(max_length=MAX_TEXT_CHARS, description="The evidence text, shown verbatim.")
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS, description="Unique id.")
+    text: str = Field(max_length=MAX_TEXT_CHARS, description="Shown verbatim.")
     kind: str = Field(
         "evidence",
         min_length=1,
         max_length=MAX_KIND_CHARS,
-        description="What the item is (claim, observation, document, ...).",
+        description="claim, observation, document, ...",
     )
     source_refs: tuple[Annotated[str, Field(min_length=1, max_length=MAX_REF_CHARS)], ...] = Field(
-        (), description="Where the evidence comes from; rendered as citations, in order."
+        (), description="Sources, rendered as citations in order."
     )
     confidence: float | None = Field(
-        None, ge=0, le=1, description="How much the producer trusts it (0-1); None = unknown."
+        None, ge=0, le=1, description="How much its producer trusts it; null = unknown."
     )
-    observed_at: datetime | None = Field(
-        None, description="When it was observed; freshness decays from here to as_of."
-    )
+    observed_at: datetime | None = Field(None, description="Freshness decays from here to as_of.")
     relevance: float | None = Field(
-        None, ge=0, le=1, description="The caller's own relevance (0-1); None = score lexically."
+        None, ge=0, le=1, description="Your relevance score; null = score lexically."
     )
-    relations: tuple[Relation, ...] = Field(
-        (), description="Links to other items: supports / contradicts / alternative_to."
-    )
+    relations: tuple[Relation, ...] = Field((), description="Typed links to other items.")
 
     @field_validator("id", "kind")
     @classmethod

@@ -150,3 +150,16 @@ async def test_a_session_follows_an_engine_restarted_on_another_port(tmp_path: P
         assert status.pid == restarted.pid and not status.started_by_this_server
         still = managed.running_state()  # `engine start` engines outlive the sessions
         assert still is not None and still.process.pid == restarted.pid
+
+
+@MODES
+async def test_kv_stats_refuses_a_snapshot_of_another_backend(mode: str, tmp_path: Path) -> None:
+    """An engine restarted on another backend: a delta across the two would mean nothing."""
+    with _cleanup(tmp_path):
+        async with Client(build_server(_embedded(tmp_path)), mode=mode) as client:
+            memory = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+            await call_ok(client, "engine_stop", {})
+            await call_ok(client, "engine_start", {"backend": "durable"})
+            message = await call_error(client, "kv_stats", {"since": memory.snapshot_id})
+    assert memory.backend == "memory"
+    assert "`since` is a snapshot of a memory backend but this store is durable" in message

@@ -160,7 +160,7 @@ async def test_kv_stats_names_the_backend_and_reports_deltas_since_a_snapshot(
         assert before.engine is not None
         await call_ok(client, "kv_put", {"key": fresh_key(), "value_b64": b64(b"delta")})
         after = KvStatsOut.model_validate(
-            await call_ok(client, "kv_stats", {"since": before.engine.model_dump()})
+            await call_ok(client, "kv_stats", {"since": before.snapshot_id})
         )
     assert (before.reachable, before.backend, before.base_url) == (
         True,
@@ -174,13 +174,15 @@ async def test_kv_stats_names_the_backend_and_reports_deltas_since_a_snapshot(
 
 
 @MODES
-async def test_kv_stats_refuses_a_snapshot_from_another_backend(
+async def test_kv_stats_refuses_an_unknown_snapshot_id_naming_the_fix(
     engine: RunningEngine, mode: str
 ) -> None:
-    other = "memory" if engine.backend == "durable" else "durable"
     async with Client(build_server(engine.settings), mode=mode) as client:
-        message = await call_error(client, "kv_stats", {"since": {"backend": other}})
-    assert f"snapshot of a {other} backend" in message
+        first = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
+        message = await call_error(client, "kv_stats", {"since": "kv-00000000"})
+    assert first.snapshot_id is not None and first.snapshot_id.startswith("kv-")
+    assert "since='kv-00000000' is not a snapshot this server holds" in message
+    assert "pass the snapshot_id it returns" in message
 
 
 @MODES

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from mcp import Client
+import pytest
+from mcp import Client, MCPError
+from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.server import build_server
@@ -41,8 +43,14 @@ async def test_read_only_refuses_every_writer_and_stores_nothing(
     key = fresh_key("ro")
     before = write_counters(engine.sync_client())
     async with Client(build_server(_read_only(engine)), mode=mode) as client:
-        put = await call_error(client, "kv_put", {"key": key, "value_b64": b64(b"x")})
-        start = await call_error(client, "engine_start", {})
+        refusals: list[MCPError] = []
+        for tool, arguments in (
+            ("kv_put", {"key": key, "value_b64": b64(b"x")}),
+            ("engine_start", {}),
+        ):
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(tool, arguments)
+            refusals.append(refused.value)
         compat = await call_error(
             client, "graph_kvcache", {"action": "put", "key": key, "value_b64": b64(b"x")}
         )
@@ -50,8 +58,9 @@ async def test_read_only_refuses_every_writer_and_stores_nothing(
         stats = GraphKvcacheOut.model_validate(
             await call_ok(client, "graph_kvcache", {"action": "stats"})
         )
-    assert "Unknown tool" in put and "Unknown tool" in start
-    assert "'get', 'contains', 'exists' or 'stats'" in compat
+    assert [r.error.code for r in refusals] == [INVALID_PARAMS, INVALID_PARAMS]
+    assert all("this server is read-only" in r.error.message for r in refusals)
+    assert "this server is read-only" in compat and "put is not available" in compat
     assert probe.passed and [c.name for c in probe.checks] == ["reachable", "auth", "latency"]
     assert stats.reachable
     assert write_counters(engine.sync_client()) == before

@@ -82,7 +82,7 @@ async def test_vllm_metrics_since_an_earlier_snapshot_reports_what_one_call_move
         assert done.trace is not None
         with anyio.fail_after(5):
             while True:  # vLLM publishes a request's stats a moment after answering it
-                since = {"since": before.snapshot.model_dump(mode="json")}
+                since = {"since": before.snapshot_id}
                 after = VllmMetricsOut.model_validate(await call_ok(client, "vllm_metrics", since))
                 assert after.delta is not None
                 if after.delta.prompt_tokens == done.trace.prompt_tokens:

@@ -13,9 +13,17 @@ from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.server import build_server
-from tests.support.surfaces import assert_matches_snapshot, assert_well_described
+from tests.support.surfaces import (
+    assert_matches_snapshot,
+    assert_well_described,
+    model_view_bytes,
+    tools_of,
+)
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
+TOOL_LIST_BUDGET_BYTES = 20_000
+"""What the default tool list may cost every conversation (name, description, inputSchema as
+compact JSON): about 5k tokens. Details belong in docs/, not in descriptions."""
 
 
 async def _surface(settings: Settings) -> dict[str, Any]:
@@ -61,3 +69,8 @@ async def test_toolsets_register_only_the_named_groups(tmp_path: Path) -> None:
     surface = await _surface(Settings.build(data_dir=tmp_path, toolsets=("engine",)))
     assert {t["name"] for t in surface["tools"]} == {"engine_status", "engine_start", "engine_stop"}
     assert surface["resources"] == [] and surface["prompts"] == []
+
+
+async def test_the_default_tool_list_costs_a_model_at_most_its_budget(tmp_path: Path) -> None:
+    tools = await tools_of(Settings.build(data_dir=tmp_path))
+    assert model_view_bytes(tools) <= TOOL_LIST_BUDGET_BYTES
