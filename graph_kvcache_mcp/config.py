@@ -18,8 +18,8 @@ from graph_kvcache_mcp.domain.endpoints import parse_http_url, url_from_addr
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle")
-DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle")
+TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose")
+DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 

@@ -15,6 +15,7 @@ from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
 from graph_kvcache_mcp.tools import bundle as bundle_tools
+from graph_kvcache_mcp.tools import diagnose as diagnose_tools
 from graph_kvcache_mcp.tools import engine as engine_tools
 from graph_kvcache_mcp.tools import kv as kv_tools
 from graph_kvcache_mcp.tools import lmcache as lmcache_tools
@@ -26,6 +27,7 @@ TOOLSET_MODULES: dict[str, ModuleType] = {
     "bundle": bundle_tools,
     "vllm": vllm_tools,
     "lmcache": lmcache_tools,
+    "diagnose": diagnose_tools,
 }
 
 INSTRUCTIONS = """\
@@ -46,6 +48,7 @@ vllm_metrics reads /metrics (pass `since` for a delta); vllm_start/vllm_status/v
 local server; vllm_trace_summary sums up this session's calls or a JSONL trace file.
 LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
 with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
+Diagnosis (diagnose_*): diagnose_budget sizes a model's KV cache from its config.json.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 

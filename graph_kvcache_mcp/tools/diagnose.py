@@ -1,0 +1,53 @@
+"""Diagnosis tools (diagnose_*): why a request missed vLLM's prefix cache, what is misconfigured
+in the stack, how much KV a model needs. Default toolset "diagnose"."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.services.kv_budget import budget_for
+from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all
+
+TOOLSET = "diagnose"
+
+
+async def diagnose_budget(
+    ctx: Context[Any],
+    hf_config: Annotated[
+        str | dict[str, Any],
+        Field(description="Path of a local config.json (or model dir), or its JSON object."),
+    ],
+    kv_dtype: Annotated[str | None, Field(description="KV cache dtype, e.g. fp8.")] = None,
+    kv_memory_gib: Annotated[float | None, Field(gt=0, description="KV memory to fill.")] = None,
+    chunk_size: Annotated[int | None, Field(ge=1, description="LMCache chunk tokens.")] = None,
+    block_size: Annotated[int | None, Field(ge=1, description="vLLM block tokens.")] = None,
+) -> KvBudget:
+    """How much KV a model needs: bytes per token, tokens that fit in kv_memory_gib, chunk bytes
+    against the engine's 64 MiB value cap; sliding-window and recurrent state apart. Computes
+    only."""
+    try:
+        return await anyio.to_thread.run_sync(
+            lambda: budget_for(
+                hf_config,
+                kv_dtype=kv_dtype,
+                kv_memory_gib=kv_memory_gib,
+                chunk_size=chunk_size,
+                block_size=block_size,
+            )
+        )
+    except ConfigError as exc:
+        raise ToolError(f"{exc}. Fix the argument and call diagnose_budget again.") from None
+
+
+SPECS = (ToolSpec(diagnose_budget, "KV budget of a model", READ_ONLY),)
+
+
+def register(server: MCPServer[Any], *, read_only: bool) -> None:
+    register_all(server, SPECS, read_only=read_only)
