@@ -1,21 +1,50 @@
-"""`graph-kvcache-mcp diagnose budget`: the same diagnoses the diagnose_* tools return."""
+"""`graph-kvcache-mcp diagnose miss|budget`: the same diagnoses the diagnose_* tools return."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
 
-from graph_kvcache_mcp.commands._common import EXIT_OK, common_options, emit
+from graph_kvcache_mcp.commands._common import (
+    EXIT_MISS,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    common_options,
+    emit,
+    run_async,
+)
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.vllm_chat_tokens import VllmChatTokenizer
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.kv_budget import budget_for
+from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
         "diagnose", help="why a request missed the prefix cache, stack checks, KV budget"
     )
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{budget}")
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="{miss,budget}")
     parent = common_options()
+
+    miss = verbs.add_parser(
+        "miss", parents=[parent], help="why the second chat request misses vLLM's prefix cache"
+    )
+    miss.add_argument("--first", type=Path, required=True, help="JSON chat-completions body")
+    miss.add_argument("--second", type=Path, required=True, help="JSON chat-completions body")
+    miss.add_argument(
+        "--base-url", dest="vllm_base_url", default=None, help="vLLM base URL (or VLLM_BASE_URL)"
+    )
+    miss.add_argument("--model", default=None, help="served model (default: the only one)")
+    miss.add_argument("--block-size", type=int, help="default: vLLM's cache_config_info")
+    miss.add_argument("--verify", action="store_true", help="also send both, report cached")
+    miss.set_defaults(handler=run_miss)
 
     budget = verbs.add_parser(
         "budget", parents=[parent], help="KV bytes per token, tokens that fit, chunk bytes"
@@ -26,6 +55,91 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     budget.add_argument("--chunk-size", type=int, help="LMCache chunk size in tokens")
     budget.add_argument("--block-size", type=int, help="vLLM block size in tokens")
     budget.set_defaults(handler=run_budget)
+
+
+def run_miss(args: argparse.Namespace, settings: Settings) -> int:
+    first, second = _body(args.first), _body(args.second)
+
+    async def diagnose() -> MissDiagnosis:
+        async with (
+            VllmClient.from_settings(settings) as client,
+            VllmChatTokenizer(
+                settings.vllm_base_url,
+                api_key=settings.vllm_api_key,
+                timeout_s=settings.vllm_timeout_s,
+            ) as tokenizer,
+        ):
+            return await explain_miss(
+                client,
+                tokenizer,
+                first,
+                second,
+                model=args.model or settings.vllm_model,
+                block_size=args.block_size,
+                verify=args.verify,
+            )
+
+    async def main() -> int:
+        try:
+            out = await diagnose()
+        except VllmRequestError as exc:
+            raise ConfigError(str(exc)) from None
+        emit(out, as_json=args.json, human=_describe_miss)
+        if not out.reachable:
+            return EXIT_UNAVAILABLE
+        return (
+            EXIT_MISS
+            if out.verification and out.verification.matches_prediction is False
+            else EXIT_OK
+        )
+
+    return run_async(main)
+
+
+def _body(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > MAX_BODY_BYTES:
+            raise ConfigError(f"{path} is over {MAX_BODY_BYTES:,} bytes: not a chat request")
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
+    return body
+
+
+def _describe_miss(out: MissDiagnosis) -> str:
+    if not out.reachable:
+        return f"vLLM unreachable: {out.reason}"
+    lines = [
+        f"{out.model}: block size {out.block_size} ({out.block_size_source})",
+        f"  prompts: {out.first_tokens} and {out.second_tokens} tokens, "
+        f"{out.common_prefix_tokens} in common"
+        + (
+            ""
+            if out.first_divergent_token is None
+            else f", part at token {out.first_divergent_token}"
+        ),
+        f"  predicted cached tokens for the second: {out.predicted_cached_tokens}",
+    ]
+    if out.divergence is not None:
+        where = out.divergence
+        if where.message_index is not None:
+            lines.append(f"  parts in message {where.message_index} ({where.role})")
+        lines.append(f"  first:  {where.first_excerpt!r}")
+        lines.append(f"  second: {where.second_excerpt!r}")
+    if out.cause is not None:
+        lines += [f"cause: {out.cause.kind}: {out.cause.detail}", f"fix: {out.cause.fix}"]
+    if out.verification is not None:
+        check = out.verification
+        verdict = {True: "matches", False: "MISMATCH", None: "unknown"}[check.matches_prediction]
+        lines.append(
+            f"verified: vLLM cached {check.cached_tokens} ({check.cached_tokens_source}), "
+            f"predicted {out.predicted_cached_tokens}: {verdict}"
+        )
+        if check.note:
+            lines.append(f"  {check.note}")
+    return "\n".join(lines)
 
 
 def run_budget(args: argparse.Namespace, settings: Settings) -> int:

@@ -10,12 +10,52 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from graph_kvcache_mcp.connectors.vllm_chat_tokens import VllmChatTokenizer
+from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.kv_budget import budget_for
-from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all
+from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
+from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
 
 TOOLSET = "diagnose"
+
+ChatBody = Annotated[
+    dict[str, Any], Field(description="A chat-completions body with messages (tools optional).")
+]
+
+
+async def diagnose_miss(
+    ctx: Context[Any],
+    first: ChatBody,
+    second: ChatBody,
+    model: Annotated[str | None, Field(description="Served model (default: the only one).")] = None,
+    block_size: Annotated[
+        int | None, Field(ge=1, description="Default: vLLM's cache_config_info.")
+    ] = None,
+    verify: Annotated[bool, Field(description="Also send both; report cached_tokens.")] = False,
+) -> MissDiagnosis:
+    """Why the second chat request misses vLLM's prefix cache after the first: both tokenized by
+    the server, where they part, predicted_cached_tokens, and cause {kind, detail, fix}.
+    verify=true sends both and reports vLLM's cached_tokens. reachable=false: vLLM is down."""
+    access = state_of(ctx).vllm
+    settings = access.settings
+    client = await access.client()
+    try:
+        async with VllmChatTokenizer(
+            access.base_url, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
+        ) as tokenizer:
+            return await explain_miss(
+                client,
+                tokenizer,
+                first,
+                second,
+                model=model or settings.vllm_model,
+                block_size=block_size,
+                verify=verify,
+            )
+    except (ConfigError, VllmRequestError) as exc:
+        raise ToolError(f"{exc}. Fix the request and call diagnose_miss again.") from None
 
 
 async def diagnose_budget(
@@ -46,7 +86,11 @@ async def diagnose_budget(
         raise ToolError(f"{exc}. Fix the argument and call diagnose_budget again.") from None
 
 
-SPECS = (ToolSpec(diagnose_budget, "KV budget of a model", READ_ONLY),)
+SPECS = (
+    # Like vllm_chat, verify=true only adds to vLLM's cache and counters: read-only.
+    ToolSpec(diagnose_miss, "Why a request missed the prefix cache", READ_ONLY),
+    ToolSpec(diagnose_budget, "KV budget of a model", READ_ONLY),
+)
 
 
 def register(server: MCPServer[Any], *, read_only: bool) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
+from graph_kvcache_mcp.connectors.process_tools import free_port
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
 
@@ -31,3 +32,21 @@ def test_budget_prints_the_same_model_the_tool_returns(capsys: pytest.CaptureFix
 def test_budget_refuses_a_missing_config_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "diagnose", "budget", "--hf-config", "/nonexistent/x")
     assert (code, out) == (2, "") and "no config.json" in err
+
+
+def test_miss_exits_3_when_vllm_is_down_and_2_for_a_bad_body(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}))
+    bad.write_text("[1, 2]")
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    common = ("--base-url", url, "--model", "m", "--data-dir", str(tmp_path))
+    code, out, _ = run(
+        capsys, "diagnose", "miss", "--first", str(good), "--second", str(good), *common, "--json"
+    )
+    assert code == 3 and json.loads(out)["reachable"] is False
+    code, out, err = run(
+        capsys, "diagnose", "miss", "--first", str(bad), "--second", str(good), *common
+    )
+    assert (code, out) == (2, "") and "not a chat-completions body" in err

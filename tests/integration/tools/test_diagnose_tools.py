@@ -8,8 +8,10 @@ from pathlib import Path
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
 from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis
 from tests.support.mcp_calls import call_error, call_ok
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
@@ -41,3 +43,25 @@ async def test_diagnose_budget_refuses_a_missing_file_and_a_bad_dtype(tmp_path: 
         dtype = await call_error(client, "diagnose_budget", {"hf_config": path, "kv_dtype": "q"})
     assert "no config.json at /nonexistent/x" in missing and "diagnose_budget again" in missing
     assert "unknown KV dtype 'q'" in dtype
+
+
+async def test_diagnose_miss_reports_a_stopped_vllm_as_unreachable(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    settings = Settings.build(
+        data_dir=tmp_path, toolsets=("diagnose",), vllm_base_url=url, vllm_model="m"
+    )
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    async with Client(build_server(settings)) as client:
+        out = MissDiagnosis.model_validate(
+            await call_ok(client, "diagnose_miss", {"first": request, "second": request})
+        )
+    assert not out.reachable and out.reason and "not reachable" in out.reason
+
+
+async def test_diagnose_miss_refuses_a_body_without_messages(tmp_path: Path) -> None:
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    async with Client(build_server(settings(tmp_path))) as client:
+        message = await call_error(
+            client, "diagnose_miss", {"first": {"prompt": "hi"}, "second": request}
+        )
+    assert "first is not a chat-completions body" in message
