@@ -48,7 +48,9 @@ vllm_metrics reads /metrics (pass `since` for a delta); vllm_start/vllm_status/v
 local server; vllm_trace_summary sums up this session's calls or a JSONL trace file.
 LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
 with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
-Diagnosis (diagnose_*): diagnose_budget sizes a model's KV cache from its config.json.
+Diagnosis (diagnose_*): diagnose_stack checks engine, vLLM and LMCache settings in one call;
+diagnose_miss says why a request missed vLLM's prefix cache and how to fix it; diagnose_budget
+sizes a model's KV cache from its config.json.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 

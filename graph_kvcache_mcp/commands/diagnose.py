@@ -1,4 +1,4 @@
-"""`graph-kvcache-mcp diagnose miss|budget`: the same diagnoses the diagnose_* tools return."""
+"""`graph-kvcache-mcp diagnose miss|stack|budget`: what the diagnose_* tools return, in a shell."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.vllm_chat_tokens import VllmChatTokenizer
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
+from graph_kvcache_mcp.services.stack_check import check_stack
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -30,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser(
         "diagnose", help="why a request missed the prefix cache, stack checks, KV budget"
     )
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{miss,budget}")
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="{miss,stack,budget}")
     parent = common_options()
 
     miss = verbs.add_parser(
@@ -45,6 +47,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     miss.add_argument("--block-size", type=int, help="default: vLLM's cache_config_info")
     miss.add_argument("--verify", action="store_true", help="also send both, report cached")
     miss.set_defaults(handler=run_miss)
+
+    stack = verbs.add_parser(
+        "stack", parents=[parent], help="check engine, vLLM and LMCache for misconfiguration"
+    )
+    stack.add_argument(
+        "--base-url", dest="vllm_base_url", default=None, help="vLLM base URL (or VLLM_BASE_URL)"
+    )
+    stack.add_argument("--model", default=None, help="served model (default: the only one)")
+    stack.add_argument("--url", dest="kv_url", default=None, help="engine base URL")
+    stack.add_argument("--lmcache-url", default=None, help="lmcache server HTTP URL")
+    stack.add_argument("--shared-prefix-tokens", type=int, help="prefix requests share")
+    stack.set_defaults(handler=run_stack)
 
     budget = verbs.add_parser(
         "budget", parents=[parent], help="KV bytes per token, tokens that fit, chunk bytes"
@@ -63,7 +77,7 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
     async def diagnose() -> MissDiagnosis:
         async with (
             VllmClient.from_settings(settings) as client,
-            VllmChatTokenizer(
+            VllmRoutes(
                 settings.vllm_base_url,
                 api_key=settings.vllm_api_key,
                 timeout_s=settings.vllm_timeout_s,
@@ -139,6 +153,37 @@ def _describe_miss(out: MissDiagnosis) -> str:
         )
         if check.note:
             lines.append(f"  {check.note}")
+    return "\n".join(lines)
+
+
+def run_stack(args: argparse.Namespace, settings: Settings) -> int:
+    async def main() -> int:
+        async with VllmClient.from_settings(settings) as client:
+            out = await check_stack(
+                settings,
+                client,
+                model=args.model,
+                lmcache_url=args.lmcache_url,
+                shared_prefix_tokens=args.shared_prefix_tokens,
+            )
+        emit(out, as_json=args.json, human=_describe_stack)
+        if not out.any_reachable:
+            return EXIT_UNAVAILABLE
+        return EXIT_MISS if out.has_error else EXIT_OK
+
+    return run_async(main)
+
+
+def _describe_stack(out: StackDiagnosis) -> str:
+    lines = [
+        f"{c.component}: {c.target} ({'reachable' if c.reachable else 'UNREACHABLE'})"
+        for c in out.checked
+    ]
+    for finding in out.findings:
+        lines.append(f"[{finding.severity}] {finding.id} ({finding.component}): {finding.evidence}")
+        lines.append(f"    fix: {finding.fix}")
+    if not any(f.severity != "info" for f in out.findings):
+        lines.append("no problems found")
     return "\n".join(lines)
 
 

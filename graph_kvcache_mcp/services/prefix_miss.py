@@ -13,8 +13,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.vllm_chat_tokens import ChatTokens, VllmChatTokenizer
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm_routes import ChatTokens, VllmRoutes
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.prefix_diff import (
     Cause,
@@ -87,7 +87,7 @@ def chat_messages(request: Mapping[str, Any], which: str) -> list[dict[str, Any]
 
 async def explain_miss(
     client: VllmClient,
-    tokenizer: VllmChatTokenizer,
+    tokenizer: VllmRoutes,
     first: Mapping[str, Any],
     second: Mapping[str, Any],
     *,
@@ -179,7 +179,7 @@ async def _served_block_size(client: VllmClient, model: str) -> int | Unavailabl
 
 
 async def _divergence(
-    tokenizer: VllmChatTokenizer,
+    tokenizer: VllmRoutes,
     model: str,
     prompts: tuple[Sequence[int], Sequence[int]],
     at: int,

@@ -10,16 +10,19 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.vllm_chat_tokens import VllmChatTokenizer
 from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
+from graph_kvcache_mcp.services.stack_check import check_stack
 from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
 
 TOOLSET = "diagnose"
 
+Model = Annotated[str | None, Field(description="Served model (default: the only one).")]
 ChatBody = Annotated[
     dict[str, Any], Field(description="A chat-completions body with messages (tools optional).")
 ]
@@ -29,7 +32,7 @@ async def diagnose_miss(
     ctx: Context[Any],
     first: ChatBody,
     second: ChatBody,
-    model: Annotated[str | None, Field(description="Served model (default: the only one).")] = None,
+    model: Model = None,
     block_size: Annotated[
         int | None, Field(ge=1, description="Default: vLLM's cache_config_info.")
     ] = None,
@@ -42,7 +45,7 @@ async def diagnose_miss(
     settings = access.settings
     client = await access.client()
     try:
-        async with VllmChatTokenizer(
+        async with VllmRoutes(
             access.base_url, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
         ) as tokenizer:
             return await explain_miss(
@@ -56,6 +59,31 @@ async def diagnose_miss(
             )
     except (ConfigError, VllmRequestError) as exc:
         raise ToolError(f"{exc}. Fix the request and call diagnose_miss again.") from None
+
+
+async def diagnose_stack(
+    ctx: Context[Any],
+    model: Model = None,
+    lmcache_url: Annotated[
+        str | None, Field(description="lmcache server HTTP URL, to check it too.")
+    ] = None,
+    shared_prefix_tokens: Annotated[
+        int | None, Field(ge=0, description="Prefix your requests share, in tokens.")
+    ] = None,
+) -> StackDiagnosis:
+    """Check engine, vLLM (and LMCache given lmcache_url) in one call: findings {id, severity,
+    component, evidence, fix} and what was checked. Starts nothing. Fix errors first."""
+    state = state_of(ctx)
+    try:
+        return await check_stack(
+            state.settings,
+            await state.vllm.client(),
+            model=model,
+            lmcache_url=lmcache_url,
+            shared_prefix_tokens=shared_prefix_tokens,
+        )
+    except ConfigError as exc:
+        raise ToolError(f"{exc}. Fix the argument and call diagnose_stack again.") from None
 
 
 async def diagnose_budget(
@@ -89,6 +117,7 @@ async def diagnose_budget(
 SPECS = (
     # Like vllm_chat, verify=true only adds to vLLM's cache and counters: read-only.
     ToolSpec(diagnose_miss, "Why a request missed the prefix cache", READ_ONLY),
+    ToolSpec(diagnose_stack, "Check the KV-cache stack's configuration", READ_ONLY),
     ToolSpec(diagnose_budget, "KV budget of a model", READ_ONLY),
 )
 

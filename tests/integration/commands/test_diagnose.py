@@ -50,3 +50,16 @@ def test_miss_exits_3_when_vllm_is_down_and_2_for_a_bad_body(
         capsys, "diagnose", "miss", "--first", str(bad), "--second", str(good), *common
     )
     assert (code, out) == (2, "") and "not a chat-completions body" in err
+
+
+def test_stack_exits_3_when_nothing_answers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["--url", f"http://127.0.0.1:{free_port()}", "--data-dir", str(tmp_path)]
+    vllm = ["--base-url", f"http://127.0.0.1:{free_port()}/v1"]
+    code, out, _ = run(capsys, "diagnose", "stack", *argv, *vllm, "--json")
+    assert code == 3
+    assert {f["id"] for f in json.loads(out)["findings"]} == {
+        "engine_unreachable",
+        "vllm_unreachable",
+    }

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from graph_kvcache_mcp.connectors.process_tools import free_port
-from graph_kvcache_mcp.connectors.vllm_chat_tokens import VllmChatTokenizer
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.prefix_diff import CauseKind
 from graph_kvcache_mcp.services.prefix_miss import explain_miss
@@ -84,7 +84,7 @@ async def test_the_prediction_equals_the_cached_tokens_vllm_reports_for_every_ca
 ) -> None:
     async with (
         vllm_server.client() as client,
-        VllmChatTokenizer(vllm_server.base_url) as tokenizer,
+        VllmRoutes(vllm_server.base_url) as tokenizer,
     ):
         reset = await client.reset_prefix_cache()
         assert not isinstance(reset, Unavailable) and reset.reset, reset
@@ -107,7 +107,7 @@ async def test_a_given_block_size_is_used_and_said_to_be_given(vllm_server: Runn
     first, second = CASES[5][1], CASES[5][2]
     async with (
         vllm_server.client() as client,
-        VllmChatTokenizer(vllm_server.base_url) as tokenizer,
+        VllmRoutes(vllm_server.base_url) as tokenizer,
     ):
         out = await explain_miss(client, tokenizer, first, second, block_size=64)
     assert (out.block_size, out.block_size_source) == (64, "given")
@@ -120,7 +120,7 @@ async def test_an_unreachable_vllm_is_unavailable_with_its_reason() -> None:
     base_url = f"http://127.0.0.1:{free_port()}/v1"
     async with (
         VllmClient(base_url, timeout_s=5.0, max_retries=0) as client,
-        VllmChatTokenizer(base_url, timeout_s=5.0) as tokenizer,
+        VllmRoutes(base_url, timeout_s=5.0) as tokenizer,
     ):
         out = await explain_miss(client, tokenizer, CASES[0][1], CASES[0][2], model="m")
     assert not out.reachable and out.reason and "not reachable" in out.reason

@@ -1,5 +1,5 @@
-"""The token ids vLLM makes of a chat request (`POST /tokenize` with `messages`) and the text of
-token ids (`POST /detokenize`), for comparing two requests token by token.
+"""vLLM's own routes the diagnoses use: the token ids of a chat request (`POST /tokenize` with
+`messages`), the text of token ids (`POST /detokenize`), and `GET /version`.
 
 The request goes through the served model's chat template with the generation prompt added, as a
 chat completion does, so the ids are the ones the prefix cache hashes. Its own small HTTP client:
@@ -37,8 +37,8 @@ class ChatTokens(BaseModel):
     max_model_len: int | None = None
 
 
-class VllmChatTokenizer:
-    """One vLLM server's /tokenize and /detokenize. Use as `async with`."""
+class VllmRoutes:
+    """One vLLM server's /tokenize, /detokenize and /version. Use as `async with`."""
 
     def __init__(
         self, base_url: str, *, api_key: SecretStr | None = None, timeout_s: float = 30.0
@@ -50,7 +50,7 @@ class VllmChatTokenizer:
         )
 
     def __repr__(self) -> str:
-        return f"VllmChatTokenizer({self.root_url!r})"
+        return f"VllmRoutes({self.root_url!r})"
 
     async def __aenter__(self) -> Self:
         return self
@@ -89,14 +89,28 @@ class VllmChatTokenizer:
             return reply
         return str(reply.get("prompt", ""))
 
+    async def version(self) -> str | Unavailable:
+        """The server's version string (`GET /version`)."""
+        try:
+            reply = await self._http.get(self.root_url + "/version")
+        except httpx2.HTTPError as exc:
+            return self._down(exc)
+        if reply.status_code != 200:
+            return Unavailable(
+                f"vLLM at {self.root_url} answered HTTP {reply.status_code} on /version",
+                status=reply.status_code,
+            )
+        try:
+            payload = reply.json()
+        except ValueError:
+            return Unavailable(f"vLLM at {self.root_url} sent an unexpected /version answer")
+        return str(payload.get("version") if isinstance(payload, dict) else payload)
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
         try:
             reply = await self._http.post(self.root_url + path, json=body)
         except httpx2.HTTPError as exc:
-            return Unavailable(
-                f"vLLM not reachable at {self.root_url} ({type(exc).__name__}); start it with "
-                "vllm_start or check VLLM_BASE_URL"
-            )
+            return self._down(exc)
         if reply.status_code in (401, 403):
             return Unavailable(
                 f"vLLM at {self.root_url} refused the API key (HTTP {reply.status_code}); set "
@@ -120,6 +134,12 @@ class VllmChatTokenizer:
         if not isinstance(payload, dict):
             return Unavailable(f"vLLM at {self.root_url} sent an unexpected {path} answer")
         return payload
+
+    def _down(self, exc: Exception) -> Unavailable:
+        return Unavailable(
+            f"vLLM not reachable at {self.root_url} ({type(exc).__name__}); start it with "
+            "vllm_start or check VLLM_BASE_URL"
+        )
 
 
 def _message(reply: httpx2.Response) -> str:
