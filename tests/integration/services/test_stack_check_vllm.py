@@ -102,3 +102,29 @@ async def _fill_kv_cache(base_url: str) -> None:
     async with httpx.AsyncClient(timeout=240) as http, anyio.create_task_group() as group:
         for _ in range(4):
             group.start_soon(one, http)
+
+
+async def test_a_managed_vllm_with_a_kv_connector_no_hash_seed_and_no_hits_is_flagged(
+    memory_engine: RunningEngine,
+    vllm_private: VllmServers,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's ExampleConnector (KV saved to files) runs on CPU; the managed vLLM inherits our
+    environment, where PYTHONHASHSEED is unset; the probe call is the connector's first lookup,
+    which finds nothing."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    transfer = {
+        "kv_connector": "ExampleConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"shared_storage_path": str(tmp_path / "kv")},
+    }
+    with vllm_private.private(extra_args=("--kv-transfer-config", json.dumps(transfer))) as server:
+        settings = memory_engine.settings.model_copy(
+            update={"vllm_base_url": server.base_url, "data_dir": server.managed.data_dir}
+        )
+        async with VllmClient(server.base_url) as client:
+            out = await check_stack(settings, client)
+    hash_seed = next(f for f in out.findings if f.id == "hash_seed_mismatch")
+    assert "vLLM=unset" in hash_seed.evidence and "ExampleConnector" in hash_seed.evidence
+    assert {f.id: f.severity for f in out.findings}["external_cache_never_hits"] == "warning"
