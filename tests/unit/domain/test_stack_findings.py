@@ -1,5 +1,5 @@
-"""The stack rules on reported facts: the findings real components cannot be made to show here
-(a KV connector on CPU, an unhealthy L2 adapter, a managed vLLM's hash seed) and their wording."""
+"""The stack rules on reported facts: each rule's edges, and the one finding a real component
+cannot be made to show here (an unhealthy L2 adapter)."""
 
 from __future__ import annotations
 
