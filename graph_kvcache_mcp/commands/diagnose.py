@@ -16,6 +16,7 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
 from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
@@ -46,6 +47,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     miss.add_argument("--model", default=None, help="served model (default: the only one)")
     miss.add_argument("--block-size", type=int, help="default: vLLM's cache_config_info")
     miss.add_argument("--verify", action="store_true", help="also send both, report cached")
+    miss.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="local HF tokenizer dir (tokenizer.json + chat template): no vLLM needed; "
+        "give --block-size",
+    )
     miss.set_defaults(handler=run_miss)
 
     stack = verbs.add_parser(
@@ -75,6 +83,17 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
     first, second = _body(args.first), _body(args.second)
 
     async def diagnose() -> MissDiagnosis:
+        if args.tokenizer is not None:
+            local = LocalChatTokenizer(args.tokenizer)
+            return await explain_miss(
+                None,
+                local,
+                first,
+                second,
+                model=local.name,
+                block_size=args.block_size,
+                verify=args.verify,
+            )
         async with (
             VllmClient.from_settings(settings) as client,
             VllmRoutes(
@@ -126,7 +145,8 @@ def _describe_miss(out: MissDiagnosis) -> str:
     if not out.reachable:
         return f"vLLM unreachable: {out.reason}"
     lines = [
-        f"{out.model}: block size {out.block_size} ({out.block_size_source})",
+        f"{out.model}: block size {out.block_size} ({out.block_size_source}), "
+        f"tokenized by {out.tokenizer}",
         f"  prompts: {out.first_tokens} and {out.second_tokens} tokens, "
         f"{out.common_prefix_tokens} in common"
         + (

@@ -9,12 +9,12 @@ the other, and the cached tokens vLLM reports stand next to the prediction. Shar
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
-from graph_kvcache_mcp.connectors.vllm_routes import ChatTokens, VllmRoutes
+from graph_kvcache_mcp.connectors.vllm_routes import ChatTokens
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.prefix_diff import (
     Cause,
@@ -30,6 +30,16 @@ from graph_kvcache_mcp.errors import ConfigError
 
 EXCERPT_BEFORE, EXCERPT_AFTER = 6, 10  # tokens decoded around the divergence
 VERIFY_MAX_TOKENS = 1
+
+
+class ChatTokenizer(Protocol):
+    """vLLM's own tokenization (`VllmRoutes`) or a local tokenizer dir (`LocalChatTokenizer`)."""
+
+    async def tokenize_chat(
+        self, request: Mapping[str, Any], *, model: str
+    ) -> ChatTokens | Unavailable: ...
+
+    async def detokenize(self, tokens: Sequence[int], *, model: str) -> str | Unavailable: ...
 
 
 class MissVerification(BaseModel):
@@ -54,6 +64,9 @@ class MissDiagnosis(BaseModel):
     model: str | None = None
     block_size: int | None = None
     block_size_source: Literal["given", "cache_config_info"] | None = None
+    tokenizer: Literal["vllm", "local"] | None = Field(
+        None, description="vllm: the server's /tokenize; local: a tokenizer dir (no vLLM)."
+    )
     first_tokens: int | None = None
     second_tokens: int | None = None
     common_prefix_tokens: int | None = None
@@ -86,8 +99,8 @@ def chat_messages(request: Mapping[str, Any], which: str) -> list[dict[str, Any]
 
 
 async def explain_miss(
-    client: VllmClient,
-    tokenizer: VllmRoutes,
+    client: VllmClient | None,
+    tokenizer: ChatTokenizer,
     first: Mapping[str, Any],
     second: Mapping[str, Any],
     *,
@@ -95,18 +108,30 @@ async def explain_miss(
     block_size: int | None = None,
     verify: bool = False,
 ) -> MissDiagnosis:
-    """Compare two chat requests as vLLM tokenizes them and say why the second misses.
+    """Compare two chat requests as vLLM tokenizes them and say why the second misses. Without a
+    `client` (a local tokenizer, no vLLM) `block_size` is required and nothing is verified.
 
     Raises:
-        ConfigError: a body without messages, a bad block size, or a server that does not
-            report its block size (pass block_size).
+        ConfigError: a body without messages, a bad or missing block size, verify without
+            vLLM, or a server that does not report its block size (pass block_size).
         VllmRequestError: vLLM refused a request.
     """
     first_messages = chat_messages(first, "first")
     second_messages = chat_messages(second, "second")
     if block_size is not None and block_size <= 0:
         raise ConfigError(f"block_size is {block_size}: give the server's block size in tokens")
-    chosen = await client.resolve_model(model or first.get("model") or second.get("model"))
+    if client is None:
+        if block_size is None or verify:
+            raise ConfigError(
+                "with a local tokenizer give the block size (vLLM's --block-size) and no "
+                "verify: both need a running vLLM"
+            )
+        return await _compare(
+            tokenizer, first, second, (first_messages, second_messages),
+            model=model or "local", block_size=block_size, source="given", local=True,
+        )  # fmt: skip
+    named = [m for m in (model, first.get("model"), second.get("model")) if isinstance(m, str)]
+    chosen = await client.resolve_model(named[0] if named else None)
     if isinstance(chosen, Unavailable):
         return MissDiagnosis(reachable=False, reason=chosen.reason)
     source: Literal["given", "cache_config_info"] = "given"
@@ -115,7 +140,38 @@ async def explain_miss(
         if isinstance(found, Unavailable):
             return MissDiagnosis(reachable=False, reason=found.reason, model=chosen)
         block_size, source = found, "cache_config_info"
+    out = await _compare(
+        tokenizer, first, second, (first_messages, second_messages),
+        model=chosen, block_size=block_size, source=source, local=False,
+    )  # fmt: skip
+    if not verify or not out.reachable or out.predicted_cached_tokens is None:
+        return out
+    verification = await _verify(
+        client, chosen, first_messages, second_messages, out.predicted_cached_tokens
+    )
+    if isinstance(verification, Unavailable):
+        return MissDiagnosis(reachable=False, reason=verification.reason, model=chosen)
+    if _extras(first) or _extras(second):
+        verification = verification.model_copy(
+            update={"note": "verify sends the messages only (no tools or template fields)"}
+        )
+    return out.model_copy(update={"verification": verification})
 
+
+async def _compare(
+    tokenizer: ChatTokenizer,
+    first: Mapping[str, Any],
+    second: Mapping[str, Any],
+    messages: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    *,
+    model: str,
+    block_size: int,
+    source: Literal["given", "cache_config_info"],
+    local: bool,
+) -> MissDiagnosis:
+    """Tokenize both, find where they part, predict and classify (nothing sent to the model)."""
+    chosen = model
+    first_messages, second_messages = messages
     tokenized: list[ChatTokens] = []
     for request in (first, second):
         tokens = await tokenizer.tokenize_chat(request, model=chosen)
@@ -139,29 +195,19 @@ async def explain_miss(
         first_extras=_extras(first),
         second_extras=_extras(second),
     )
-    predicted = predicted_cached_tokens(common, len(b), block_size)
-    verification = None
-    if verify:
-        verification = await _verify(client, chosen, first_messages, second_messages, predicted)
-        if isinstance(verification, Unavailable):
-            return MissDiagnosis(reachable=False, reason=verification.reason, model=chosen)
-        if _extras(first) or _extras(second):
-            verification = verification.model_copy(
-                update={"note": "verify sends the messages only (no tools or template fields)"}
-            )
     return MissDiagnosis(
         reachable=True,
         model=chosen,
         block_size=block_size,
         block_size_source=source,
+        tokenizer="local" if local else "vllm",
         first_tokens=len(a),
         second_tokens=len(b),
         common_prefix_tokens=common,
         first_divergent_token=divergent,
-        predicted_cached_tokens=predicted,
+        predicted_cached_tokens=predicted_cached_tokens(common, len(b), block_size),
         divergence=divergence,
         cause=cause,
-        verification=verification,
     )
 
 
@@ -179,7 +225,7 @@ async def _served_block_size(client: VllmClient, model: str) -> int | Unavailabl
 
 
 async def _divergence(
-    tokenizer: VllmRoutes,
+    tokenizer: ChatTokenizer,
     model: str,
     prompts: tuple[Sequence[int], Sequence[int]],
     at: int,

@@ -9,6 +9,7 @@ import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.process_tools import free_port
+from tests.support.vllm import tiny_model_dir
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
 
@@ -63,3 +64,22 @@ def test_stack_exits_3_when_nothing_answers(
         "engine_unreachable",
         "vllm_unreachable",
     }
+
+
+def test_miss_with_a_local_tokenizer_needs_no_vllm_but_a_block_size(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    model_dir = tiny_model_dir()
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    system = {"role": "system", "content": "Keep answers short. " * 40}
+    first.write_text(json.dumps({"messages": [system, {"role": "user", "content": "one?"}]}))
+    second.write_text(json.dumps({"messages": [system, {"role": "user", "content": "two?"}]}))
+    argv = ["diagnose", "miss", "--first", str(first), "--second", str(second)]
+    local = ["--tokenizer", str(model_dir), "--data-dir", str(tmp_path)]
+    code, out, _ = run(capsys, *argv, *local, "--block-size", "32", "--json")
+    assert code == 0
+    diagnosis = json.loads(out)
+    assert (diagnosis["tokenizer"], diagnosis["cause"]["kind"]) == ("local", "new_turn")
+    assert diagnosis["predicted_cached_tokens"] % 32 == 0 and diagnosis["predicted_cached_tokens"]
+    code, out, err = run(capsys, *argv, *local)
+    assert (code, out) == (2, "") and "block size" in err

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
@@ -125,3 +126,20 @@ async def test_an_unreachable_vllm_is_unavailable_with_its_reason() -> None:
         out = await explain_miss(client, tokenizer, CASES[0][1], CASES[0][2], model="m")
     assert not out.reachable and out.reason and "not reachable" in out.reason
     assert out.cause is None and out.predicted_cached_tokens is None
+
+
+async def test_a_local_tokenizer_dir_gives_the_same_diagnosis_as_the_server(
+    vllm_server: RunningVllm,
+) -> None:
+    local = LocalChatTokenizer(vllm_server.model_dir)
+    async with (
+        vllm_server.client() as client,
+        VllmRoutes(vllm_server.base_url) as routes,
+    ):
+        for kind, first, second in CASES:
+            served = await explain_miss(client, routes, first, second)
+            offline = await explain_miss(None, local, first, second, block_size=BLOCK_SIZE)
+            assert offline.tokenizer == "local" and served.tokenizer == "vllm"
+            figures = ("first_tokens", "second_tokens", "common_prefix_tokens", "cause")
+            assert [getattr(offline, f) for f in figures] == [getattr(served, f) for f in figures]
+            assert offline.predicted_cached_tokens == served.predicted_cached_tokens, kind
