@@ -81,6 +81,18 @@ async def vllm_facts(
     chosen = await client.resolve_model(model or settings.vllm_model)
     if isinstance(chosen, Unavailable):
         return VllmFacts(target=target, reachable=False, reason=chosen.reason)
+    # Metrics first, so the probe call's own lookups never count as evidence.
+    text = await client.metrics.scrape_text()
+    if isinstance(text, Unavailable):
+        return VllmFacts(target=target, reachable=False, reason=text.reason, model=chosen)
+    try:
+        try:
+            snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, chosen)
+        except UnknownModel:  # no series for it yet: the server-wide figures still tell
+            snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, None)
+        preemptions = count_preemptions(text, chosen)
+    except ValueError as exc:
+        return VllmFacts(target=target, reachable=False, reason=str(exc), model=chosen)
     try:
         probe = await client.chat(PROBE, model=chosen, max_tokens=1)
     except VllmRequestError as exc:
@@ -88,14 +100,6 @@ async def vllm_facts(
     details = (
         None if isinstance(probe, Unavailable) else probe.trace.cached_tokens_source == "usage"
     )
-    text = await client.metrics.scrape_text()
-    if isinstance(text, Unavailable):
-        return VllmFacts(target=target, reachable=False, reason=text.reason, model=chosen)
-    try:
-        snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, chosen)
-        preemptions = count_preemptions(text, chosen)
-    except (UnknownModel, ValueError) as exc:
-        return VllmFacts(target=target, reachable=False, reason=str(exc), model=chosen)
     async with VllmRoutes(
         target, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
     ) as routes:

@@ -111,8 +111,8 @@ async def test_a_managed_vllm_with_a_kv_connector_no_hash_seed_and_no_hits_is_fl
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """vLLM's ExampleConnector (KV saved to files) runs on CPU; the managed vLLM inherits our
-    environment, where PYTHONHASHSEED is unset; the probe call is the connector's first lookup,
-    which finds nothing."""
+    environment, where PYTHONHASHSEED is unset; one cold request makes the connector look up
+    tokens and find none."""
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     transfer = {
         "kv_connector": "ExampleConnector",
@@ -124,6 +124,7 @@ async def test_a_managed_vllm_with_a_kv_connector_no_hash_seed_and_no_hits_is_fl
             update={"vllm_base_url": server.base_url, "data_dir": server.managed.data_dir}
         )
         async with VllmClient(server.base_url) as client:
+            await client.chat([{"role": "user", "content": "a first, cold request"}], max_tokens=1)
             out = await check_stack(settings, client)
     hash_seed = next(f for f in out.findings if f.id == "hash_seed_mismatch")
     assert "vLLM=unset" in hash_seed.evidence and "ExampleConnector" in hash_seed.evidence
