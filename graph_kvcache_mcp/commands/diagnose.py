@@ -131,11 +131,12 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
 
 def _body(path: Path) -> dict[str, Any]:
     try:
-        if path.stat().st_size > MAX_BODY_BYTES:
-            raise ConfigError(f"{path} is over {MAX_BODY_BYTES:,} bytes: not a chat request")
-        body = json.loads(path.read_text(encoding="utf-8"))
+        size = path.stat().st_size
+        body = None if size > MAX_BODY_BYTES else json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
+    if body is None:
+        raise ConfigError(f"{path} is over {MAX_BODY_BYTES:,} bytes: not a chat request")
     if not isinstance(body, dict):
         raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
     return body

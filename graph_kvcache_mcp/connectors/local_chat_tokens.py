@@ -26,12 +26,15 @@ class LocalChatTokenizer:
     """A tokenizer dir's chat tokenization; the same calls as `VllmRoutes` (model is ignored)."""
 
     def __init__(self, directory: str | Path) -> None:
-        """Raises:
-        ConfigError: the dir lacks tokenizer.json or a chat template, or the packages are missing.
+        """Load the dir's tokenizer and chat template.
+
+        Raises:
+            ConfigError: no tokenizer.json or chat template there, or the packages are missing.
         """
         self.directory = Path(directory).expanduser()
         self.name = f"local:{self.directory.name}"
         try:
+            from jinja2 import TemplateError
             from jinja2.ext import loopcontrols
             from jinja2.sandbox import ImmutableSandboxedEnvironment
             from tokenizers import Tokenizer
@@ -54,7 +57,13 @@ class LocalChatTokenizer:
         environment.filters["tojson"] = lambda value, indent=None: json.dumps(
             value, indent=indent, ensure_ascii=False
         )
-        self._template = environment.from_string(self._chat_template(config))
+        self._template_error = TemplateError
+        try:
+            self._template = environment.from_string(self._chat_template(config))
+        except TemplateError as exc:
+            raise ConfigError(
+                f"the chat template in {self.directory} does not parse: {exc}"
+            ) from None
 
     def __repr__(self) -> str:
         return f"LocalChatTokenizer({str(self.directory)!r})"
@@ -68,15 +77,22 @@ class LocalChatTokenizer:
     async def tokenize_chat(
         self, request: Mapping[str, Any], *, model: str
     ) -> ChatTokens | Unavailable:
-        """The prompt ids of a chat-completions body, rendered with the local template."""
+        """The prompt ids of a chat-completions body, rendered with the local template.
+
+        Raises:
+            ConfigError: the chat template refused the messages or failed on them.
+        """
         continue_final = bool(request.get("continue_final_message", False))
-        text = self._template.render(
-            messages=list(request["messages"]),
-            tools=request.get("tools"),
-            add_generation_prompt=request.get("add_generation_prompt", not continue_final),
-            **self._specials,
-            **dict(request.get("chat_template_kwargs") or {}),
-        )
+        try:
+            text = self._template.render(
+                messages=list(request["messages"]),
+                tools=request.get("tools"),
+                add_generation_prompt=request.get("add_generation_prompt", not continue_final),
+                **self._specials,
+                **dict(request.get("chat_template_kwargs") or {}),
+            )
+        except self._template_error as exc:
+            raise ConfigError(f"the chat template failed on the messages: {exc}") from None
         ids = self._tokenizer.encode(text, add_special_tokens=False).ids
         return ChatTokens(tokens=list(ids))
 
