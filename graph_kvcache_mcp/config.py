@@ -32,8 +32,8 @@ from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle")
-DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle")
+TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose")
+DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose")
 Endpoint = Literal["kv", "vllm"]
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})

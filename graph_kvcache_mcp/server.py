@@ -26,6 +26,7 @@ TOOLSET_MODULES: dict[str, str] = {
     "bundle": "graph_kvcache_mcp.tools.bundle",
     "vllm": "graph_kvcache_mcp.tools.vllm",
     "lmcache": "graph_kvcache_mcp.tools.lmcache",
+    "diagnose": "graph_kvcache_mcp.tools.diagnose",
 }
 
 TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
@@ -56,6 +57,9 @@ vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums 
 session's calls or a JSONL trace file.
 LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
 with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
+Diagnosis (diagnose_*): diagnose_stack checks engine, vLLM and LMCache settings in one call;
+diagnose_miss says why a request missed vLLM's prefix cache and how to fix it; diagnose_budget
+sizes a model's KV cache from its config.json.
 A result with reachable=false means the store is down: report its reason, do not retry in a loop.
 """
 

@@ -1,10 +1,12 @@
-"""What a model means for LMCache: KV kind, bytes per token, hybrid block size. Pure: no I/O.
+"""A model's KV geometry: KV kind, bytes per token, sliding-window and recurrent layers, hybrid
+block size. Pure: no I/O. One implementation serves the LMCache config generator and `diagnose
+budget`.
 
-`facts_from_hf_config` reads a Hugging Face `config.json` (already parsed) the way vLLM sizes its
-KV cache; `ModelFacts` can also be written out by hand. The hybrid (Mamba / gated-delta-net)
-attention block size is an estimate of vLLM's rule — attention page >= recurrent-state page, in
-multiples of 16 tokens — and says so; vLLM logs the real value ("Setting attention block size to N
-tokens"), which callers pass back as `mamba_block_size`.
+`read_geometry` reads a Hugging Face `config.json` (already parsed) the way vLLM sizes its KV cache
+and records where each number came from; `ModelFacts` can also be written out by hand. The hybrid
+(Mamba / gated-delta-net) attention block size is an estimate of vLLM's rule — attention page >=
+recurrent-state page, in multiples of 16 tokens — and says so; vLLM logs the real value ("Setting
+attention block size to N tokens"), which callers pass back as `mamba_block_size`.
 """
 
 from __future__ import annotations
@@ -109,11 +111,58 @@ def _per_rank(state_bytes: int, tp: int) -> int:
     return max(1, state_bytes // tp)
 
 
+class GeometryInput(BaseModel):
+    """One number the geometry was computed from, and where it came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    value: int | str
+    source: str = Field(description="config.json, default, given, or how it was computed.")
+
+
+class ModelGeometry(BaseModel):
+    """What a config.json says about the KV cache: the facts, the sliding-window layers among the
+    attention layers, and the inputs used."""
+
+    model_config = ConfigDict(frozen=True)
+
+    facts: ModelFacts
+    sliding_window_layers: int = Field(0, ge=0, description="Attention layers with a window.")
+    inputs: tuple[GeometryInput, ...] = ()
+
+
+class _Reader:
+    """Reads integer fields of a config, recording each value and whether it was defaulted."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        self.inputs: list[GeometryInput] = []
+
+    def integer(self, key: str, default: int | None = None) -> int:
+        value = _int(self.config, key, default)
+        self.record(key, value, "config.json" if key in self.config else "default")
+        return value
+
+    def record(self, name: str, value: int | str, source: str) -> None:
+        if all(known.name != name for known in self.inputs):
+            self.inputs.append(GeometryInput(name=name, value=value, source=source))
+
+
 def facts_from_hf_config(raw: Mapping[str, Any], *, name: str | None = None) -> ModelFacts:
     """Read the facts from a parsed HF `config.json` (multimodal configs: their `text_config`).
 
     Raises:
         ConfigError: a field the plan needs is missing or malformed; names it.
+    """
+    return read_geometry(raw, name=name).facts
+
+
+def read_geometry(raw: Mapping[str, Any], *, name: str | None = None) -> ModelGeometry:
+    """The KV geometry of a parsed HF `config.json`, with the inputs it was read from.
+
+    Raises:
+        ConfigError: a field the geometry needs is missing or malformed; names it.
     """
     text: Mapping[str, Any] = raw
     if isinstance(raw.get("text_config"), Mapping):
@@ -124,11 +173,14 @@ def facts_from_hf_config(raw: Mapping[str, Any], *, name: str | None = None) -> 
     if not model_name:
         raise ConfigError("config.json names no model: pass the model id (e.g. Qwen/Qwen3-8B)")
     model_type = str(text.get("model_type") or raw.get("model_type") or "")
+    read = _Reader(text)
     dtype = str(text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or "")
-    dtype = dtype.removeprefix("torch.") or "bfloat16"
+    dtype = dtype.removeprefix("torch.")
+    read.record("kv_dtype", dtype or "bfloat16", "config.json" if dtype else "default")
+    dtype = dtype or "bfloat16"
     layer_types = [str(t) for t in text.get("layer_types") or []]
     vision = _has_vision(raw, architecture)
-    layers = _int(text, "num_hidden_layers")
+    layers = read.integer("num_hidden_layers")
     common: dict[str, Any] = {
         "name": model_name,
         "architecture": architecture,
@@ -136,47 +188,91 @@ def facts_from_hf_config(raw: Mapping[str, Any], *, name: str | None = None) -> 
         "vision": vision,
     }
 
-    if _is_compressed(text, model_type, layer_types):
-        return ModelFacts(
-            kind="compressed",
-            attention_layers=layers,
-            kv_heads=_int(text, "num_key_value_heads", 1),
-            head_dim=_int(text, "head_dim", 512),
-            **common,
-        )
-    if text.get("kv_lora_rank"):
-        rope = _int(text, "qk_rope_head_dim", 64)
-        return ModelFacts(
-            kind="mla",
-            attention_layers=layers,
-            kv_heads=1,
-            head_dim=_int(text, "kv_lora_rank") + rope,
-            mla_kv_dim=_int(text, "kv_lora_rank") + rope,
-            **common,
+    def geometry(facts: ModelFacts, sliding_layers: int = 0) -> ModelGeometry:
+        return ModelGeometry(
+            facts=facts, sliding_window_layers=sliding_layers, inputs=tuple(read.inputs)
         )
 
-    heads = _int(text, "num_attention_heads")
-    kv_heads = _int(text, "num_key_value_heads", heads)
-    head_dim = _int(text, "head_dim", 0) or _int(text, "hidden_size") // heads
-    hybrid = _hybrid(text, layers, layer_types, dtype)
-    sliding = text.get("sliding_window")
+    if _is_compressed(text, model_type, layer_types):
+        return geometry(
+            ModelFacts(
+                kind="compressed",
+                attention_layers=layers,
+                kv_heads=read.integer("num_key_value_heads", 1),
+                head_dim=read.integer("head_dim", 512),
+                **common,
+            )
+        )
+    if text.get("kv_lora_rank"):
+        latent = read.integer("kv_lora_rank") + read.integer("qk_rope_head_dim", 64)
+        return geometry(
+            ModelFacts(
+                kind="mla",
+                attention_layers=layers,
+                kv_heads=1,
+                head_dim=latent,
+                mla_kv_dim=latent,
+                **common,
+            )
+        )
+
+    heads = read.integer("num_attention_heads")
+    kv_heads = read.integer("num_key_value_heads", heads)
+    if text.get("head_dim"):
+        head_dim = read.integer("head_dim")
+    else:
+        head_dim = _int(text, "hidden_size") // heads
+        read.record("head_dim", head_dim, "hidden_size / num_attention_heads")
+    hybrid = _hybrid(read, layers, layer_types, dtype)
     if hybrid is not None:
-        return ModelFacts(
-            kind="hybrid",
-            attention_layers=layers - hybrid.linear_layers,
+        return geometry(
+            ModelFacts(
+                kind="hybrid",
+                attention_layers=layers - hybrid.linear_layers,
+                kv_heads=kv_heads,
+                head_dim=head_dim,
+                hybrid=hybrid,
+                **common,
+            )
+        )
+    window, sliding_layers = _sliding_window(read, model_type, layers, layer_types)
+    return geometry(
+        ModelFacts(
+            kind="dense",
+            attention_layers=layers,
             kv_heads=kv_heads,
             head_dim=head_dim,
-            hybrid=hybrid,
+            sliding_window=window,
             **common,
-        )
-    return ModelFacts(
-        kind="dense",
-        attention_layers=layers,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        sliding_window=int(sliding) if isinstance(sliding, int) and sliding > 0 else None,
-        **common,
+        ),
+        sliding_layers,
     )
+
+
+def _sliding_window(
+    read: _Reader, model_type: str, layers: int, layer_types: Sequence[str]
+) -> tuple[int | None, int]:
+    """The window and how many layers use it: `layer_types`, else `sliding_window_pattern`
+    (every Nth layer is global), else Gemma 2's alternation, else all layers."""
+    window = read.config.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None, 0
+    if read.config.get("use_sliding_window") is False:  # Qwen2-style: a window that is off
+        return None, 0
+    read.record("sliding_window", window, "config.json")
+    if layer_types:
+        sliding = sum(t == "sliding_attention" for t in layer_types)
+        read.record("sliding_window_layers", sliding, "config.json layer_types")
+        return window, sliding
+    pattern = read.config.get("sliding_window_pattern")
+    if model_type == "gemma2" and not isinstance(pattern, int):
+        pattern = 2
+    if isinstance(pattern, int) and pattern > 0:
+        read.record("sliding_window_pattern", pattern, "config.json")
+        sliding = sum(1 for i in range(layers) if (i + 1) % pattern)
+        return window, sliding
+    read.record("sliding_window_layers", layers, "all layers (no layer_types or pattern)")
+    return window, layers
 
 
 def _is_compressed(text: Mapping[str, Any], model_type: str, layer_types: Sequence[str]) -> bool:
@@ -198,36 +294,36 @@ def _has_vision(raw: Mapping[str, Any], architecture: str | None) -> bool:
 
 
 def _hybrid(
-    text: Mapping[str, Any], layers: int, layer_types: Sequence[str], dtype: str
+    read: _Reader, layers: int, layer_types: Sequence[str], dtype: str
 ) -> HybridFacts | None:
+    text = read.config
     if "linear_num_value_heads" in text or any(t == "linear_attention" for t in layer_types):
-        return _gdn(text, layers, layer_types, dtype)
+        return _gdn(read, layers, layer_types, dtype)
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and "M" in pattern:  # NemotronH: M = Mamba2, * = attention
         return _mamba2(
-            text, pattern.count("M"), _NEMOTRON_H_KEYS, dtype=dtype, ssm_default="float32"
+            read, pattern.count("M"), _NEMOTRON_H_KEYS, dtype=dtype, ssm_default="float32"
         )
     if any(t == "mamba" for t in layer_types):  # Granite 4.0-H style
         linear = sum(t == "mamba" for t in layer_types)
-        return _mamba2(text, linear, _GRANITE_H_KEYS, dtype=dtype, ssm_default=dtype)
+        return _mamba2(read, linear, _GRANITE_H_KEYS, dtype=dtype, ssm_default=dtype)
     if any(k in text for k in ("mamba_d_state", "ssm_state_size", "attn_layer_period")):
         return HybridFacts(family="unknown", linear_layers=0, state_bytes_per_layer=None)
     return None
 
 
-def _gdn(
-    text: Mapping[str, Any], layers: int, layer_types: Sequence[str], dtype: str
-) -> HybridFacts:
+def _gdn(read: _Reader, layers: int, layer_types: Sequence[str], dtype: str) -> HybridFacts:
+    text = read.config
     if layer_types:
         linear = sum(t == "linear_attention" for t in layer_types)
     else:
-        interval = _int(text, "full_attention_interval", 4)
+        interval = read.integer("full_attention_interval", 4)
         linear = sum(1 for i in range(layers) if (i + 1) % interval)
-    k_heads = _int(text, "linear_num_key_heads", 16)
-    v_heads = _int(text, "linear_num_value_heads", 32)
-    k_dim = _int(text, "linear_key_head_dim", 128)
-    v_dim = _int(text, "linear_value_head_dim", 128)
-    kernel = _int(text, "linear_conv_kernel_dim", 4)
+    k_heads = read.integer("linear_num_key_heads", 16)
+    v_heads = read.integer("linear_num_value_heads", 32)
+    k_dim = read.integer("linear_key_head_dim", 128)
+    v_dim = read.integer("linear_value_head_dim", 128)
+    kernel = read.integer("linear_conv_kernel_dim", 4)
     ssm_dtype = str(text.get("mamba_ssm_dtype") or dtype)
     conv = (k_dim * k_heads * 2 + v_dim * v_heads) * (kernel - 1) * _bytes(dtype)
     temporal = v_heads * k_dim * v_dim * _bytes(ssm_dtype)
@@ -252,7 +348,7 @@ _GRANITE_H_KEYS = (
 
 
 def _mamba2(
-    text: Mapping[str, Any],
+    read: _Reader,
     linear_layers: int,
     keys: tuple[str, str, str, str, str],
     *,
@@ -260,12 +356,12 @@ def _mamba2(
     ssm_default: str,
 ) -> HybridFacts:
     heads_key, head_dim_key, state_key, groups_key, conv_key = keys
-    heads = _int(text, heads_key)
-    head_dim = _int(text, head_dim_key)
-    state = _int(text, state_key)
-    groups = _int(text, groups_key, 1)
-    conv = _int(text, conv_key, 4)
-    ssm_dtype = str(text.get("mamba_ssm_cache_dtype") or ssm_default)
+    heads = read.integer(heads_key)
+    head_dim = read.integer(head_dim_key)
+    state = read.integer(state_key)
+    groups = read.integer(groups_key, 1)
+    conv = read.integer(conv_key, 4)
+    ssm_dtype = str(read.config.get("mamba_ssm_cache_dtype") or ssm_default)
     conv_bytes = (heads * head_dim + 2 * groups * state) * (conv - 1) * _bytes(dtype)
     ssm_bytes = heads * head_dim * state * _bytes(ssm_dtype)
     return HybridFacts(
@@ -280,7 +376,7 @@ def _bytes(dtype: str) -> int:
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if value is None:
-        raise ConfigError(f"config.json has no {key!r}, which the LMCache plan needs")
+        raise ConfigError(f"config.json has no {key!r}, which sizing the KV cache needs")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"config.json {key!r} is {value!r}, not an integer")
     return value

@@ -29,6 +29,7 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
 EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached_total"
 PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
@@ -465,3 +466,20 @@ def _bool_label(value: str | None) -> bool | None:
         return None
     lowered = value.lower()
     return True if lowered == "true" else False if lowered == "false" else None
+
+
+def count_preemptions(exposition: str, model: str | None) -> int | None:
+    """`vllm:num_preemptions_total` summed over engines (for `model`, else all); None if absent.
+
+    Raises:
+        ValueError: the text is not a Prometheus exposition.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = [line for line in exposition.split("\n") if line.startswith(PREEMPTIONS)]
+    total: float | None = None
+    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+        for sample in family.samples:
+            if sample.name == PREEMPTIONS and model in (None, sample.labels.get("model_name")):
+                total = (total or 0.0) + sample.value
+    return None if total is None else int(total)

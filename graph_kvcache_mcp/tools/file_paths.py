@@ -19,6 +19,7 @@ from mcp.shared.exceptions import NoBackChannelError
 from mcp.types import ListRootsRequest, ListRootsResult
 
 from graph_kvcache_mcp.connectors.file_access import read_regular_file
+from graph_kvcache_mcp.connectors.hf_config import config_file_of
 from graph_kvcache_mcp.domain.file_roots import (
     FROM_CLIENT,
     FROM_SETTING,
@@ -98,6 +99,19 @@ async def new_file_inside_roots(ctx: Context[Any], given: str, *, param: str) ->
     if await anyio.to_thread.run_sync(os.path.lexists, target):
         raise ToolError(f"{target} already exists and is never overwritten: choose a new path")
     return target
+
+
+async def hf_config_inside_roots(ctx: Context[Any], given: str, *, param: str) -> Path:
+    """The config.json a model path names (the file, or a model directory's config.json), when
+    both the given path and the file actually read lie inside the allowed roots.
+
+    Raises:
+        ToolError: relative, or either path outside the allowed roots.
+    """
+    inside = await path_inside_roots(ctx, given, param=param)
+    # Check the file actually read as well: a model directory's config.json may link out.
+    config_file = await anyio.to_thread.run_sync(config_file_of, inside)
+    return await path_inside_roots(ctx, str(config_file), param=param)
 
 
 def _absolute(given: str, param: str) -> Path:

@@ -1,4 +1,5 @@
-"""The kv toolset's guides: the kv://stats resource and the diagnose_kv_cache prompt."""
+"""The kv toolset's guides: the kv://stats resource and the diagnose_kv_cache prompt (which walks
+the whole stack: engine, vLLM, LMCache and the diagnose tools)."""
 
 from __future__ import annotations
 
@@ -17,22 +18,27 @@ from graph_kvcache_mcp.state import live_state
 StatsSource = Callable[[KvAccess], Awaitable[KvStatsOut]]
 
 DIAGNOSE_PROMPT = """\
-Diagnose this server's KV cache store step by step, and report plainly.
+Diagnose this KV-cache stack (the engine's KV store, vLLM's prefix cache, LMCache) step by step,
+and report plainly. Skip a step whose tools this server does not list.
 {symptom_line}
-1. Call kv_probe. If reachable is false, stop: quote its reason and the fix it names (start the
-   engine with engine_start, set EPISTEMIC_GRAPH_KVCACHE_URL, or fix the token). If a check failed,
-   quote that check's detail.
-2. Call kv_stats. Note the backend: the memory backend reports occupancy (unique_blocks,
-   resident_bytes, logical_bytes) but never counts gets; the durable backend counts hits and misses
-   but not occupancy. A null field means "not reported", not zero.
-3. Interpret:
-   - hit_rate: low with hit_rate_source=engine means readers ask for keys nobody stored (check the
-     key convention: keys are raw, never percent-encoded); source=client covers only this server.
-   - dedup_hit_share / dedup_ratio: high means many writers store the same blocks (good reuse);
-     zero after a repeated workload means keys differ between runs (volatile bytes in the key).
-   - errors in the client counters: the store failed requests; the probe's details say why.
-4. To measure a workload, keep kv_stats' `engine` object, run it, then call kv_stats with
-   since=<that object> and report `delta`.
+1. Call diagnose_stack (add lmcache_url when an `lmcache server` runs). Fix every error finding
+   first, in order; each finding names its evidence and the fix. Nothing reachable: start the
+   parts you need (engine_start, vllm_start) and call it again.
+2. Engine: call kv_probe. If reachable is false, stop: quote its reason and the fix it names
+   (engine_start, EPISTEMIC_GRAPH_KVCACHE_URL, or the token). Then kv_stats: the memory backend
+   reports occupancy but never counts gets; the durable one counts hits but not occupancy; a null
+   field means "not reported", not zero. A low engine hit_rate means readers ask for keys nobody
+   stored (keys are raw, never percent-encoded); zero dedup after a repeated workload means keys
+   differ between runs.
+3. vLLM: vllm_status says what runs and with which flags; vllm_metrics gives prefix-cache
+   queries and hits (pass `since` to measure one workload). A request that should have hit but
+   did not: call diagnose_miss with the previous request and this one (verify=true sends both);
+   it names the cause (volatile_value, reordered, whitespace, short_prefix, new_turn, edited)
+   and the fix.
+4. LMCache: lmcache_check validates the adapter against the engine; lmcache_config prints the
+   commands; diagnose_budget says whether a model's chunks fit the engine's 64 MiB value cap.
+5. To prove a warm cache end to end: vllm_start, bundle_compile, bundle_chat twice on the same
+   key (the second call's prefix_cache_hit_tokens should be > 0), then diagnose_stack.
 Finish with: status (healthy / degraded / down), the evidence, and the next action.
 """
 
@@ -42,7 +48,7 @@ def diagnose_kv_cache(
         str, Field(description="Optional: what looks wrong (e.g. 'hit rate is zero').")
     ] = "",
 ) -> str:
-    """Walk through kv_probe -> kv_stats -> interpretation of the KV cache store."""
+    """Walk through diagnose_stack, then engine, vLLM and LMCache checks and what they mean."""
     line = f"Reported symptom: {symptom.strip()}\n" if symptom.strip() else ""
     return DIAGNOSE_PROMPT.format(symptom_line=line)
 
@@ -66,5 +72,6 @@ def register(server: MCPServer[Any], *, stats: StatsSource) -> None:
     server.prompt(
         name="diagnose_kv_cache",
         title="Diagnose the KV cache",
-        description="Walks a model through kv_probe, kv_stats and what the numbers mean.",
+        description="Walks a model through the whole stack: diagnose_stack, the engine (kv_probe, "
+        "kv_stats), vLLM (diagnose_miss), LMCache, and a warm-cache check.",
     )(diagnose_kv_cache)

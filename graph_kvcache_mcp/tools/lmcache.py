@@ -11,7 +11,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.hf_config import config_file_of
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE
@@ -26,7 +25,7 @@ from graph_kvcache_mcp.services.lmcache_check import (
 )
 from graph_kvcache_mcp.services.lmcache_plan import LmcacheConfigOut, build_plan, model_facts
 from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
-from graph_kvcache_mcp.tools.file_paths import path_inside_roots
+from graph_kvcache_mcp.tools.file_paths import hf_config_inside_roots
 
 TOOLSET = "lmcache"
 
@@ -108,10 +107,7 @@ async def lmcache_config(
     settings = state_of(ctx).settings
     source = f"config.json at {hf_config}" if hf_config else "given facts"
     if hf_config is not None:
-        # Check the file actually read: a model directory's config.json may be a link out.
-        given = await path_inside_roots(ctx, hf_config, param="hf_config")
-        config_file = await anyio.to_thread.run_sync(config_file_of, given)
-        hf_config = str(await path_inside_roots(ctx, str(config_file), param="hf_config"))
+        hf_config = str(await hf_config_inside_roots(ctx, hf_config, param="hf_config"))
     try:
         # The engine this server would use, without starting one: generating config is read-only.
         default_url = (await anyio.to_thread.run_sync(resolve_kv_target, settings)).base_url

@@ -1,0 +1,252 @@
+"""`graph-kvcache-mcp diagnose miss|stack|budget`: what the diagnose_* tools return, in a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from graph_kvcache_mcp.commands._common import (
+    EXIT_MISS,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    common_options,
+    emit,
+    run_async,
+)
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
+from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.services.kv_budget import budget_for
+from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
+from graph_kvcache_mcp.services.stack_check import check_stack
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser(
+        "diagnose", help="why a request missed the prefix cache, stack checks, KV budget"
+    )
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="{miss,stack,budget}")
+    parent = common_options()
+
+    miss = verbs.add_parser(
+        "miss", parents=[parent], help="why the second chat request misses vLLM's prefix cache"
+    )
+    miss.add_argument("--first", type=Path, required=True, help="JSON chat-completions body")
+    miss.add_argument("--second", type=Path, required=True, help="JSON chat-completions body")
+    miss.add_argument(
+        "--base-url", dest="vllm_base_url", default=None, help="vLLM base URL (or VLLM_BASE_URL)"
+    )
+    miss.add_argument("--model", default=None, help="served model (default: the only one)")
+    miss.add_argument("--block-size", type=int, help="default: vLLM's cache_config_info")
+    miss.add_argument("--verify", action="store_true", help="also send both, report cached")
+    miss.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="local HF tokenizer dir (tokenizer.json + chat template): no vLLM needed; "
+        "give --block-size",
+    )
+    miss.set_defaults(handler=run_miss)
+
+    stack = verbs.add_parser(
+        "stack", parents=[parent], help="check engine, vLLM and LMCache for misconfiguration"
+    )
+    stack.add_argument(
+        "--base-url", dest="vllm_base_url", default=None, help="vLLM base URL (or VLLM_BASE_URL)"
+    )
+    stack.add_argument("--model", default=None, help="served model (default: the only one)")
+    stack.add_argument("--url", dest="kv_url", default=None, help="engine base URL")
+    stack.add_argument("--lmcache-url", default=None, help="lmcache server HTTP URL")
+    stack.add_argument("--shared-prefix-tokens", type=int, help="prefix requests share")
+    stack.set_defaults(handler=run_stack)
+
+    budget = verbs.add_parser(
+        "budget", parents=[parent], help="KV bytes per token, tokens that fit, chunk bytes"
+    )
+    budget.add_argument("--hf-config", required=True, help="local config.json or model dir")
+    budget.add_argument("--kv-dtype", help="KV cache dtype (default: the model's), e.g. fp8")
+    budget.add_argument("--kv-memory-gib", type=float, help="KV memory to fill, in GiB")
+    budget.add_argument("--chunk-size", type=int, help="LMCache chunk size in tokens")
+    budget.add_argument("--block-size", type=int, help="vLLM block size in tokens")
+    budget.set_defaults(handler=run_budget)
+
+
+def run_miss(args: argparse.Namespace, settings: Settings) -> int:
+    first, second = _body(args.first), _body(args.second)
+
+    async def diagnose() -> MissDiagnosis:
+        if args.tokenizer is not None:
+            local = LocalChatTokenizer(args.tokenizer)
+            return await explain_miss(
+                None,
+                local,
+                first,
+                second,
+                model=local.name,
+                block_size=args.block_size,
+                verify=args.verify,
+            )
+        async with (
+            VllmClient.from_settings(settings) as client,
+            VllmRoutes(
+                settings.vllm_base_url,
+                api_key=settings.vllm_api_key,
+                timeout_s=settings.vllm_timeout_s,
+            ) as tokenizer,
+        ):
+            return await explain_miss(
+                client,
+                tokenizer,
+                first,
+                second,
+                model=args.model or settings.vllm_model,
+                block_size=args.block_size,
+                verify=args.verify,
+            )
+
+    async def main() -> int:
+        try:
+            out = await diagnose()
+        except VllmRequestError as exc:
+            raise ConfigError(str(exc)) from None
+        emit(out, as_json=args.json, human=_describe_miss)
+        if not out.reachable:
+            return EXIT_UNAVAILABLE
+        return (
+            EXIT_MISS
+            if out.verification and out.verification.matches_prediction is False
+            else EXIT_OK
+        )
+
+    return run_async(main)
+
+
+def _body(path: Path) -> dict[str, Any]:
+    try:
+        size = path.stat().st_size
+        body = None if size > MAX_BODY_BYTES else json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
+    if body is None:
+        raise ConfigError(f"{path} is over {MAX_BODY_BYTES:,} bytes: not a chat request")
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
+    return body
+
+
+def _describe_miss(out: MissDiagnosis) -> str:
+    if not out.reachable:
+        return f"vLLM unreachable: {out.reason}"
+    lines = [
+        f"{out.model}: block size {out.block_size} ({out.block_size_source}), "
+        f"tokenized by {out.tokenizer}",
+        f"  prompts: {out.first_tokens} and {out.second_tokens} tokens, "
+        f"{out.common_prefix_tokens} in common"
+        + (
+            ""
+            if out.first_divergent_token is None
+            else f", part at token {out.first_divergent_token}"
+        ),
+        f"  predicted cached tokens for the second: {out.predicted_cached_tokens}",
+    ]
+    if out.divergence is not None:
+        where = out.divergence
+        if where.message_index is not None:
+            lines.append(f"  parts in message {where.message_index} ({where.role})")
+        lines.append(f"  first:  {where.first_excerpt!r}")
+        lines.append(f"  second: {where.second_excerpt!r}")
+    if out.cause is not None:
+        lines += [f"cause: {out.cause.kind}: {out.cause.detail}", f"fix: {out.cause.fix}"]
+    if out.verification is not None:
+        check = out.verification
+        verdict = {True: "matches", False: "MISMATCH", None: "unknown"}[check.matches_prediction]
+        lines.append(
+            f"verified: vLLM cached {check.cached_tokens} ({check.cached_tokens_source}), "
+            f"predicted {out.predicted_cached_tokens}: {verdict}"
+        )
+        if check.note:
+            lines.append(f"  {check.note}")
+    return "\n".join(lines)
+
+
+def run_stack(args: argparse.Namespace, settings: Settings) -> int:
+    async def main() -> int:
+        async with VllmClient.from_settings(settings) as client:
+            out = await check_stack(
+                settings,
+                client,
+                model=args.model,
+                lmcache_url=args.lmcache_url,
+                shared_prefix_tokens=args.shared_prefix_tokens,
+            )
+        emit(out, as_json=args.json, human=_describe_stack)
+        if not out.any_reachable:
+            return EXIT_UNAVAILABLE
+        return EXIT_MISS if out.has_error else EXIT_OK
+
+    return run_async(main)
+
+
+def _describe_stack(out: StackDiagnosis) -> str:
+    lines = [
+        f"{c.component}: {c.target} ({'reachable' if c.reachable else 'UNREACHABLE'})"
+        for c in out.checked
+    ]
+    for finding in out.findings:
+        lines.append(f"[{finding.severity}] {finding.id} ({finding.component}): {finding.evidence}")
+        lines.append(f"    fix: {finding.fix}")
+    if not any(f.severity != "info" for f in out.findings):
+        lines.append("no problems found")
+    return "\n".join(lines)
+
+
+def run_budget(args: argparse.Namespace, settings: Settings) -> int:
+    out = budget_for(
+        args.hf_config,
+        kv_dtype=args.kv_dtype,
+        kv_memory_gib=args.kv_memory_gib,
+        chunk_size=args.chunk_size,
+        block_size=args.block_size,
+    )
+    emit(out, as_json=args.json, human=_describe_budget)
+    return EXIT_OK
+
+
+def _describe_budget(out: KvBudget) -> str:
+    per_token = "not modelled" if out.bytes_per_token is None else f"{out.bytes_per_token:,}"
+    lines = [
+        f"{out.model}: {out.kind}, KV {out.kv_dtype} ({out.dtype_bytes} B)",
+        f"  {per_token} bytes per token in {out.full_attention_layers} full-attention layers",
+    ]
+    if out.sliding_window is not None:
+        window = out.sliding_window
+        lines.append(
+            f"  sliding window: {window.layers} layers x {window.window_tokens} tokens, "
+            f"{window.bytes_per_token:,} B/token, at most {window.bytes_per_sequence:,} B/sequence"
+        )
+    if out.recurrent_state is not None:
+        state = out.recurrent_state
+        size = "unknown" if state.bytes_per_sequence is None else f"{state.bytes_per_sequence:,}"
+        lines.append(
+            f"  recurrent state ({state.family}): {state.layers} layers, {size} B/sequence"
+        )
+    if out.tokens_fit is not None:
+        lines.append(f"  {out.tokens_fit:,} tokens fit in {out.kv_memory_gib} GiB")
+    if out.block_bytes is not None:
+        lines.append(f"  {out.block_bytes:,} bytes per {out.block_size}-token block")
+    if out.chunk is not None:
+        over = " — OVER the engine's value cap" if out.chunk.over_engine_value_cap else ""
+        lines.append(
+            f"  {out.chunk.chunk_bytes:,} bytes per {out.chunk.chunk_tokens}-token chunk{over}"
+        )
+    lines += ["inputs:"] + [f"  {i.name} = {i.value} ({i.source})" for i in out.inputs]
+    lines += [f"note: {n}" for n in out.notes]
+    return "\n".join(lines)

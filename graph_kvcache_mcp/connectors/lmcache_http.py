@@ -1,0 +1,79 @@
+"""`lmcache server`'s HTTP admin API: `/healthcheck`, `/status` (L2 adapter health) and
+`/lmc_version`. The API has no auth; only loopback or listed hosts are accepted (parse_http_url).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import httpx2
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+
+
+class LmcacheStatus(BaseModel):
+    """What the server says about itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    healthy: bool
+    version: str | None = None
+    unhealthy_l2: list[str] = Field(
+        default_factory=list, description="Type of each L2 adapter reporting is_healthy=false."
+    )
+
+
+class LmcacheHttp:
+    """One `lmcache server` HTTP API (its --http-port). Use as `async with`."""
+
+    def __init__(self, http_url: str, *, timeout_s: float = 5.0) -> None:
+        self.http_url = parse_http_url(http_url, what="LMCache HTTP URL").url.rstrip("/")
+        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+
+    def __repr__(self) -> str:
+        return f"LmcacheHttp({self.http_url!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self._http.aclose()
+
+    async def status(self) -> LmcacheStatus | Unavailable:
+        """Health, version and unhealthy L2 adapters, or why the server did not answer."""
+        health = await self._get("/healthcheck")
+        if isinstance(health, Unavailable):
+            return health
+        status = await self._get("/status")
+        version = await self._get("/lmc_version")
+        adapters = status.get("l2_adapters") if isinstance(status, dict) else None
+        unhealthy = [
+            str(adapter.get("type", f"adapter {index}"))
+            for index, adapter in enumerate(adapters if isinstance(adapters, list) else [])
+            if isinstance(adapter, dict) and adapter.get("is_healthy") is False
+        ]
+        return LmcacheStatus(
+            healthy=isinstance(health, dict) and health.get("status") == "healthy",
+            version=None if isinstance(version, Unavailable) else str(version),
+            unhealthy_l2=unhealthy,
+        )
+
+    async def _get(self, path: str) -> Any:
+        try:
+            reply = await self._http.get(self.http_url + path)
+        except httpx2.HTTPError as exc:
+            return Unavailable(
+                f"LMCache not reachable at {self.http_url} ({type(exc).__name__}); start "
+                "`lmcache server` or check its --http-port"
+            )
+        if reply.status_code != 200:
+            return Unavailable(
+                f"LMCache at {self.http_url} answered HTTP {reply.status_code} on {path}",
+                status=reply.status_code,
+            )
+        try:
+            return reply.json()
+        except ValueError:
+            return Unavailable(f"LMCache at {self.http_url} sent no JSON on {path}")

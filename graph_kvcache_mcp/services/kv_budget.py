@@ -1,0 +1,36 @@
+"""`diagnose budget`: the KV budget of a model given as a config.json path or its parsed object.
+
+Shared by the `diagnose_budget` tool and the `diagnose budget` CLI so both return the same model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from graph_kvcache_mcp.connectors.hf_config import read_hf_config
+from graph_kvcache_mcp.domain.kv_budget import KvBudget, kv_budget
+
+
+def budget_for(
+    hf_config: str | Path | Mapping[str, Any],
+    *,
+    kv_dtype: str | None = None,
+    kv_memory_gib: float | None = None,
+    chunk_size: int | None = None,
+    block_size: int | None = None,
+) -> KvBudget:
+    """The budget of the model `hf_config` describes (a local path, or the parsed JSON object).
+
+    Raises:
+        ConfigError: the file is missing or not a config.json, or a field or option is wrong.
+    """
+    config = hf_config if isinstance(hf_config, Mapping) else read_hf_config(hf_config)
+    return kv_budget(
+        config,
+        kv_dtype=kv_dtype,
+        kv_memory_gib=kv_memory_gib,
+        chunk_size=chunk_size,
+        block_size=block_size,
+    )

@@ -1,0 +1,285 @@
+"""`diagnose miss`: why the second of two chat requests missed vLLM's prefix cache.
+
+Both requests are tokenized by the server itself (its chat template, generation prompt added),
+compared token by token, and the cause named; with `verify` both are then sent, one right after
+the other, and the cached tokens vLLM reports stand next to the prediction. Shared by the
+`diagnose_miss` tool and the `diagnose miss` CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm_routes import ChatTokens
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.prefix_diff import (
+    Cause,
+    Divergence,
+    classify,
+    common_prefix,
+    first_different_message,
+    first_divergent_token,
+    predicted_cached_tokens,
+    role_at,
+)
+from graph_kvcache_mcp.errors import ConfigError
+
+EXCERPT_BEFORE, EXCERPT_AFTER = 6, 10  # tokens decoded around the divergence
+VERIFY_MAX_TOKENS = 1
+
+
+class ChatTokenizer(Protocol):
+    """vLLM's own tokenization (`VllmRoutes`) or a local tokenizer dir (`LocalChatTokenizer`)."""
+
+    async def tokenize_chat(
+        self, request: Mapping[str, Any], *, model: str
+    ) -> ChatTokens | Unavailable: ...
+
+    async def detokenize(self, tokens: Sequence[int], *, model: str) -> str | Unavailable: ...
+
+
+class MissVerification(BaseModel):
+    """What vLLM reported when both requests were sent, one right after the other."""
+
+    model_config = ConfigDict(frozen=True)
+
+    first_cached_tokens: int | None
+    cached_tokens: int | None = Field(description="The second request's cached prompt tokens.")
+    cached_tokens_source: str = Field(description="usage, metrics_delta or unavailable.")
+    matches_prediction: bool | None = Field(description="None when vLLM could not tell.")
+    note: str | None = None
+
+
+class MissDiagnosis(BaseModel):
+    """Tool and CLI output of diagnose_miss."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reachable: bool
+    reason: str | None = None
+    model: str | None = None
+    block_size: int | None = None
+    block_size_source: Literal["given", "cache_config_info"] | None = None
+    tokenizer: Literal["vllm", "local"] | None = Field(
+        None, description="vllm: the server's /tokenize; local: a tokenizer dir (no vLLM)."
+    )
+    first_tokens: int | None = None
+    second_tokens: int | None = None
+    common_prefix_tokens: int | None = None
+    first_divergent_token: int | None = None
+    predicted_cached_tokens: int | None = Field(
+        None, description="floor(min(common, second_tokens - 1) / block_size) * block_size"
+    )
+    divergence: Divergence | None = None
+    cause: Cause | None = None
+    verification: MissVerification | None = None
+
+
+def chat_messages(request: Mapping[str, Any], which: str) -> list[dict[str, Any]]:
+    """The `messages` of a chat-completions body, checked.
+
+    Raises:
+        ConfigError: no non-empty `messages` list of objects with a `role`.
+    """
+    messages = request.get("messages")
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
+    ):
+        raise ConfigError(
+            f"{which} is not a chat-completions body: give an object with a non-empty "
+            '"messages" list of {"role": ..., "content": ...} objects'
+        )
+    return cast(list[dict[str, Any]], messages)
+
+
+async def explain_miss(
+    client: VllmClient | None,
+    tokenizer: ChatTokenizer,
+    first: Mapping[str, Any],
+    second: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    block_size: int | None = None,
+    verify: bool = False,
+) -> MissDiagnosis:
+    """Compare two chat requests as vLLM tokenizes them and say why the second misses. Without a
+    `client` (a local tokenizer, no vLLM) `block_size` is required and nothing is verified.
+
+    Raises:
+        ConfigError: a body without messages, a bad or missing block size, verify without
+            vLLM, or a server that does not report its block size (pass block_size).
+        VllmRequestError: vLLM refused a request.
+    """
+    first_messages = chat_messages(first, "first")
+    second_messages = chat_messages(second, "second")
+    if block_size is not None and block_size <= 0:
+        raise ConfigError(f"block_size is {block_size}: give the server's block size in tokens")
+    if client is None:
+        if block_size is None or verify:
+            raise ConfigError(
+                "with a local tokenizer give the block size (vLLM's --block-size) and no "
+                "verify: both need a running vLLM"
+            )
+        return await _compare(
+            tokenizer, first, second, (first_messages, second_messages),
+            model=model or "local", block_size=block_size, source="given", local=True,
+        )  # fmt: skip
+    named = [m for m in (model, first.get("model"), second.get("model")) if isinstance(m, str)]
+    chosen = await client.resolve_model(named[0] if named else None)
+    if isinstance(chosen, Unavailable):
+        return MissDiagnosis(reachable=False, reason=chosen.reason)
+    source: Literal["given", "cache_config_info"] = "given"
+    if block_size is None:
+        found = await _served_block_size(client, chosen)
+        if isinstance(found, Unavailable):
+            return MissDiagnosis(reachable=False, reason=found.reason, model=chosen)
+        block_size, source = found, "cache_config_info"
+    out = await _compare(
+        tokenizer, first, second, (first_messages, second_messages),
+        model=chosen, block_size=block_size, source=source, local=False,
+    )  # fmt: skip
+    if not verify or not out.reachable or out.predicted_cached_tokens is None:
+        return out
+    verification = await _verify(
+        client, chosen, first_messages, second_messages, out.predicted_cached_tokens
+    )
+    if isinstance(verification, Unavailable):
+        return MissDiagnosis(reachable=False, reason=verification.reason, model=chosen)
+    if _extras(first) or _extras(second):
+        verification = verification.model_copy(
+            update={"note": "verify sends the messages only (no tools or template fields)"}
+        )
+    return out.model_copy(update={"verification": verification})
+
+
+async def _compare(
+    tokenizer: ChatTokenizer,
+    first: Mapping[str, Any],
+    second: Mapping[str, Any],
+    messages: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    *,
+    model: str,
+    block_size: int,
+    source: Literal["given", "cache_config_info"],
+    local: bool,
+) -> MissDiagnosis:
+    """Tokenize both, find where they part, predict and classify (nothing sent to the model)."""
+    chosen = model
+    first_messages, second_messages = messages
+    tokenized: list[ChatTokens] = []
+    for request in (first, second):
+        tokens = await tokenizer.tokenize_chat(request, model=chosen)
+        if isinstance(tokens, Unavailable):
+            return MissDiagnosis(reachable=False, reason=tokens.reason, model=chosen)
+        tokenized.append(tokens)
+    a, b = tokenized[0].tokens, tokenized[1].tokens
+    common = common_prefix(a, b)
+    divergent = first_divergent_token(a, b)
+    divergence = None
+    if divergent is not None:
+        divergence = await _divergence(
+            tokenizer, chosen, (a, b), divergent, first_messages, second_messages
+        )
+    cause = classify(
+        first_messages,
+        second_messages,
+        common=common,
+        identical_tokens=divergent is None,
+        block_size=block_size,
+        first_extras=_extras(first),
+        second_extras=_extras(second),
+    )
+    return MissDiagnosis(
+        reachable=True,
+        model=chosen,
+        block_size=block_size,
+        block_size_source=source,
+        tokenizer="local" if local else "vllm",
+        first_tokens=len(a),
+        second_tokens=len(b),
+        common_prefix_tokens=common,
+        first_divergent_token=divergent,
+        predicted_cached_tokens=predicted_cached_tokens(common, len(b), block_size),
+        divergence=divergence,
+        cause=cause,
+    )
+
+
+async def _served_block_size(client: VllmClient, model: str) -> int | Unavailable:
+    snapshot = await client.metrics.snapshot(model)
+    if isinstance(snapshot, Unavailable):
+        return snapshot
+    config = snapshot.cache_config
+    if config is None or not config.block_size:
+        raise ConfigError(
+            "vLLM does not report vllm:cache_config_info with a block_size: pass block_size "
+            "(vLLM's --block-size)"
+        )
+    return config.block_size
+
+
+async def _divergence(
+    tokenizer: ChatTokenizer,
+    model: str,
+    prompts: tuple[Sequence[int], Sequence[int]],
+    at: int,
+    first_messages: Sequence[dict[str, Any]],
+    second_messages: Sequence[dict[str, Any]],
+) -> Divergence:
+    index = first_different_message(first_messages, second_messages)
+    start = max(0, at - EXCERPT_BEFORE)
+    excerpts = []
+    for tokens in prompts:
+        text = await tokenizer.detokenize(tokens[start : at + EXCERPT_AFTER], model=model)
+        excerpts.append("" if isinstance(text, Unavailable) else text)
+    return Divergence(
+        message_index=index,
+        role=None if index is None else role_at(first_messages, second_messages, index),
+        first_excerpt=excerpts[0],
+        second_excerpt=excerpts[1],
+    )
+
+
+async def _verify(
+    client: VllmClient,
+    model: str,
+    first: list[dict[str, Any]],
+    second: list[dict[str, Any]],
+    predicted: int,
+) -> MissVerification | Unavailable:
+    cached: list[int | None] = []
+    source = "unavailable"
+    for messages in (first, second):
+        result = await client.chat(
+            cast(list[dict[str, str]], messages), model=model, max_tokens=VERIFY_MAX_TOKENS
+        )
+        if isinstance(result, Unavailable):
+            return result
+        cached.append(result.trace.prefix_cache_hit_tokens)
+        source = result.trace.cached_tokens_source
+    actual = cached[1]
+    note = None
+    if actual is not None and actual != predicted:
+        note = (
+            f"vLLM served {actual} cached tokens, the prediction was {predicted}: another "
+            "request may have run in between, or blocks were evicted"
+        )
+    return MissVerification(
+        first_cached_tokens=cached[0],
+        cached_tokens=actual,
+        cached_tokens_source=source,
+        matches_prediction=None if actual is None else actual == predicted,
+        note=note,
+    )
+
+
+def _extras(request: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: request[k] for k in ("tools", "chat_template", "chat_template_kwargs") if k in request
+    }

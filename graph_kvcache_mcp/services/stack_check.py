@@ -1,0 +1,147 @@
+"""`diagnose stack`: reach every component, gather what each reports, and turn it into findings.
+
+Nothing is started: an engine that is not running is reported, never launched. vLLM gets one
+probe call (one token) to see whether its usage carries prompt_tokens_details. Shared by the
+`diagnose_stack` tool and the `diagnose stack` CLI.
+"""
+
+from __future__ import annotations
+
+import anyio.to_thread
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target, sync_client_for
+from graph_kvcache_mcp.connectors.lmcache_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.managed_runtime import managed_vllm_runtime
+from graph_kvcache_mcp.connectors.vllm_metrics import server_root
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
+from graph_kvcache_mcp.domain.endpoints import approve_http_url
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.stack_findings import (
+    EngineFacts,
+    LmcacheFacts,
+    StackDiagnosis,
+    VllmFacts,
+    stack_findings,
+)
+from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel, count_preemptions, parse_snapshot
+
+PROBE = [{"role": "user", "content": "ping"}]
+
+
+async def check_stack(
+    settings: Settings,
+    vllm: VllmClient,
+    *,
+    model: str | None = None,
+    lmcache_url: str | None = None,
+    shared_prefix_tokens: int | None = None,
+) -> StackDiagnosis:
+    """Findings for the engine, the vLLM `vllm` talks to, and LMCache when `lmcache_url` is given.
+
+    Raises:
+        ConfigError: an LMCache URL that cannot be used.
+    """
+    if lmcache_url is not None:  # before any I/O: a refused URL is the caller's mistake
+        lmcache_url = approve_http_url(
+            lmcache_url, what="lmcache_url", insecure_hosts=settings.insecure_http_hosts
+        ).url
+    engine = await engine_facts(settings)
+    served = await vllm_facts(settings, vllm, model=model, shared=shared_prefix_tokens)
+    lmcache = None if lmcache_url is None else await lmcache_facts(lmcache_url)
+    return stack_findings(engine, served, lmcache)
+
+
+async def engine_facts(settings: Settings) -> EngineFacts:
+    if problem := settings.endpoint_problem("kv"):  # refused at startup: never contacted
+        return EngineFacts(
+            target=settings.kv_url or "", source="configured", reachable=False, reason=problem
+        )
+    target = await anyio.to_thread.run_sync(resolve_kv_target, settings)
+    client = KvClient(sync_client_for(target, settings))
+    try:
+        stats = await client.engine_stats()
+    finally:
+        await client.aclose()
+    if isinstance(stats, Unavailable):
+        return EngineFacts(
+            target=target.base_url,
+            source=target.source,
+            # a 4xx is an answer (e.g. a refused token); no status or a 5xx is not
+            reachable=stats.status is not None and stats.status < 500,
+            status=stats.status,
+            reason=stats.reason,
+        )
+    return EngineFacts(
+        target=target.base_url, source=target.source, reachable=True, backend=stats.backend
+    )
+
+
+async def vllm_facts(
+    settings: Settings, client: VllmClient, *, model: str | None, shared: int | None
+) -> VllmFacts:
+    target = client.base_url
+    if problem := settings.endpoint_problem("vllm"):  # refused at startup: never contacted
+        return VllmFacts(target=target, reachable=False, reason=problem)
+    health = await client.health()
+    if isinstance(health, Unavailable):
+        return VllmFacts(target=target, reachable=False, reason=health.reason)
+    chosen = await client.resolve_model(model or settings.vllm_model)
+    if isinstance(chosen, Unavailable):
+        return VllmFacts(target=target, reachable=False, reason=chosen.reason)
+    # Metrics first, so the probe call's own lookups never count as evidence.
+    text = await client.metrics.scrape_text()
+    if isinstance(text, Unavailable):
+        return VllmFacts(target=target, reachable=False, reason=text.reason, model=chosen)
+    try:
+        try:
+            snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, chosen)
+        except UnknownModel:  # no series for it yet: the server-wide figures still tell
+            snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, None)
+        preemptions = count_preemptions(text, chosen)
+    except ValueError as exc:
+        return VllmFacts(target=target, reachable=False, reason=str(exc), model=chosen)
+    try:
+        probe = await client.chat(PROBE, model=chosen, max_tokens=1)
+    except VllmRequestError as exc:
+        probe = Unavailable(f"the probe call was refused: {exc}")
+    details = (
+        None if isinstance(probe, Unavailable) else probe.trace.cached_tokens_source == "usage"
+    )
+    async with VllmRoutes(
+        target, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
+    ) as routes:
+        version = await routes.version()
+    runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
+    if runtime is not None and server_root(runtime.base_url) != client.root_url:
+        runtime = None  # the managed server is another one than the one checked
+    return VllmFacts(
+        target=target,
+        reachable=True,
+        model=chosen,
+        version=None if isinstance(version, Unavailable) else version,
+        cache_config=snapshot.cache_config,
+        prompt_tokens_details=details,
+        kv_cache_usage=snapshot.kv_cache_usage_perc,
+        preemptions=preemptions,
+        external_queries=snapshot.external_prefix_cache_queries_tokens,
+        external_hits=snapshot.external_prefix_cache_hits_tokens,
+        shared_prefix_tokens=shared,
+        kv_connector=None if runtime is None else runtime.kv_connector,
+        hash_seed=None if runtime is None else runtime.hash_seed,
+    )
+
+
+async def lmcache_facts(http_url: str) -> LmcacheFacts:
+    async with LmcacheHttp(http_url) as lmcache:
+        status = await lmcache.status()
+    if isinstance(status, Unavailable):
+        return LmcacheFacts(target=lmcache.http_url, reachable=False, reason=status.reason)
+    return LmcacheFacts(
+        target=lmcache.http_url,
+        reachable=True,
+        version=status.version,
+        unhealthy_l2=status.unhealthy_l2,
+    )

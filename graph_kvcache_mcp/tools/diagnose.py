@@ -1,0 +1,129 @@
+"""Diagnosis tools (diagnose_*): why a request missed vLLM's prefix cache, what is misconfigured
+in the stack, how much KV a model needs. Default toolset "diagnose"."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
+from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.services.kv_budget import budget_for
+from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
+from graph_kvcache_mcp.services.stack_check import check_stack
+from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
+from graph_kvcache_mcp.tools.file_paths import hf_config_inside_roots
+
+TOOLSET = "diagnose"
+
+Model = Annotated[str | None, Field(description="Served model (default: the only one).")]
+ChatBody = Annotated[
+    dict[str, Any], Field(description="A chat-completions body with messages (tools optional).")
+]
+
+
+async def diagnose_miss(
+    ctx: Context[Any],
+    first: ChatBody,
+    second: ChatBody,
+    model: Model = None,
+    block_size: Annotated[
+        int | None, Field(ge=1, description="Default: vLLM's cache_config_info.")
+    ] = None,
+    verify: Annotated[bool, Field(description="Also send both; report cached_tokens.")] = False,
+) -> MissDiagnosis:
+    """Why the second chat request misses vLLM's prefix cache after the first: both tokenized by
+    the server, where they part, predicted_cached_tokens, and cause {kind, detail, fix}.
+    verify=true sends both and reports vLLM's cached_tokens. reachable=false: vLLM is down."""
+    access = state_of(ctx).vllm
+    settings = access.settings
+    client = await access.client()
+    try:
+        async with VllmRoutes(
+            access.base_url, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
+        ) as tokenizer:
+            return await explain_miss(
+                client,
+                tokenizer,
+                first,
+                second,
+                model=model or settings.vllm_model,
+                block_size=block_size,
+                verify=verify,
+            )
+    except (ConfigError, VllmRequestError) as exc:
+        raise ToolError(f"{exc}. Fix the request and call diagnose_miss again.") from None
+
+
+async def diagnose_stack(
+    ctx: Context[Any],
+    model: Model = None,
+    lmcache_url: Annotated[
+        str | None, Field(description="lmcache server HTTP URL, to check it too.")
+    ] = None,
+    shared_prefix_tokens: Annotated[
+        int | None, Field(ge=0, description="Prefix your requests share, in tokens.")
+    ] = None,
+) -> StackDiagnosis:
+    """Check engine, vLLM (and LMCache given lmcache_url) in one call: findings {id, severity,
+    component, evidence, fix} and what was checked. Starts nothing. Fix errors first."""
+    state = state_of(ctx)
+    try:
+        return await check_stack(
+            state.settings,
+            await state.vllm.client(),
+            model=model,
+            lmcache_url=lmcache_url,
+            shared_prefix_tokens=shared_prefix_tokens,
+        )
+    except ConfigError as exc:
+        raise ToolError(f"{exc}. Fix the argument and call diagnose_stack again.") from None
+
+
+async def diagnose_budget(
+    ctx: Context[Any],
+    hf_config: Annotated[
+        str | dict[str, Any],
+        Field(description="Path of a local config.json (or model dir), or its JSON object."),
+    ],
+    kv_dtype: Annotated[str | None, Field(description="KV cache dtype, e.g. fp8.")] = None,
+    kv_memory_gib: Annotated[float | None, Field(gt=0, description="KV memory to fill.")] = None,
+    chunk_size: Annotated[int | None, Field(ge=1, description="LMCache chunk tokens.")] = None,
+    block_size: Annotated[int | None, Field(ge=1, description="vLLM block tokens.")] = None,
+) -> KvBudget:
+    """How much KV a model needs: bytes per token, tokens that fit in kv_memory_gib, chunk bytes
+    against the engine's 64 MiB value cap; sliding-window and recurrent state apart. Computes
+    only."""
+    if isinstance(hf_config, str):
+        hf_config = str(await hf_config_inside_roots(ctx, hf_config, param="hf_config"))
+    try:
+        return await anyio.to_thread.run_sync(
+            lambda: budget_for(
+                hf_config,
+                kv_dtype=kv_dtype,
+                kv_memory_gib=kv_memory_gib,
+                chunk_size=chunk_size,
+                block_size=block_size,
+            )
+        )
+    except ConfigError as exc:
+        raise ToolError(f"{exc}. Fix the argument and call diagnose_budget again.") from None
+
+
+SPECS = (
+    # Like vllm_chat, verify=true only adds to vLLM's cache and counters: read-only.
+    ToolSpec(diagnose_miss, "Why a request missed the prefix cache", READ_ONLY),
+    ToolSpec(diagnose_stack, "Check the KV-cache stack's configuration", READ_ONLY),
+    ToolSpec(diagnose_budget, "KV budget of a model", READ_ONLY),
+)
+
+
+def register(server: MCPServer[Any], *, read_only: bool) -> None:
+    register_all(server, SPECS, read_only=read_only)

@@ -1,0 +1,67 @@
+"""The diagnose_* tools through a real MCP Client."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mcp import Client
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.domain.kv_budget import KvBudget
+from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis
+from tests.support.mcp_calls import call_error, call_ok
+
+MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings.build(data_dir=tmp_path, toolsets=("diagnose",))
+
+
+async def test_diagnose_budget_takes_a_path_or_the_config_object(tmp_path: Path) -> None:
+    path = MODELS / "llama-3.1-70b.config.json"
+    async with Client(build_server(settings(tmp_path))) as client:
+        by_path = await call_ok(client, "diagnose_budget", {"hf_config": str(path)})
+        by_object = await call_ok(
+            client,
+            "diagnose_budget",
+            {"hf_config": json.loads(path.read_text()), "kv_memory_gib": 40, "chunk_size": 256},
+        )
+    assert KvBudget.model_validate(by_path).bytes_per_token == 80 * 8 * 128 * 2 * 2
+    budget = KvBudget.model_validate(by_object)
+    assert budget.tokens_fit == 40 * 2**30 // 327680
+    assert budget.chunk is not None and budget.chunk.over_engine_value_cap
+
+
+async def test_diagnose_budget_refuses_a_missing_file_and_a_bad_dtype(tmp_path: Path) -> None:
+    path = str(MODELS / "llama-3.1-8b.config.json")
+    async with Client(build_server(settings(tmp_path))) as client:
+        missing = await call_error(client, "diagnose_budget", {"hf_config": "/nonexistent/x"})
+        dtype = await call_error(client, "diagnose_budget", {"hf_config": path, "kv_dtype": "q"})
+    assert "no config.json at /nonexistent/x" in missing and "diagnose_budget again" in missing
+    assert "unknown KV dtype 'q'" in dtype
+
+
+async def test_diagnose_miss_reports_a_stopped_vllm_as_unreachable(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    settings = Settings.build(
+        data_dir=tmp_path, toolsets=("diagnose",), vllm_base_url=url, vllm_model="m"
+    )
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    async with Client(build_server(settings)) as client:
+        out = MissDiagnosis.model_validate(
+            await call_ok(client, "diagnose_miss", {"first": request, "second": request})
+        )
+    assert not out.reachable and out.reason and "not reachable" in out.reason
+
+
+async def test_diagnose_miss_refuses_a_body_without_messages(tmp_path: Path) -> None:
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    async with Client(build_server(settings(tmp_path))) as client:
+        message = await call_error(
+            client, "diagnose_miss", {"first": {"prompt": "hi"}, "second": request}
+        )
+    assert "first is not a chat-completions body" in message
