@@ -4,6 +4,7 @@
      ├── InvalidKey        (also ValueError)  a key the engine would refuse or misread
      ├── InvalidValue      (also ValueError)  a value too large, or bytes that do not decode
      ├── ConfigError       (also ValueError)  a setting that cannot be used as given
+     ├── VllmRequestError  (also ValueError)  a request vLLM refused (unknown model, too long)
      └── ProcessError                         a managed process could not be started or stopped
           ├── EngineProcessError
           └── VllmProcessError
@@ -37,6 +38,14 @@ class InvalidValue(GraphKvcacheError, ValueError):
 
 class ConfigError(GraphKvcacheError, ValueError):
     """A setting (environment variable or flag) that cannot be used as given."""
+
+
+class VllmRequestError(GraphKvcacheError, ValueError):
+    """vLLM refused the request itself (4xx): unknown model, prompt too long, bad parameter."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class ProcessError(GraphKvcacheError):

@@ -12,26 +12,21 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from graph_kvcache_mcp.connectors.trace_log import TraceFile, read_traces
-from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_process import (
-    Progress,
-    VllmLogs,
-    VllmStatus,
-    VllmStopResult,
-)
-from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
+from graph_kvcache_mcp.connectors.vllm_process import Progress, VllmLogs, VllmStopResult
+from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
 from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
-from graph_kvcache_mcp.domain.vllm_metrics import (
-    MetricsDelta,
-    MetricsSnapshot,
-    UnknownModel,
-    delta,
+from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
+from graph_kvcache_mcp.errors import ConfigError, InvalidValue, VllmProcessError, VllmRequestError
+from graph_kvcache_mcp.services import vllm as vllm_service
+from graph_kvcache_mcp.services.vllm_views import (
+    VllmChatOut,
+    VllmMetricsOut,
+    VllmResetOut,
+    VllmStatusOut,
+    VllmTraceSummaryOut,
 )
-from graph_kvcache_mcp.errors import ConfigError, InvalidValue, VllmProcessError
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -46,7 +41,6 @@ TOOLSET = "vllm"
 RESETS_CACHE = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
-MAX_BAD_LINES_SHOWN = 50
 
 Model = Annotated[
     str | None,
@@ -57,55 +51,6 @@ Model = Annotated[
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
     content: str
-
-
-class VllmChatOut(BaseModel):
-    """One call's answer and its cache accounting."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reachable: bool
-    base_url: str
-    answer: str | None = None
-    trace: Trace | None = Field(None, description="Tokens, cache hits and their source, latency.")
-    reason: str | None = Field(None, description="Why vLLM could not answer.")
-
-
-class VllmMetricsOut(BaseModel):
-    """A /metrics snapshot, or what moved since an earlier one."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reachable: bool
-    metrics_url: str
-    snapshot: MetricsSnapshot | None = None
-    delta: MetricsDelta | None = Field(None, description="Present when `since` was given.")
-    reason: str | None = None
-
-
-class VllmStatusOut(VllmStatus):
-    tools_base_url: str = Field(description="Where vllm_chat and vllm_metrics send requests now.")
-
-
-class VllmResetOut(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    reachable: bool
-    reset: bool = False
-    dev_mode: bool | None = None
-    reason: str | None = None
-
-
-class VllmTraceSummaryOut(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    source: Literal["file", "session"]
-    path: str | None = None
-    summary: TraceSummary
-    bad_line_count: int = 0
-    bad_lines: list[int] = Field(
-        default_factory=list, description=f"First {MAX_BAD_LINES_SHOWN} lines that were not traces."
-    )
 
 
 async def vllm_chat(
@@ -133,24 +78,25 @@ async def vllm_chat(
     reported as 0), latency and, when streamed, time to first token. Repeat a long identical
     prefix (system message) to see cache hits. reachable=false: vLLM is down (see vllm_status)."""
     access = state_of(ctx).vllm
-    conversation = _conversation(message, system, messages)
-    client = await access.client()
     try:
-        result = await client.chat(
-            conversation,
-            model=model or access.settings.vllm_model,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=stream,
-        )
+        turns = None if messages is None else [Turn(**m.model_dump()) for m in messages]
+        conversation = vllm_service.conversation(message, system, turns)
+        async with access.borrowed() as client:
+            out = await vllm_service.chat(
+                client,
+                conversation,
+                model=model or access.settings.vllm_model,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stream=stream,
+            )
+    except InvalidValue as exc:
+        raise ToolError(str(exc)) from exc
     except VllmRequestError as exc:
         raise ToolError(f"{exc}. Fix the request and call vllm_chat again.") from exc
-    if isinstance(result, Unavailable):
-        return VllmChatOut(reachable=False, base_url=client.base_url, reason=result.reason)
-    access.traces.append(result.trace)
-    return VllmChatOut(
-        reachable=True, base_url=client.base_url, answer=result.answer, trace=result.trace
-    )
+    if out.trace is not None:
+        access.traces.append(out.trace)
+    return out
 
 
 async def vllm_metrics(
@@ -169,16 +115,11 @@ async def vllm_metrics(
     Fields the server does not export are null, not 0. Pass an earlier snapshot as `since` to get
     what moved in between (delta)."""
     access = state_of(ctx).vllm
-    client = await access.client()
     try:
-        snapshot = await client.metrics.snapshot(model or access.settings.vllm_model)
+        async with access.borrowed() as client:
+            return await vllm_service.metrics(client, model or access.settings.vllm_model, since)
     except UnknownModel as exc:
         raise ToolError(f"{exc}. Call vllm_metrics again with one of those models.") from exc
-    url = client.metrics.metrics_url
-    if isinstance(snapshot, Unavailable):
-        return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
-    window = delta(since, snapshot) if since is not None else None
-    return VllmMetricsOut(reachable=True, metrics_url=url, snapshot=snapshot, delta=window)
 
 
 async def vllm_start(
@@ -232,19 +173,20 @@ async def vllm_start(
             dev_mode=dev_mode,
             extra_args=tuple(extra_args or ()),
         )
-        status = await anyio.to_thread.run_sync(
+        out = await anyio.to_thread.run_sync(
             partial(
-                access.managed.start,
+                vllm_service.start,
+                access.managed,
                 launch,
                 ready_timeout_s=ready_timeout_s,
                 progress=_progress_reporter(ctx),
+                calls_base_url=access.base_url,
             )
         )
     except (VllmProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
-    if status.base_url is not None:
-        await access.use(status.base_url)
-    return VllmStatusOut(**status.model_dump(), tools_base_url=access.base_url)
+    await access.use(out.tools_base_url)
+    return out
 
 
 async def vllm_stop(
@@ -255,15 +197,18 @@ async def vllm_stop(
     SIGKILL after `wait_s`. A server this project did not start is never signalled (the result
     says not_running). Its prefix cache is lost."""
     managed = state_of(ctx).vllm.managed
-    return await anyio.to_thread.run_sync(partial(managed.stop, term_wait_s=wait_s))
+    return await anyio.to_thread.run_sync(partial(vllm_service.stop, managed, wait_s=wait_s))
 
 
 async def vllm_status(ctx: Context[Any]) -> VllmStatusOut:
     """Report the managed vLLM (pid, port, model, platform and flag notes, uptime, log path) and
     whether it answers; without one, whether anything answers on the configured port."""
     access = state_of(ctx).vllm
-    status = await anyio.to_thread.run_sync(partial(access.managed.status, port=access.port))
-    return VllmStatusOut(**status.model_dump(), tools_base_url=access.base_url)
+    return await anyio.to_thread.run_sync(
+        partial(
+            vllm_service.status, access.managed, port=access.port, tools_base_url=access.base_url
+        )
+    )
 
 
 async def vllm_logs(
@@ -272,20 +217,15 @@ async def vllm_logs(
 ) -> VllmLogs:
     """The last lines of the managed vLLM's log: where it says why it failed to start."""
     managed = state_of(ctx).vllm.managed
-    return await anyio.to_thread.run_sync(partial(managed.logs, lines))
+    return await anyio.to_thread.run_sync(partial(vllm_service.logs, managed, lines=lines))
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
     """Drop every block of vLLM's prefix cache, so the next call is cold (for before/after
     measurements). Needs a server started with VLLM_SERVER_DEV_MODE=1 (vllm_start with
     dev_mode=true); otherwise reset=false and the reason says so."""
-    client = await state_of(ctx).vllm.client()
-    result = await client.reset_prefix_cache()
-    if isinstance(result, Unavailable):
-        return VllmResetOut(reachable=False, reason=result.reason)
-    return VllmResetOut(
-        reachable=True, reset=result.reset, dev_mode=result.dev_mode, reason=result.reason
-    )
+    async with state_of(ctx).vllm.borrowed() as client:
+        return await vllm_service.reset_prefix_cache(client)
 
 
 async def vllm_trace_summary(
@@ -303,37 +243,13 @@ async def vllm_trace_summary(
     source, p50/p95 latency."""
     access = state_of(ctx).vllm
     if path is None:
-        return VllmTraceSummaryOut(source="session", summary=summarize(list(access.traces)))
+        return vllm_service.session_summary(access.traces)
     try:
-        found = await anyio.to_thread.run_sync(_read_trace_file, path)
+        return await anyio.to_thread.run_sync(vllm_service.file_summary, Path(path))
     except FileNotFoundError:
         raise ToolError(f"no trace file at {path}; give the path of a JSONL trace file") from None
     except (OSError, InvalidValue) as exc:
         raise ToolError(f"cannot read {path}: {exc}") from exc
-    return VllmTraceSummaryOut(
-        source="file",
-        path=found.path,
-        summary=summarize(found.traces),
-        bad_line_count=len(found.bad_lines),
-        bad_lines=found.bad_lines[:MAX_BAD_LINES_SHOWN],
-    )
-
-
-def _read_trace_file(path: str) -> TraceFile:
-    return read_traces(Path(path).expanduser())
-
-
-def _conversation(
-    message: str | None, system: str | None, messages: list[ChatMessage] | None
-) -> list[dict[str, str]]:
-    if messages is not None and (message is not None or system is not None):
-        raise ToolError("give either `messages`, or `message` (with an optional `system`)")
-    if messages:
-        return [turn.model_dump() for turn in messages]
-    if not message:
-        raise ToolError("nothing to send: give `message` (the user turn) or `messages`")
-    turns = [{"role": "system", "content": system}] if system else []
-    return [*turns, {"role": "user", "content": message}]
 
 
 def _progress_reporter(ctx: Context[Any]) -> Progress:

@@ -12,10 +12,12 @@ import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.process_tools import free_port
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult
-from graph_kvcache_mcp.connectors.vllm_process import VllmStatus
-from graph_kvcache_mcp.domain.traces import TraceSummary
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot
+from graph_kvcache_mcp.services.vllm_views import (
+    VllmChatOut,
+    VllmMetricsOut,
+    VllmStatusOut,
+    VllmTraceSummaryOut,
+)
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
 
 
@@ -38,10 +40,10 @@ def test_chat_twice_with_a_system_file_then_summarize_the_trace_file(
     code1, out1, _ = run(capsys, "vllm", "chat", "--message", "one", "--json", *common)
     code2, out2, err2 = run(capsys, "vllm", "chat", "--message", "two", *common)
     code3, out3, _ = run(capsys, "vllm", "summary", str(traces), "--json")
-    first = ChatResult.model_validate_json(out1)
-    summary = TraceSummary.model_validate_json(out3)
+    first = VllmChatOut.model_validate_json(out1)
+    summary = VllmTraceSummaryOut.model_validate_json(out3).summary
     assert (code1, code2, code3) == (0, 0, 0)
-    assert first.trace.prefix_cache_hit_tokens == 0
+    assert first.trace is not None and first.trace.prefix_cache_hit_tokens == 0
     assert out2.strip() != "" and "prompt tokens from the prefix cache (usage)" in err2
     assert len(traces.read_text().splitlines()) == 2
     assert summary.calls == 2 and summary.total_tokens_saved > 0
@@ -58,9 +60,10 @@ def test_metrics_status_and_logs_print_json_or_a_table(
     code2, out2, _ = run(capsys, "vllm", "metrics", *url)
     code3, out3, _ = run(capsys, "vllm", "status", *url, *data, "--json")
     code4, out4, _ = run(capsys, "vllm", "logs", *data, "--lines", "5")
-    snapshot = MetricsSnapshot.model_validate_json(out1)
-    status = VllmStatus.model_validate_json(out3)
+    snapshot = VllmMetricsOut.model_validate_json(out1).snapshot
+    status = VllmStatusOut.model_validate_json(out3)
     assert (code1, code2, code3, code4) == (0, 0, 0, 0)
+    assert snapshot is not None
     assert snapshot.model_name == vllm_server.model and snapshot.prefix_cache_queries_tokens
     assert "prefix cache hits (tokens)" in out2 and "block size" in out2
     assert (status.managed_by_us, status.pid) == (True, vllm_server.pid)
@@ -81,9 +84,10 @@ def test_chat_with_vllm_down_exits_3_with_the_reason(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
-    code, out, err = run(capsys, "vllm", "chat", "--base-url", url, "--message", "hi", "--json")
-    assert (code, out) == (3, "")
-    assert "not reachable" in err
+    code, out, _ = run(capsys, "vllm", "chat", "--base-url", url, "--message", "hi", "--json")
+    printed = VllmChatOut.model_validate_json(out)
+    assert (code, printed.reachable) == (3, False)
+    assert printed.reason is not None and "not reachable" in printed.reason
 
 
 def test_start_on_a_held_port_exits_3_and_names_the_holder(

@@ -10,9 +10,12 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm_chat import ChatResult
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.errors import VllmRequestError
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
 
 pytestmark = pytest.mark.vllm
@@ -24,8 +27,8 @@ def long_system_prompt() -> str:
     return f"Session {uuid.uuid4().hex}. {rules}"
 
 
-def conversation(system: str, question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+def conversation(system: str, question: str) -> list[ChatMessage]:
+    return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=question)]
 
 
 async def settled_snapshot(

@@ -16,7 +16,7 @@ from graph_kvcache_mcp.connectors.trace_log import append_traces
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmLogs
 from graph_kvcache_mcp.domain.traces import Trace
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.tools.vllm import (
+from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmResetOut,
