@@ -14,14 +14,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from graph_kvcache_mcp.domain.endpoints import parse_http_url, url_from_addr
+from graph_kvcache_mcp.domain.endpoints import ENABLE_WORDS, parse_http_url, url_from_addr
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
 TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle")
 DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
+# The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
+DISABLE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled", ""})
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:
@@ -68,7 +68,13 @@ class Settings(BaseModel):
     vllm_python: Path | None = Field(
         None, description="Interpreter of the venv that has vLLM; default: the current one."
     )
-    vllm_timeout_s: float = Field(120.0, gt=0, le=3600)
+    vllm_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="GRAPH_KVCACHE_VLLM_TIMEOUT_S: a plain vLLM call's whole answer, or the gap "
+        "between two chunks of a streamed one.",
+    )
 
     @field_validator("kv_url")
     @classmethod
@@ -127,6 +133,8 @@ class Settings(BaseModel):
             values["vllm_api_key"] = SecretStr(vllm_key)
         if vllm_python := env.get("GRAPH_KVCACHE_VLLM_PYTHON", "").strip():
             values["vllm_python"] = Path(vllm_python)
+        if vllm_timeout := env.get("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "").strip():
+            values["vllm_timeout_s"] = _number(vllm_timeout, "GRAPH_KVCACHE_VLLM_TIMEOUT_S")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.build(**values)
 
@@ -154,8 +162,8 @@ def _number(text: str, name: str) -> float:
 
 def _flag(text: str, name: str) -> bool:
     lowered = text.strip().lower()
-    if lowered in _TRUE:
+    if lowered in ENABLE_WORDS:
         return True
-    if lowered in _FALSE:
+    if lowered in DISABLE_WORDS:
         return False
     raise ConfigError(f"{name}={text!r}: use true/false (or 1/0)")
