@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,9 @@ from graph_kvcache_mcp.services.vllm_views import (
     VllmStatusOut,
     VllmTraceSummaryOut,
 )
+from tests.support.peers import garbage_peer, slow_peer
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
+from tests.support.vllm_peers import failing_vllm_peer, proxy_page_peer
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -88,6 +92,40 @@ def test_chat_with_vllm_down_exits_3_with_the_reason(
     printed = VllmChatOut.model_validate_json(out)
     assert (code, printed.reachable) == (3, False)
     assert printed.reason is not None and "not reachable" in printed.reason
+
+
+@pytest.mark.parametrize(
+    ("peer", "words"),
+    [
+        (lambda: slow_peer(hold_s=30), "did not answer within 0.5 s"),
+        (garbage_peer, "bad answer (not valid HTTP"),
+        (proxy_page_peer, "bad answer (not the shape of an OpenAI answer)"),
+        (lambda: failing_vllm_peer("EngineCore died"), "HTTP 500: EngineCore died"),
+    ],
+)
+def test_chat_against_a_vllm_that_cannot_answer_exits_3_with_what_happened(
+    peer: Callable[[], AbstractContextManager[str]],
+    words: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "0.5")
+    with peer() as url:
+        argv = ["--base-url", url, "--model", "m", "--message", "hi"]
+        code, out, _ = run(capsys, "vllm", "chat", *argv, "--json")
+        human_code, _, err = run(capsys, "vllm", "chat", *argv)
+    printed = VllmChatOut.model_validate_json(out)
+    assert (code, human_code, printed.reachable) == (3, 3, False)
+    assert printed.reason is not None and words in printed.reason
+    assert words in err
+
+
+def test_metrics_from_a_proxy_page_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    with proxy_page_peer() as url:
+        code, out, _ = run(capsys, "vllm", "metrics", "--base-url", url, "--json")
+    printed = VllmMetricsOut.model_validate_json(out)
+    assert (code, printed.reachable) == (3, False)
+    assert printed.reason is not None and "not a vLLM server" in printed.reason
 
 
 def test_start_on_a_held_port_exits_3_and_names_the_holder(
