@@ -118,6 +118,10 @@ class VllmClient:
         await self._openai.close()
         await self._http.aclose()
 
+    @property
+    def closed(self) -> bool:
+        return self._http.is_closed
+
     # --- server facts ------------------------------------------------------------------------
 
     async def health(self) -> bool | Unavailable:
