@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.vllm_tokens import token_counter_for
@@ -40,6 +39,7 @@ from graph_kvcache_mcp.services.bundles import (
     secret_of,
 )
 from graph_kvcache_mcp.tools._common import (
+    CALLS_MODEL,
     READ_ONLY,
     WRITES_IDEMPOTENT,
     ToolSpec,
@@ -48,11 +48,6 @@ from graph_kvcache_mcp.tools._common import (
 )
 
 TOOLSET = "bundle"
-
-# Calls to vLLM store nothing of ours; they only warm vLLM's own prefix cache.
-CALLS_MODEL = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-)
 
 Key = Annotated[
     str,

@@ -28,8 +28,8 @@ from graph_kvcache_mcp.services.vllm_views import (
     VllmTraceSummaryOut,
 )
 from graph_kvcache_mcp.tools._common import (
+    CALLS_MODEL,
     READ_ONLY,
-    STARTS_PROCESS,
     STOPS_PROCESS,
     ToolSpec,
     register_all,
@@ -40,6 +40,10 @@ TOOLSET = "vllm"
 # Dropping the prefix cache changes what later calls cost, so it is a destructive write.
 RESETS_CACHE = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+# vllm_start accepts a hub id, which vLLM then downloads: it may reach beyond this machine.
+STARTS_DOWNLOADING = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
 )
 
 Model = Annotated[
@@ -268,12 +272,12 @@ def _progress_reporter(ctx: Context[Any]) -> Progress:
 
 
 SPECS = (
-    ToolSpec(vllm_chat, "Chat with vLLM (with cache accounting)", READ_ONLY),
+    ToolSpec(vllm_chat, "Chat with vLLM (with cache accounting)", CALLS_MODEL),
     ToolSpec(vllm_metrics, "vLLM prefix-cache metrics", READ_ONLY),
     ToolSpec(vllm_status, "Managed vLLM status", READ_ONLY),
     ToolSpec(vllm_logs, "Managed vLLM log tail", READ_ONLY),
     ToolSpec(vllm_trace_summary, "Summarize vLLM call traces", READ_ONLY),
-    ToolSpec(vllm_start, "Start (or reuse) a vLLM server", STARTS_PROCESS),
+    ToolSpec(vllm_start, "Start (or reuse) a vLLM server", STARTS_DOWNLOADING),
     ToolSpec(vllm_stop, "Stop the managed vLLM server", STOPS_PROCESS),
     ToolSpec(vllm_reset_prefix_cache, "Reset vLLM's prefix cache", RESETS_CACHE),
 )
