@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 
 SESSION_TRACES = 10_000  # kept in memory for vllm_trace_summary; the oldest drop out first
+CLOSE_WAIT_S = 5.0  # how long shutting down waits for running calls before closing under them
 
 
 class VllmAccessClosed(GraphKvcacheError):
@@ -109,15 +110,23 @@ class VllmAccess:
             await self._retire()
 
     async def aclose(self) -> None:
-        """Refuse new calls, wait for the running ones, then close the client."""
+        """Refuse new calls, wait for the running ones (at most `CLOSE_WAIT_S`), then close."""
         # A vLLM started through the tools keeps running: it is slow to start and may serve
         # other clients. vllm_stop (or `graph-kvcache-mcp vllm stop`) ends it.
-        async with self._lock:
-            self._closing = True
-            lease = self._lease
-            await self._retire()
-        if lease is not None:
-            await lease.closed.wait()
+        # Shielded: the lifespan closes from a cancelled scope, and the cleanup after this one
+        # (stopping a managed engine) must still run.
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                self._closing = True
+                lease = self._lease
+                await self._retire()
+            if lease is None:
+                return
+            with anyio.move_on_after(CLOSE_WAIT_S):
+                await lease.closed.wait()
+            if not lease.closed.is_set():  # a call that ignored cancellation: close under it
+                lease.holders = 0
+                await lease.close_when_free()
 
     async def _retire(self) -> None:
         lease, self._lease = self._lease, None

@@ -70,6 +70,20 @@ async def test_a_cancelled_last_borrower_still_closes_a_retired_client(tmp_path:
     await access.aclose()
 
 
+async def test_aclose_completes_from_a_cancelled_scope(tmp_path: Path) -> None:
+    """The lifespan closes from a cancelled scope; the cleanup after this one must still run."""
+    access = VllmAccess(Settings.build(data_dir=tmp_path))
+    async with access.borrowed() as client:
+        pass
+    after: list[str] = []
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await access.aclose()
+        after.append("reached")
+    assert client.closed and after == ["reached"]
+    assert await _refused(access)
+
+
 async def _refused(access: VllmAccess) -> bool:
     try:
         async with access.borrowed():
