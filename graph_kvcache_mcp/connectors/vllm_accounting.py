@@ -1,9 +1,11 @@
-"""Read vLLM's /metrics around one call: a snapshot before, the first one after that shows it.
+"""A call's cached tokens: from the answer's usage, else from vLLM's /metrics around the call.
 
+The meter learns whether the server reports cached tokens in its answers
+(`--enable-prompt-tokens-details`), and reads /metrics around a call only while it does not.
 vLLM publishes a request's stats a moment after it answers, so the snapshot after a call is
 polled until `vllm:prompt_tokens_total` has moved by at least the call's prompt tokens, or
-`SETTLE_S` has passed. Chat (when usage carries no cached tokens) and the bundle reuse
-measurement both use this one wait; `domain.vllm_chat` decides what the window may be credited with.
+`SETTLE_S` has passed. Chat and the bundle reuse measurement both use this one wait;
+`domain.vllm_chat` decides what the window may be credited with.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import anyio
 
 from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_chat import MetricsWindow, metrics_window
+from graph_kvcache_mcp.domain.vllm_chat import (
+    CachedTokens,
+    MetricsWindow,
+    from_usage,
+    from_window,
+    metrics_window,
+    unattributed,
+)
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
 
 SETTLE_S = 5.0  # the longest wait for /metrics to show a call that already returned
@@ -22,9 +31,48 @@ POLL_S = 0.02
 class CacheMeter:
     """Snapshots of one server's /metrics for one model, and the window around a call."""
 
-    def __init__(self, metrics: VllmMetricsClient, *, settle_s: float = SETTLE_S) -> None:
+    def __init__(
+        self, metrics: VllmMetricsClient, *, fallback: bool = True, settle_s: float = SETTLE_S
+    ) -> None:
         self.metrics = metrics
+        self.fallback = fallback
         self.settle_s = settle_s
+        self.usage_reports_cached: bool | None = None  # learned from the answers
+
+    async def before_call(self, model: str) -> MetricsSnapshot | None:
+        """A snapshot to diff against later, taken only while answers do not report cached
+        tokens themselves (and the /metrics fallback is on)."""
+        if not self.fallback or self.usage_reports_cached:
+            return None
+        return await self.snapshot(model)
+
+    async def credit(
+        self,
+        model: str,
+        *,
+        prompt_tokens: int,
+        reported: int | None,
+        answered_usage: bool,
+        before: MetricsSnapshot | None,
+    ) -> CachedTokens:
+        """The call's cached tokens: `reported` by the answer, else the /metrics window from
+        `before`, else unknown with the reason."""
+        if reported is not None:
+            self.usage_reports_cached = True
+            return from_usage(reported)
+        self.usage_reports_cached = False
+        if not answered_usage:
+            return unattributed("the response carried no usage block")
+        if before is None:
+            why = "disabled" if not self.fallback else "not readable before the call"
+            return unattributed(
+                "vLLM left usage.prompt_tokens_details empty (start it with "
+                f"--enable-prompt-tokens-details) and /metrics was {why}"
+            )
+        window = await self.window(model, before, prompt_tokens)
+        if window is None:
+            return unattributed("/metrics could not be read after the call")
+        return from_window(window, prompt_tokens)
 
     def __repr__(self) -> str:
         return f"CacheMeter({self.metrics.metrics_url!r})"

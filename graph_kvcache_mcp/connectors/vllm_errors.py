@@ -7,12 +7,13 @@ Three ways vLLM can fail to answer, each an `Unavailable` with its own reason:
 - bad answer: it answered, but not as vLLM does (not HTTP, not JSON, an unexpected shape, an HTML
   page from a proxy, a 5xx with vLLM's own message).
 A request vLLM refuses (4xx other than auth) is the caller's mistake: `VllmRequestError`.
+This module does not import openai (the /metrics reader uses it too); the openai SDK's own
+failures are mapped onto these reasons in `connectors.vllm_requests`.
 """
 
 from __future__ import annotations
 
 import httpx2
-import openai
 
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmRequestError
@@ -52,26 +53,6 @@ def from_transport(exc: httpx2.HTTPError, root_url: str, timeout_s: float) -> Un
     return unreachable(root_url, exc)
 
 
-def from_openai(exc: openai.APIError, root_url: str, timeout_s: float) -> Unavailable:
-    """An openai client failure as a value.
-
-    Raises:
-        VllmRequestError: vLLM refused the request itself (4xx other than 401/403).
-    """
-    if isinstance(exc, openai.APITimeoutError):
-        return timed_out(root_url, timeout_s)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        if isinstance(cause, httpx2.HTTPError):
-            return from_transport(cause, root_url, timeout_s)
-        return unreachable(root_url, exc)
-    if isinstance(exc, openai.APIResponseValidationError):
-        return bad_answer(root_url, "not the shape of an OpenAI answer", status=exc.status_code)
-    if isinstance(exc, openai.APIStatusError):
-        return from_status(exc.status_code, api_message(exc), root_url)
-    return bad_answer(root_url, f"{type(exc).__name__}: {exc.message[:MAX_MESSAGE_CHARS]}")
-
-
 def from_status(status: int, message: str, root_url: str) -> Unavailable:
     """A non-2xx answer with vLLM's message.
 
@@ -89,11 +70,6 @@ def from_status(status: int, message: str, root_url: str) -> Unavailable:
             f"vLLM refused the request (HTTP {status}): {message}", status=status
         )
     return bad_answer(root_url, f"HTTP {status}: {message}", status=status)
-
-
-def api_message(exc: openai.APIStatusError) -> str:
-    """vLLM's own error message from an openai status error (either of vLLM's body shapes)."""
-    return message_of(exc.body) or exc.message[:MAX_MESSAGE_CHARS]
 
 
 def response_message(reply: httpx2.Response) -> str:

@@ -8,9 +8,8 @@ may have reached vLLM, and a repeat would be a second call.
 
 `timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
 failures become `Unavailable` values (`connectors.vllm_errors` says which of three reasons).
-Where the cached-token count comes from is decided in `domain.vllm_chat`: the client learns
-whether the server fills `usage.prompt_tokens_details`, and reads /metrics around a call
-(`connectors.vllm_accounting`) only while it does not.
+The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm_accounting`): from
+the answer's usage, else from /metrics around the call, by the rule in `domain.vllm_chat`.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from graph_kvcache_mcp.connectors.vllm_requests import (
     Request,
     StreamChunk,
     chat_request,
+    failure_of,
     pieces,
 )
 from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
@@ -46,14 +46,9 @@ from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, cache_split
 from graph_kvcache_mcp.domain.vllm_chat import (
     DEFAULT_MAX_TOKENS,
-    CachedTokens,
     ChatResult,
     PrefixCacheReset,
-    from_usage,
-    from_window,
-    unattributed,
 )
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 
 _NO_KEY = "EMPTY"  # vLLM without --api-key accepts any bearer; openai insists on one
@@ -76,7 +71,6 @@ class VllmClient:
         self.root_url = server_root(base_url)  # validates: loopback http or https
         self.base_url = self.root_url + "/v1"
         self.timeout_s = timeout_s
-        self.metrics_fallback = metrics_fallback
         headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
         self._http = httpx2.AsyncClient(
             timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
@@ -91,10 +85,11 @@ class VllmClient:
             http_client=self._http,
             _strict_response_validation=True,
         )
-        self.metrics = VllmMetricsClient(self._http, self.root_url + "/metrics")
-        self.meter = CacheMeter(self.metrics)
+        self.metrics = VllmMetricsClient(
+            self._http, self.root_url + "/metrics", timeout_s=timeout_s
+        )
+        self.meter = CacheMeter(self.metrics, fallback=metrics_fallback)
         self.routes = VllmRoutes(self._http, self.root_url, timeout_s=timeout_s)
-        self._details_filled: bool | None = None  # learned from the first answers
         self._models: list[str] | None = None
 
     @classmethod
@@ -236,7 +231,7 @@ class VllmClient:
         chosen = await self.resolve_model(model)
         if isinstance(chosen, Unavailable):
             return chosen
-        before = await self._snapshot_if_needed(chosen)
+        before = await self.meter.before_call(chosen)
         started_at = time.time()
         start = time.perf_counter()
         try:
@@ -256,7 +251,14 @@ class VllmClient:
         latency = time.perf_counter() - start
         usage = answer.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
-        cached = await self._cached_tokens(usage, chosen, prompt_tokens, before)
+        details = usage.prompt_tokens_details if usage is not None else None
+        cached = await self.meter.credit(
+            chosen,
+            prompt_tokens=prompt_tokens,
+            reported=details.cached_tokens if details is not None else None,
+            answered_usage=usage is not None,
+            before=before,
+        )
         hit_tokens, miss_tokens = cache_split(prompt_tokens, cached.hit_tokens)
         trace = Trace(
             model=chosen,
@@ -363,39 +365,9 @@ class VllmClient:
             with anyio.CancelScope(shield=True):
                 await stream.close()
 
-    async def _snapshot_if_needed(self, model: str) -> MetricsSnapshot | None:
-        if not self.metrics_fallback or self._details_filled:
-            return None
-        return await self.meter.snapshot(model)
-
-    async def _cached_tokens(
-        self,
-        usage: CompletionUsage | None,
-        model: str,
-        prompt_tokens: int,
-        before: MetricsSnapshot | None,
-    ) -> CachedTokens:
-        details = usage.prompt_tokens_details if usage is not None else None
-        if details is not None and details.cached_tokens is not None:
-            self._details_filled = True
-            return from_usage(details.cached_tokens)
-        self._details_filled = False
-        if usage is None:
-            return unattributed("the response carried no usage block")
-        if before is None:
-            why = "disabled" if not self.metrics_fallback else "not readable before the call"
-            return unattributed(
-                "vLLM left usage.prompt_tokens_details empty (start it with "
-                f"--enable-prompt-tokens-details) and /metrics was {why}"
-            )
-        window = await self.meter.window(model, before, prompt_tokens)
-        if window is None:
-            return unattributed("/metrics could not be read after the call")
-        return from_window(window, prompt_tokens)
-
     def _failed(self, exc: openai.APIError) -> Unavailable:
         """Raises VllmRequestError when the request itself was wrong (see `vllm_errors`)."""
         try:
-            return vllm_errors.from_openai(exc, self.root_url, self.timeout_s)
+            return failure_of(exc, self.root_url, self.timeout_s)
         except VllmRequestError as refused:
             raise refused from None  # the openai traceback adds nothing for the caller

@@ -1,10 +1,12 @@
-"""The shapes one chat or completion call sends and gets back, typed against the openai SDK."""
+"""The openai SDK side of one chat or completion call: typed parameters, the answer, failures."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+import httpx2
+import openai
 from openai.types import Completion, CompletionUsage
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
@@ -14,7 +16,17 @@ from openai.types.chat import (
     ChatCompletionUserMessageParam,
 )
 
+from graph_kvcache_mcp.connectors.vllm_errors import (
+    MAX_MESSAGE_CHARS,
+    bad_answer,
+    from_status,
+    from_transport,
+    message_of,
+    timed_out,
+    unreachable,
+)
 from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 
 @dataclass(frozen=True)
@@ -67,3 +79,28 @@ def pieces(chunk: StreamChunk) -> list[tuple[str | None, str | None]]:
     if isinstance(chunk, ChatCompletionChunk):
         return [(choice.delta.content, choice.finish_reason) for choice in chunk.choices]
     return [(choice.text, choice.finish_reason) for choice in chunk.choices]
+
+
+def failure_of(exc: openai.APIError, root_url: str, timeout_s: float) -> Unavailable:
+    """An openai client failure as a value.
+
+    Raises:
+        VllmRequestError: vLLM refused the request itself (4xx other than 401/403).
+    """
+    if isinstance(exc, openai.APITimeoutError):
+        return timed_out(root_url, timeout_s)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        if isinstance(cause, httpx2.HTTPError):
+            return from_transport(cause, root_url, timeout_s)
+        return unreachable(root_url, exc)
+    if isinstance(exc, openai.APIResponseValidationError):
+        return bad_answer(root_url, "not the shape of an OpenAI answer", status=exc.status_code)
+    if isinstance(exc, openai.APIStatusError):
+        return from_status(exc.status_code, api_message(exc), root_url)
+    return bad_answer(root_url, f"{type(exc).__name__}: {exc.message[:MAX_MESSAGE_CHARS]}")
+
+
+def api_message(exc: openai.APIStatusError) -> str:
+    """vLLM's own error message from an openai status error (either of vLLM's body shapes)."""
+    return message_of(exc.body) or exc.message[:MAX_MESSAGE_CHARS]
