@@ -44,10 +44,12 @@ def bad_answer(root_url: str, detail: str, *, status: int | None = None) -> Unav
     )
 
 
-def from_transport(exc: httpx2.HTTPError, root_url: str, timeout_s: float) -> Unavailable:
-    """An httpx failure on one of vLLM's own routes (/tokenize, /metrics, /health, ...)."""
+def from_transport(
+    exc: httpx2.HTTPError, root_url: str, timeout_s: float, *, streamed: bool = False
+) -> Unavailable:
+    """An httpx failure, on a call or on one of vLLM's own routes (/tokenize, /metrics, ...)."""
     if isinstance(exc, httpx2.TimeoutException) and not isinstance(exc, httpx2.ConnectTimeout):
-        return timed_out(root_url, timeout_s)
+        return timed_out(root_url, timeout_s, streamed=streamed)
     if isinstance(exc, httpx2.ProtocolError | httpx2.DecodingError):
         return bad_answer(root_url, f"not valid HTTP: {type(exc).__name__}")
     return unreachable(root_url, exc)

@@ -243,7 +243,7 @@ class VllmClient:
         except TimeoutError:
             return vllm_errors.timed_out(self.root_url, self.timeout_s, streamed=stream)
         except openai.APIError as exc:
-            return self._failed(exc)
+            return self._failed(exc, streamed=stream)
         except ValueError as exc:  # a JSON content type (or SSE event) over a body that is not JSON
             return vllm_errors.bad_answer(self.root_url, f"not JSON: {type(exc).__name__}")
         if isinstance(answer, Unavailable):
@@ -365,9 +365,9 @@ class VllmClient:
             with anyio.CancelScope(shield=True):
                 await stream.close()
 
-    def _failed(self, exc: openai.APIError) -> Unavailable:
+    def _failed(self, exc: openai.APIError, *, streamed: bool = False) -> Unavailable:
         """Raises VllmRequestError when the request itself was wrong (see `vllm_errors`)."""
         try:
-            return failure_of(exc, self.root_url, self.timeout_s)
+            return failure_of(exc, self.root_url, self.timeout_s, streamed=streamed)
         except VllmRequestError as refused:
             raise refused from None  # the openai traceback adds nothing for the caller

@@ -81,18 +81,21 @@ def pieces(chunk: StreamChunk) -> list[tuple[str | None, str | None]]:
     return [(choice.text, choice.finish_reason) for choice in chunk.choices]
 
 
-def failure_of(exc: openai.APIError, root_url: str, timeout_s: float) -> Unavailable:
+def failure_of(
+    exc: openai.APIError, root_url: str, timeout_s: float, *, streamed: bool = False
+) -> Unavailable:
     """An openai client failure as a value.
 
     Raises:
         VllmRequestError: vLLM refused the request itself (4xx other than 401/403).
     """
+    # httpx's own read timeout (also timeout_s) may fire before ours: the same reason either way.
     if isinstance(exc, openai.APITimeoutError):
-        return timed_out(root_url, timeout_s)
+        return timed_out(root_url, timeout_s, streamed=streamed)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__
         if isinstance(cause, httpx2.HTTPError):
-            return from_transport(cause, root_url, timeout_s)
+            return from_transport(cause, root_url, timeout_s, streamed=streamed)
         return unreachable(root_url, exc)
     if isinstance(exc, openai.APIResponseValidationError):
         return bad_answer(root_url, "not the shape of an OpenAI answer", status=exc.status_code)

@@ -93,6 +93,13 @@ async def test_transport_failures_read_as_three_distinct_reasons(
     assert words in outcome.reason
 
 
+async def test_a_read_timeout_on_a_streamed_call_names_the_stream() -> None:
+    async with client_of(failing(httpx2.ReadTimeout)) as client:
+        outcome = await client.chat(QUESTION, model=CAPTURED_MODEL, max_tokens=1, stream=True)
+    assert isinstance(outcome, Unavailable)
+    assert "sent no chunk of its streamed answer for 120 s" in outcome.reason
+
+
 async def test_an_html_page_with_status_200_is_a_bad_answer() -> None:
     page = "<html><body>Welcome to the proxy</body></html>"
     outcome = await chat_outcome(answering(200, page, "text/html"))
