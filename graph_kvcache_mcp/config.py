@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from graph_kvcache_mcp.domain.endpoints import (
+    ENABLE_WORDS,
     INSECURE_HOSTS_ENV,
     approve_http_url,
     check_insecure_hosts,
@@ -35,8 +36,8 @@ APP_DIR_NAME = "graph-kvcache-mcp"
 TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose")
 DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose")
 Endpoint = Literal["kv", "vllm"]
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
+# The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
+DISABLE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled", ""})
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:
@@ -103,7 +104,13 @@ class Settings(BaseModel):
     vllm_python: Path | None = Field(
         None, description="Interpreter of the venv that has vLLM; default: the current one."
     )
-    vllm_timeout_s: float = Field(120.0, gt=0, le=3600)
+    vllm_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="GRAPH_KVCACHE_VLLM_TIMEOUT_S: a plain vLLM call's whole answer, or the gap "
+        "between two chunks of a streamed one.",
+    )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:
         """Why `endpoint` was refused at startup (a server defers these), else None."""
@@ -202,6 +209,8 @@ class Settings(BaseModel):
             values["vllm_model"] = vllm_model
         if vllm_python := env.get("GRAPH_KVCACHE_VLLM_PYTHON", "").strip():
             values["vllm_python"] = Path(vllm_python)
+        if vllm_timeout := env.get("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "").strip():
+            values["vllm_timeout_s"] = _number(vllm_timeout, "GRAPH_KVCACHE_VLLM_TIMEOUT_S")
         values.update({k: v for k, v in overrides.items() if v is not None})
         if defer_endpoint_errors:
             values["endpoint_problems"] = _endpoint_problems(values)
@@ -261,8 +270,8 @@ def _number(text: str, name: str) -> float:
 
 def _flag(text: str, name: str) -> bool:
     lowered = text.strip().lower()
-    if lowered in _TRUE:
+    if lowered in ENABLE_WORDS:
         return True
-    if lowered in _FALSE:
+    if lowered in DISABLE_WORDS:
         return False
     raise ConfigError(f"{name}={text!r}: use true/false (or 1/0)")

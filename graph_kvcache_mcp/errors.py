@@ -5,6 +5,7 @@
      ├── InvalidValue      (also ValueError)  a value too large, or bytes that do not decode
      │    └── FileRefused                      a path a tool may not use, or a file it won't read
      ├── ConfigError       (also ValueError)  a setting that cannot be used as given
+     ├── VllmRequestError  (also ValueError)  a request vLLM refused (unknown model, too long)
      └── ProcessError                         a managed process could not be started or stopped
           ├── EngineProcessError
           └── VllmProcessError
@@ -46,6 +47,14 @@ class FileRefused(InvalidValue):
 
 class ConfigError(GraphKvcacheError, ValueError):
     """A setting (environment variable or flag) that cannot be used as given."""
+
+
+class VllmRequestError(GraphKvcacheError, ValueError):
+    """vLLM refused the request itself (4xx): unknown model, prompt too long, bad parameter."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class ProcessError(GraphKvcacheError):

@@ -26,12 +26,12 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_open import open_kv_client
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
+from graph_kvcache_mcp.connectors.vllm_access import open_client
+from graph_kvcache_mcp.connectors.vllm_tokens import token_counter_for
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE, Bundle, ChatMessage
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import InvalidValue
+from graph_kvcache_mcp.errors import InvalidValue, VllmRequestError
 from graph_kvcache_mcp.services.bundle_reuse import measure_bundle_reuse, reuse_table
 from graph_kvcache_mcp.services.bundle_views import (
     BundleChatOut,
@@ -193,8 +193,11 @@ def run_compile(args: argparse.Namespace, settings: Settings) -> int:
         async with AsyncExitStack() as stack:
             exact: ExactTokenCounter | Unavailable | None = None
             if exact_wanted:
-                client = await stack.enter_async_context(VllmClient.from_settings(settings))
-                exact = await _exact(client, settings.vllm_model)
+                client = await stack.enter_async_context(open_client(settings))
+                try:
+                    exact = await token_counter_for(client, settings.vllm_model)
+                except VllmRequestError as exc:
+                    raise InvalidValue(str(exc)) from None
             kv = (
                 None if args.no_cache else await stack.enter_async_context(open_kv_client(settings))
             )
@@ -206,14 +209,6 @@ def run_compile(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
 
     return run_async(go)
-
-
-async def _exact(client: VllmClient, model: str | None) -> ExactTokenCounter | Unavailable:
-    try:
-        chosen = await client.resolve_model(model)
-    except VllmRequestError as exc:
-        raise InvalidValue(str(exc)) from None
-    return chosen if isinstance(chosen, Unavailable) else VllmTokenCounter(client, chosen)
 
 
 def _turn_inputs(args: argparse.Namespace) -> tuple[str, str, list[ChatMessage] | None]:
@@ -261,7 +256,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
             out = BundleChatOut.from_render(BundleRenderOut.not_served(key, loaded))
             emit(out, as_json=args.json, human=describe_chat)
             return EXIT_MISS if out.reachable else EXIT_UNAVAILABLE
-        async with VllmClient.from_settings(settings) as client:
+        async with open_client(settings) as client:
             try:
                 chat = await bundle_chat(
                     client,
@@ -289,7 +284,7 @@ def run_reuse_measure(args: argparse.Namespace, settings: Settings) -> int:
             note(f"[{done}/{total}] {message}")
 
     async def go() -> int:
-        async with VllmClient.from_settings(settings) as client:
+        async with open_client(settings) as client:
             try:
                 report = await measure_bundle_reuse(
                     client,

@@ -17,11 +17,10 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
+from graph_kvcache_mcp.connectors.vllm_access import open_client
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
 from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
 from graph_kvcache_mcp.services.stack_check import check_stack
@@ -94,17 +93,10 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
                 block_size=args.block_size,
                 verify=args.verify,
             )
-        async with (
-            VllmClient.from_settings(settings) as client,
-            VllmRoutes(
-                settings.vllm_base_url,
-                api_key=settings.vllm_api_key,
-                timeout_s=settings.vllm_timeout_s,
-            ) as tokenizer,
-        ):
+        async with open_client(settings) as client:
             return await explain_miss(
                 client,
-                tokenizer,
+                client.routes,
                 first,
                 second,
                 model=args.model or settings.vllm_model,
@@ -179,7 +171,7 @@ def _describe_miss(out: MissDiagnosis) -> str:
 
 def run_stack(args: argparse.Namespace, settings: Settings) -> int:
     async def main() -> int:
-        async with VllmClient.from_settings(settings) as client:
+        async with open_client(settings) as client:
             out = await check_stack(
                 settings,
                 client,

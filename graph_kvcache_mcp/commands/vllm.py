@@ -1,7 +1,8 @@
 """`graph-kvcache-mcp vllm chat|metrics|start|stop|status|logs|summary`: vLLM from the shell.
 
-Same connectors and models as the MCP tools, so `--json` prints what the tools return.
-Exit codes: 0 ok, 2 bad input (vLLM refused the request, unknown model), 3 vLLM unavailable.
+Each verb calls the same operation as its tool (`services.vllm`) and `--json` prints the model the
+tool returns. Exit codes: 0 ok, 2 bad input (vLLM refused the request, unknown model), 3 vLLM
+unavailable (unreachable, timed out, or a bad answer: the reason says which).
 """
 
 from __future__ import annotations
@@ -24,20 +25,20 @@ from graph_kvcache_mcp.commands._common import (
     note,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.trace_log import append_traces, read_traces
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient, VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_process import (
-    ManagedVllm,
-    VllmLogs,
-    VllmStatus,
-    VllmStopResult,
-)
+from graph_kvcache_mcp.connectors.trace_log import append_traces
+from graph_kvcache_mcp.connectors.vllm_access import open_client
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
-from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
+from graph_kvcache_mcp.domain.traces import Trace, TraceSummary
 from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
-from graph_kvcache_mcp.errors import ConfigError, describe_validation
+from graph_kvcache_mcp.errors import ConfigError, VllmRequestError, describe_validation
+from graph_kvcache_mcp.services import vllm as vllm_service
+from graph_kvcache_mcp.services.vllm_views import (
+    VllmChatOut,
+    VllmMetricsOut,
+    VllmStatusOut,
+)
 
 T = TypeVar("T")
 
@@ -123,12 +124,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     system = args.system_file.read_text(encoding="utf-8") if args.system_file else None
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": args.message})
+    messages = vllm_service.conversation(args.message, system, None)
 
-    async def call() -> ChatResult | Unavailable:
-        async with VllmClient.from_settings(settings) as client:
-            return await client.chat(
+    async def call() -> VllmChatOut:
+        async with open_client(settings) as client:
+            return await vllm_service.chat(
+                client,
                 messages,
                 model=args.model or settings.vllm_model,
                 max_tokens=args.max_tokens,
@@ -136,29 +137,34 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
                 stream=args.stream,
             )
 
-    result = _guarded(call)
-    if isinstance(result, int):
-        return result
-    if args.trace_file is not None:
-        append_traces(args.trace_file, [result.trace])
+    out = _guarded(call)
+    if isinstance(out, int):
+        return out
+    if args.trace_file is not None and out.trace is not None:
+        append_traces(args.trace_file, [out.trace])
     if args.json:
-        print(result.model_dump_json())
+        print(out.model_dump_json())
+    elif out.trace is None:
+        note(f"error: {out.reason}")
     else:
-        print(result.answer)
-        note(describe_trace(result.trace))
-    return EXIT_OK
+        print(out.answer)
+        note(describe_trace(out.trace))
+    return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 
 
 def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
-    async def call() -> MetricsSnapshot | Unavailable:
-        async with VllmClient.from_settings(settings) as client:
-            return await client.metrics.snapshot(args.model or settings.vllm_model)
+    async def call() -> VllmMetricsOut:
+        async with open_client(settings) as client:
+            return await vllm_service.metrics(client, args.model or settings.vllm_model)
 
-    snapshot = _guarded(call)
-    if isinstance(snapshot, int):
-        return snapshot
-    emit(snapshot, as_json=args.json, human=describe_snapshot)
-    return EXIT_OK
+    out = _guarded(call)
+    if isinstance(out, int):
+        return out
+    if out.snapshot is None and not args.json:
+        note(f"error: {out.reason}")
+    else:
+        emit(out, as_json=args.json, human=describe_metrics)
+    return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
@@ -168,13 +174,14 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     except ValidationError as exc:
         problems = describe_validation(exc, whole="flags")
         raise ConfigError(f"invalid vllm start flags: {problems}") from None
-    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
-    status = managed.start(
+    out = vllm_service.start(
+        ManagedVllm(settings.data_dir, python=settings.vllm_python),
         launch,
         ready_timeout_s=args.ready_timeout_s,
         progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
+        calls_base_url=settings.vllm_base_url,
     )
-    emit(status, as_json=args.json, human=describe_status)
+    emit(out, as_json=args.json, human=describe_status)
     return EXIT_OK
 
 
@@ -195,45 +202,42 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = ManagedVllm(settings.data_dir).stop(term_wait_s=args.wait_s)
+    result = vllm_service.stop(ManagedVllm(settings.data_dir), wait_s=args.wait_s)
     emit(result, as_json=args.json, human=_describe_stop)
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     port = parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
-    status = ManagedVllm(settings.data_dir).status(port=port)
-    emit(status, as_json=args.json, human=describe_status)
-    return EXIT_OK if status.reachable else EXIT_UNAVAILABLE
+    out = vllm_service.status(
+        ManagedVllm(settings.data_dir), port=port, tools_base_url=settings.vllm_base_url
+    )
+    emit(out, as_json=args.json, human=describe_status)
+    return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 
 
 def run_logs(args: argparse.Namespace, settings: Settings) -> int:
-    logs = ManagedVllm(settings.data_dir).logs(max(1, args.lines))
+    logs = vllm_service.logs(ManagedVllm(settings.data_dir), lines=args.lines)
     emit(logs, as_json=args.json, human=_describe_logs)
     return EXIT_OK if logs.exists else EXIT_UNAVAILABLE
 
 
 def run_summary(args: argparse.Namespace, _settings: Settings) -> int:
-    found = read_traces(args.traces)
-    summary = summarize(found.traces)
-    if found.bad_lines:
-        note(f"skipped {len(found.bad_lines)} line(s) that were not traces: {found.bad_lines[:10]}")
-    emit(summary, as_json=args.json, human=describe_summary)
+    out = vllm_service.file_summary(args.traces)
+    if out.bad_line_count and not args.json:
+        note(f"skipped {out.bad_line_count} line(s) that were not traces: {out.bad_lines[:10]}")
+    emit(out, as_json=args.json, human=lambda o: describe_summary(o.summary))
     return EXIT_OK
 
 
-def _guarded(call: Callable[[], Awaitable[T | Unavailable]]) -> T | int:
-    """Run an async call; its result, or the exit code after saying why on stderr: vLLM refusing
-    the request, or an unknown model, is bad input (exit 2); vLLM unavailable is exit 3."""
+def _guarded(call: Callable[[], Awaitable[T]]) -> T | int:
+    """Run an async call; its result, or exit 2 after saying why on stderr when vLLM refused the
+    request or does not serve the model (bad input)."""
     try:
-        result = anyio.run(call)
+        return anyio.run(call)
     except (VllmRequestError, UnknownModel) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if isinstance(result, Unavailable):
-        print(f"error: {result.reason}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    return result
 
 
 # --- human output ----------------------------------------------------------------------------
@@ -249,6 +253,10 @@ def describe_trace(trace: Trace) -> str:
         )
     ttft = f", ttft {trace.ttft_s * 1000:.0f} ms" if trace.ttft_s is not None else ""
     return f"{cache}; {trace.completion_tokens} generated; {trace.latency_s * 1000:.0f} ms{ttft}"
+
+
+def describe_metrics(out: VllmMetricsOut) -> str:
+    return describe_snapshot(out.snapshot) if out.snapshot else f"unavailable: {out.reason}"
 
 
 def describe_snapshot(snapshot: MetricsSnapshot) -> str:
@@ -280,7 +288,7 @@ def describe_snapshot(snapshot: MetricsSnapshot) -> str:
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
-def describe_status(status: VllmStatus) -> str:
+def describe_status(status: VllmStatusOut) -> str:
     if not status.running:
         return f"vllm: not running ({status.reason})"
     health = "answering" if status.reachable else f"NOT answering: {status.reason}"

@@ -14,11 +14,13 @@ import anyio
 import anyio.to_thread
 import httpx2
 
+from graph_kvcache_mcp.connectors import vllm_errors
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, parse_snapshot
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_TIMEOUT_S = 120.0  # the whole scrape; GRAPH_KVCACHE_VLLM_TIMEOUT_S through VllmClient
 
 
 def server_root(base_url: str) -> str:
@@ -52,8 +54,10 @@ class VllmMetricsClient:
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         headers: dict[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.metrics_url = parse_http_url(metrics_url, what="vLLM metrics URL").url
+        self.timeout_s = timeout_s
         self._http = http
         self._max_body_bytes = max_body_bytes
         self._headers = headers or {}
@@ -62,25 +66,31 @@ class VllmMetricsClient:
         return f"VllmMetricsClient({self.metrics_url!r})"
 
     async def scrape_text(self) -> str | Unavailable:
-        """The exposition text, or why it could not be read."""
+        """The exposition text, or why it could not be read (within `timeout_s`)."""
         try:
-            async with self._http.stream("GET", self.metrics_url, headers=self._headers) as reply:
-                if reply.status_code != 200:
-                    return Unavailable(
-                        f"{self.metrics_url} answered HTTP {reply.status_code}; is this a vLLM "
-                        "server (it serves /metrics unless started with --disable-log-stats)?",
-                        status=reply.status_code,
-                    )
-                body = bytearray()
-                async for chunk in reply.aiter_bytes():
-                    body += chunk
-                    if len(body) > self._max_body_bytes:
-                        return Unavailable(
-                            f"{self.metrics_url} sent more than {self._max_body_bytes:,} bytes; "
-                            "refusing to parse it (raise max_body_bytes if this is expected)"
-                        )
+            with anyio.fail_after(self.timeout_s):
+                return await self._read()
+        except TimeoutError:
+            return vllm_errors.timed_out(self.metrics_url, self.timeout_s)
         except httpx2.HTTPError as exc:
-            return Unavailable(f"vLLM not reachable at {self.metrics_url} ({type(exc).__name__})")
+            return vllm_errors.from_transport(exc, self.metrics_url, self.timeout_s)
+
+    async def _read(self) -> str | Unavailable:
+        async with self._http.stream("GET", self.metrics_url, headers=self._headers) as reply:
+            if reply.status_code != 200:
+                return Unavailable(
+                    f"{self.metrics_url} answered HTTP {reply.status_code}; is this a vLLM "
+                    "server (it serves /metrics unless started with --disable-log-stats)?",
+                    status=reply.status_code,
+                )
+            body = bytearray()
+            async for chunk in reply.aiter_bytes():
+                body += chunk
+                if len(body) > self._max_body_bytes:
+                    return Unavailable(
+                        f"{self.metrics_url} sent more than {self._max_body_bytes:,} bytes; "
+                        "refusing to parse it (raise max_body_bytes if this is expected)"
+                    )
         return body.decode("utf-8", errors="replace")
 
     async def snapshot(self, model_name: str | None = None) -> MetricsSnapshot | Unavailable:

@@ -1,75 +1,58 @@
-"""A vLLM client with per-call cache accounting: every chat/completion call returns a `Trace`.
+"""A vLLM client whose chat and completion calls each return a `ChatResult` (answer + `Trace`).
 
-Built on the official `openai` async client (bounded timeout and retries, api key optional) with
-one shared `httpx2.AsyncClient`, which also serves vLLM's own routes (`/tokenize`, `/metrics`,
-`/reset_prefix_cache`, `/health`).
+Built on the official `openai` async client with one shared `httpx2.AsyncClient`, which also
+serves vLLM's own routes (`/tokenize`, `/metrics`, `/reset_prefix_cache`, `/health`).
+The openai client validates every answer against its types (a proxy's HTML page or a foreign
+JSON shape is a bad answer, not a crash) and never retries by itself: a chat call that timed out
+may have reached vLLM, and a repeat would be a second call.
 
-Where the cached-token count comes from, in order:
-1. `usage.prompt_tokens_details.cached_tokens` (`source="usage"`), which vLLM fills only when it
-   runs with `--enable-prompt-tokens-details`;
-2. otherwise the move of `vllm:prefix_cache_hits_total` for the model across the call
-   (`source="metrics_delta"`), trusted only when `vllm:prompt_tokens_total` moved by exactly this
-   call's prompt tokens, i.e. no other request ran in between;
-3. otherwise `source="unavailable"` with a note. Never 0 for "unknown".
-The client learns whether the server fills the usage field, and scrapes `/metrics` around a call
-only while it does not.
-
-`openai` is imported when the first client is built, not with this module: it costs about half a
-second, and a server that never talks to vLLM should not pay it while a host waits for it to start.
+`timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
+failures become `Unavailable` values (`connectors.vllm_errors` says which of three reasons).
+The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm_accounting`): from
+the answer's usage, else from /metrics around the call, by the rule in `domain.vllm_chat`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Self
 
 import anyio
 import httpx2
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+import openai
+from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletionChunk, ChatCompletionStreamOptionsParam
+from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors import vllm_errors
+from graph_kvcache_mcp.connectors.vllm_accounting import CacheMeter
 from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient, server_root
+from graph_kvcache_mcp.connectors.vllm_requests import (
+    Answer,
+    ChatRequest,
+    CompletionRequest,
+    Request,
+    StreamChunk,
+    chat_request,
+    failure_of,
+    pieces,
+)
+from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, cache_split
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
-from graph_kvcache_mcp.errors import GraphKvcacheError
+from graph_kvcache_mcp.domain.vllm_chat import (
+    DEFAULT_MAX_TOKENS,
+    ChatResult,
+    PrefixCacheReset,
+)
+from graph_kvcache_mcp.errors import VllmRequestError
 
-if TYPE_CHECKING:
-    import openai
-    from openai.types.chat import ChatCompletionStreamOptionsParam
-
-DEFAULT_MAX_TOKENS = 64
-DEFAULT_MAX_RETRIES = 2
-METRICS_SETTLE_S = 2.0  # how long to wait for /metrics to show a call that already returned
 _NO_KEY = "EMPTY"  # vLLM without --api-key accepts any bearer; openai insists on one
-
-
-class VllmRequestError(GraphKvcacheError, ValueError):
-    """vLLM refused the request itself (4xx): unknown model, prompt too long, bad parameter."""
-
-    def __init__(self, message: str, *, status: int) -> None:
-        self.status = status
-        super().__init__(message)
-
-
-class ChatResult(BaseModel):
-    """The model's answer and the call's cache accounting."""
-
-    model_config = ConfigDict(frozen=True)
-
-    answer: str
-    trace: Trace
-
-
-class PrefixCacheReset(BaseModel):
-    """What `POST /reset_prefix_cache` did."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reset: bool
-    dev_mode: bool = Field(description="False when the route is absent (VLLM_SERVER_DEV_MODE off).")
-    reason: str | None = None
+_STREAM_OPTIONS: ChatCompletionStreamOptionsParam = {"include_usage": True}
 
 
 class VllmClient:
@@ -81,17 +64,18 @@ class VllmClient:
         *,
         api_key: SecretStr | None = None,
         timeout_s: float = 120.0,
-        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retries: int = 0,
         metrics_fallback: bool = True,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
-        import openai  # on first use (see the module docstring)
-
         self.root_url = server_root(base_url)  # validates: loopback http or https
         self.base_url = self.root_url + "/v1"
-        self.metrics_fallback = metrics_fallback
+        self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
         self._http = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)), headers=headers
+            timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+            headers=headers,
+            transport=transport,
         )
         self._openai = openai.AsyncOpenAI(
             api_key=api_key.get_secret_value() if api_key else _NO_KEY,
@@ -99,9 +83,13 @@ class VllmClient:
             timeout=timeout_s,
             max_retries=max_retries,
             http_client=self._http,
+            _strict_response_validation=True,
         )
-        self.metrics = VllmMetricsClient(self._http, self.root_url + "/metrics")
-        self._details_filled: bool | None = None  # learned from the first answers
+        self.metrics = VllmMetricsClient(
+            self._http, self.root_url + "/metrics", timeout_s=timeout_s
+        )
+        self.meter = CacheMeter(self.metrics, fallback=metrics_fallback)
+        self.routes = VllmRoutes(self._http, self.root_url, timeout_s=timeout_s)
         self._models: list[str] | None = None
 
     @classmethod
@@ -125,29 +113,27 @@ class VllmClient:
         await self._openai.close()
         await self._http.aclose()
 
+    @property
+    def closed(self) -> bool:
+        return self._http.is_closed
+
     # --- server facts ------------------------------------------------------------------------
 
     async def health(self) -> bool | Unavailable:
         """True when `GET /health` answers 200."""
-        try:
-            reply = await self._http.get(self.root_url + "/health", timeout=5.0)
-        except httpx2.HTTPError as exc:
-            return self._down(exc)
-        if reply.status_code != 200:
-            return Unavailable(
-                f"vLLM at {self.root_url} is not healthy (HTTP {reply.status_code})",
-                status=reply.status_code,
-            )
-        return True
+        return await self.routes.health()
 
     async def models(self) -> list[str] | Unavailable:
         """The served model names (`GET /v1/models`)."""
-        import openai  # already loaded by __init__; binds the name for `except`
-
         try:
-            page = await self._openai.models.list()
+            with anyio.fail_after(self.timeout_s):
+                page = await self._openai.models.list()
+        except TimeoutError:
+            return vllm_errors.timed_out(self.root_url, self.timeout_s)
         except openai.APIError as exc:
             return self._failed(exc)
+        except ValueError as exc:  # a JSON content type over a body that is not JSON
+            return vllm_errors.bad_answer(self.root_url, f"/v1/models: {type(exc).__name__}")
         self._models = [model.id for model in page.data]
         return list(self._models)
 
@@ -174,7 +160,7 @@ class VllmClient:
 
     async def chat(
         self,
-        messages: Sequence[Mapping[str, str]],
+        messages: Sequence[ChatMessage],
         *,
         model: str | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -186,12 +172,8 @@ class VllmClient:
         Raises:
             VllmRequestError: vLLM refused the request (its message says why).
         """
-        request: dict[str, Any] = {
-            "messages": [dict(message) for message in messages],
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
-        return await self._call("chat", request, model=model, stream=stream)
+        request = chat_request(list(messages), max_tokens=max_tokens, temperature=temperature)
+        return await self._call(request, model=model, stream=stream)
 
     async def complete(
         self,
@@ -207,18 +189,14 @@ class VllmClient:
         Raises:
             VllmRequestError: vLLM refused the request (its message says why).
         """
-        request: dict[str, Any] = {
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
-        return await self._call("completion", request, model=model, stream=stream)
+        request = CompletionRequest(prompt, max_tokens, temperature)
+        return await self._call(request, model=model, stream=stream)
 
     async def tokenize(
         self,
         text: str | None = None,
         *,
-        messages: Sequence[Mapping[str, str]] | None = None,
+        messages: Sequence[ChatMessage] | None = None,
         model: str | None = None,
     ) -> int | Unavailable:
         """How many tokens vLLM makes of `text`, or of `messages` through the chat template
@@ -233,280 +211,163 @@ class VllmClient:
         chosen = await self.resolve_model(model)
         if isinstance(chosen, Unavailable):
             return chosen
-        body: dict[str, Any] = {"model": chosen}
+        body: dict[str, object] = {"model": chosen}
         if text is not None:
             body["prompt"] = text
         else:
-            body["messages"] = [dict(m) for m in messages or ()]
+            body["messages"] = [m.model_dump() for m in messages or ()]
             body["add_generation_prompt"] = True
-        reply = await self._post_json("/tokenize", body)
-        if isinstance(reply, Unavailable):
-            return reply
-        return int(reply["count"])
+        return await self.routes.token_count(body)
 
     async def reset_prefix_cache(self) -> PrefixCacheReset | Unavailable:
         """Drop every cached prefix block (`POST /reset_prefix_cache`, a dev-mode route)."""
-        try:
-            reply = await self._http.post(self.root_url + "/reset_prefix_cache")
-        except httpx2.HTTPError as exc:
-            return self._down(exc)
-        if reply.status_code == 404:
-            return PrefixCacheReset(
-                reset=False,
-                dev_mode=False,
-                reason="the server has no /reset_prefix_cache route: vLLM only offers it with "
-                "VLLM_SERVER_DEV_MODE=1 in its environment; restart it that way (vllm_start "
-                "with dev_mode=true) to reset the prefix cache",
-            )
-        if reply.status_code != 200:
-            return Unavailable(
-                f"vLLM at {self.root_url} answered HTTP {reply.status_code} to reset_prefix_cache",
-                status=reply.status_code,
-            )
-        success = True
-        if reply.content:
-            payload = reply.json()
-            if isinstance(payload, dict) and payload.get("success") is False:
-                success = False
-        return PrefixCacheReset(
-            reset=success,
-            dev_mode=True,
-            reason=None if success else "vLLM refused to reset (requests were still running?)",
-        )
+        return await self.routes.reset_prefix_cache()
 
     # --- internals ---------------------------------------------------------------------------
 
     async def _call(
-        self, kind: str, request: dict[str, Any], *, model: str | None, stream: bool
+        self, request: Request, *, model: str | None, stream: bool
     ) -> ChatResult | Unavailable:
-        import openai  # already loaded by __init__; binds the name for `except`
-
         chosen = await self.resolve_model(model)
         if isinstance(chosen, Unavailable):
             return chosen
-        before = await self._snapshot_if_needed(chosen)
+        before = await self.meter.before_call(chosen)
         started_at = time.time()
         start = time.perf_counter()
         try:
             if stream:
-                answer, usage, finish, ttft = await self._streamed(kind, chosen, request, start)
+                answer = await self._streamed(request, chosen, start)
             else:
-                answer, usage, finish = await self._whole(kind, chosen, request)
-                ttft = None
+                with anyio.fail_after(self.timeout_s):
+                    answer = await self._whole(request, chosen)
+        except TimeoutError:
+            return vllm_errors.timed_out(self.root_url, self.timeout_s, streamed=stream)
         except openai.APIError as exc:
-            return self._failed(exc)
+            return self._failed(exc, streamed=stream)
+        except ValueError as exc:  # a JSON content type (or SSE event) over a body that is not JSON
+            return vllm_errors.bad_answer(self.root_url, f"not JSON: {type(exc).__name__}")
+        if isinstance(answer, Unavailable):
+            return answer
         latency = time.perf_counter() - start
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        hit, source, note = await self._cached_tokens(usage, chosen, prompt_tokens, before)
-        hit_tokens, miss_tokens = cache_split(prompt_tokens, hit)
+        usage = answer.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        details = usage.prompt_tokens_details if usage is not None else None
+        cached = await self.meter.credit(
+            chosen,
+            prompt_tokens=prompt_tokens,
+            reported=details.cached_tokens if details is not None else None,
+            answered_usage=usage is not None,
+            before=before,
+        )
+        hit_tokens, miss_tokens = cache_split(prompt_tokens, cached.hit_tokens)
         trace = Trace(
             model=chosen,
             prompt_tokens=prompt_tokens,
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            completion_tokens=usage.completion_tokens if usage else 0,
             prefix_cache_hit_tokens=hit_tokens,
             prefix_cache_miss_tokens=miss_tokens,
-            cached_tokens_source=source,
+            cached_tokens_source=cached.source,
             latency_s=latency,
-            ttft_s=ttft,
+            ttft_s=answer.ttft_s,
             stream=stream,
-            finish_reason=finish,
+            finish_reason=answer.finish_reason,
             started_at=started_at,
-            note=note,
+            note=cached.note,
         )
-        return ChatResult(answer=answer, trace=trace)
+        return ChatResult(answer=answer.text, trace=trace)
 
-    async def _whole(
-        self, kind: str, model: str, request: dict[str, Any]
-    ) -> tuple[str, Any, str | None]:
-        if kind == "chat":
+    async def _whole(self, request: Request, model: str) -> Answer:
+        if isinstance(request, ChatRequest):
             reply = await self._openai.chat.completions.create(
-                model=model, **cast(Any, request), stream=False
+                model=model,
+                messages=request.messages,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stream=False,
             )
             choice = reply.choices[0] if reply.choices else None
-            text = (choice.message.content or "") if choice else ""
-            return text, reply.usage, choice.finish_reason if choice else None
+            return Answer(
+                text=(choice.message.content or "") if choice else "",
+                usage=reply.usage,
+                finish_reason=choice.finish_reason if choice else None,
+            )
         completion = await self._openai.completions.create(
-            model=model, **cast(Any, request), stream=False
+            model=model,
+            prompt=request.prompt,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            stream=False,
         )
         first = completion.choices[0] if completion.choices else None
-        return (
-            (first.text if first else ""),
-            completion.usage,
-            first.finish_reason if first else None,
+        return Answer(
+            text=first.text if first else "",
+            usage=completion.usage,
+            finish_reason=first.finish_reason if first else None,
         )
 
-    async def _streamed(
-        self, kind: str, model: str, request: dict[str, Any], start: float
-    ) -> tuple[str, Any, str | None, float | None]:
+    async def _streamed(self, request: Request, model: str, start: float) -> Answer | Unavailable:
+        """Each wait (for the headers, then for every chunk) is bounded by `timeout_s`; the
+        stream is closed however this ends, so a cancelled call gives its connection back."""
         parts: list[str] = []
-        usage: Any = None
+        usage: CompletionUsage | None = None
         finish: str | None = None
         ttft: float | None = None
-        options: ChatCompletionStreamOptionsParam = {"include_usage": True}
-        chunks: AsyncIterator[Any]
-        if kind == "chat":
-            chunks = await self._openai.chat.completions.create(
-                model=model, **cast(Any, request), stream=True, stream_options=options
-            )
-        else:
-            chunks = await self._openai.completions.create(
-                model=model, **cast(Any, request), stream=True, stream_options=options
-            )
-        async for chunk in chunks:
-            if chunk.usage is not None:
-                usage = chunk.usage
-            for choice in chunk.choices:
-                # vLLM's first chunk comes with the first generated token (after prefill).
-                if ttft is None:
-                    ttft = time.perf_counter() - start
-                text = choice.delta.content if kind == "chat" else choice.text
-                if text:
-                    parts.append(text)
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-        return "".join(parts), usage, finish, ttft
+        chunks = 0
+        async with aclosing(self._chunks(request, model)) as stream:
+            async for chunk in stream:
+                chunks += 1
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for text, finished in pieces(chunk):
+                    # vLLM's first chunk with a choice carries the first token (after prefill).
+                    if ttft is None:
+                        ttft = time.perf_counter() - start
+                    if text:
+                        parts.append(text)
+                    if finished:
+                        finish = finished
+        if chunks == 0:
+            return vllm_errors.bad_answer(self.root_url, "a streamed answer with no chunk")
+        return Answer(text="".join(parts), usage=usage, finish_reason=finish, ttft_s=ttft)
 
-    async def _snapshot_if_needed(self, model: str) -> MetricsSnapshot | None:
-        if not self.metrics_fallback or self._details_filled:
-            return None
-        return await self._quiet_snapshot(model)
-
-    async def _quiet_snapshot(self, model: str) -> MetricsSnapshot | None:
-        try:
-            snapshot = await self.metrics.snapshot(model)
-        except UnknownModel:
-            return None
-        return None if isinstance(snapshot, Unavailable) else snapshot
-
-    async def _cached_tokens(
-        self, usage: Any, model: str, prompt_tokens: int, before: MetricsSnapshot | None
-    ) -> tuple[int | None, Any, str | None]:
-        details = getattr(usage, "prompt_tokens_details", None)
-        cached = getattr(details, "cached_tokens", None) if details is not None else None
-        if cached is not None:
-            self._details_filled = True
-            return int(cached), "usage", None
-        self._details_filled = False
-        if usage is None:
-            return None, "unavailable", "the response carried no usage block"
-        if before is None:
-            why = "disabled" if not self.metrics_fallback else "not readable before the call"
-            return (
-                None,
-                "unavailable",
-                (
-                    "vLLM left usage.prompt_tokens_details empty (start it with "
-                    f"--enable-prompt-tokens-details) and /metrics was {why}"
-                ),
-            )
-        return await self._from_metrics(model, prompt_tokens, before)
-
-    async def _from_metrics(
-        self, model: str, prompt_tokens: int, before: MetricsSnapshot
-    ) -> tuple[int | None, Any, str | None]:
-        """The call's hits as the move of the server's counters, when only this call moved them."""
-        after: MetricsSnapshot | None = None
-        with anyio.move_on_after(METRICS_SETTLE_S):
-            while True:
-                after = await self._quiet_snapshot(model)
-                moved = _moved(before.prompt_tokens, after.prompt_tokens if after else None)
-                if after is None or moved is None or moved >= prompt_tokens:
-                    break
-                await anyio.sleep(0.02)  # the engine publishes stats a moment after replying
-        if after is None:
-            return None, "unavailable", "/metrics could not be read after the call"
-        moved = _moved(before.prompt_tokens, after.prompt_tokens)
-        hits = _moved(before.prefix_cache_hits_tokens, after.prefix_cache_hits_tokens)
-        if moved is None or hits is None:
-            return None, "unavailable", "the server's /metrics lacks the prefix-cache counters"
-        if moved != prompt_tokens:
-            return (
-                None,
-                "unavailable",
-                (
-                    f"/metrics counted {moved} prompt tokens during this call of {prompt_tokens}: "
-                    "other requests ran at the same time, so the hit count cannot be attributed"
-                ),
-            )
-        return (
-            hits,
-            "metrics_delta",
-            (
-                "from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
-                "--enable-prompt-tokens-details)"
-            ),
-        )
-
-    async def _post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
-        try:
-            reply = await self._http.post(self.root_url + path, json=body)
-        except httpx2.HTTPError as exc:
-            return self._down(exc)
-        if 400 <= reply.status_code < 500:
-            raise VllmRequestError(_error_text(reply), status=reply.status_code)
-        if reply.status_code != 200:
-            return Unavailable(
-                f"vLLM at {self.root_url} answered HTTP {reply.status_code} on {path}",
-                status=reply.status_code,
-            )
-        payload = reply.json()
-        if not isinstance(payload, dict):
-            return Unavailable(f"vLLM at {self.root_url} sent an unexpected {path} answer")
-        return payload
-
-    def _down(self, exc: Exception) -> Unavailable:
-        return Unavailable(
-            f"vLLM not reachable at {self.root_url} ({type(exc).__name__}); start it with "
-            "vllm_start or check VLLM_BASE_URL"
-        )
-
-    def _failed(self, exc: openai.APIError) -> Unavailable:
-        """Turn an openai error into a value, or raise when the request itself was wrong."""
-        import openai  # already loaded by __init__
-
-        if isinstance(exc, openai.APIConnectionError):
-            return self._down(exc)
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            if status in (401, 403):
-                return Unavailable(
-                    f"vLLM at {self.root_url} refused the API key (HTTP {status}); set "
-                    "VLLM_API_KEY to the key the server was started with",
-                    status=status,
+    async def _chunks(self, request: Request, model: str) -> AsyncGenerator[StreamChunk, None]:
+        with anyio.fail_after(self.timeout_s):
+            if isinstance(request, ChatRequest):
+                stream: (
+                    openai.AsyncStream[ChatCompletionChunk] | openai.AsyncStream[Completion]
+                ) = await self._openai.chat.completions.create(
+                    model=model,
+                    messages=request.messages,
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    stream=True,
+                    stream_options=_STREAM_OPTIONS,
                 )
-            if 400 <= status < 500:
-                raise VllmRequestError(
-                    f"vLLM refused the request (HTTP {status}): {_api_message(exc)}", status=status
-                ) from None
-            return Unavailable(
-                f"vLLM at {self.root_url} failed (HTTP {status}): {_api_message(exc)}",
-                status=status,
-            )
-        return Unavailable(f"vLLM call failed: {type(exc).__name__}")
+            else:
+                stream = await self._openai.completions.create(
+                    model=model,
+                    prompt=request.prompt,
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    stream=True,
+                    stream_options=_STREAM_OPTIONS,
+                )
+        try:
+            iterator: AsyncIterator[StreamChunk] = aiter(stream)
+            while True:
+                with anyio.fail_after(self.timeout_s):
+                    chunk = await anext(iterator, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            # Shielded: a cancelled call must still hand its connection back to the pool.
+            with anyio.CancelScope(shield=True):
+                await stream.close()
 
-
-def _moved(before: int | None, after: int | None) -> int | None:
-    return None if before is None or after is None else after - before
-
-
-def _api_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        message = body.get("message") or body.get("error", {})
-        if isinstance(message, dict):
-            message = message.get("message")
-        if message:
-            return str(message)[:500]
-    return exc.message[:500]
-
-
-def _error_text(reply: httpx2.Response) -> str:
-    try:
-        payload = reply.json()
-    except ValueError:
-        return f"HTTP {reply.status_code}: {reply.text[:300]}"
-    if isinstance(payload, dict):
-        error = payload.get("error", payload)
-        message = error.get("message") if isinstance(error, dict) else error
-        return f"HTTP {reply.status_code}: {str(message)[:300]}"
-    return f"HTTP {reply.status_code}"
+    def _failed(self, exc: openai.APIError, *, streamed: bool = False) -> Unavailable:
+        """Raises VllmRequestError when the request itself was wrong (see `vllm_errors`)."""
+        try:
+            return failure_of(exc, self.root_url, self.timeout_s, streamed=streamed)
+        except VllmRequestError as refused:
+            raise refused from None  # the openai traceback adds nothing for the caller

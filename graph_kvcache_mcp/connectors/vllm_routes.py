@@ -1,22 +1,32 @@
-"""vLLM's own routes the diagnoses use: the token ids of a chat request (`POST /tokenize` with
-`messages`), the text of token ids (`POST /detokenize`), and `GET /version`.
+"""vLLM's own routes beside the OpenAI API: `/health`, `/tokenize` (a prompt's count, or a chat
+request's token ids), `/detokenize`, `/version`, `/reset_prefix_cache`.
 
-The request goes through the served model's chat template with the generation prompt added, as a
-chat completion does, so the ids are the ones the prefix cache hashes. Its own small HTTP client:
-a diagnosis makes a handful of calls, and the chat client's transport is not shared out.
+A chat request is tokenized through the served model's chat template with the generation prompt
+added, as a chat completion does, so the ids are the ones the prefix cache hashes.
+
+Plain httpx calls on the client's shared `httpx2.AsyncClient`; every answer is checked before it
+is read (`connectors.vllm_errors`), so a proxy's page or a foreign shape is a bad answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any
 
+import anyio
 import httpx2
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict
 
-from graph_kvcache_mcp.connectors.vllm_metrics import server_root
-from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
+from graph_kvcache_mcp.connectors import vllm_errors
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm_chat import PrefixCacheReset
+
+HEALTH_TIMEOUT_S = 5.0
+NO_DEV_MODE = (
+    "the server has no /reset_prefix_cache route: vLLM only offers it with VLLM_SERVER_DEV_MODE=1 "
+    "in its environment; restart it that way (vllm_start with dev_mode=true) to reset the prefix "
+    "cache"
+)
 
 TEMPLATE_FIELDS = (
     "tools",
@@ -38,25 +48,42 @@ class ChatTokens(BaseModel):
 
 
 class VllmRoutes:
-    """One vLLM server's /tokenize, /detokenize and /version. Use as `async with`."""
+    """One server's own routes, through a shared `httpx2.AsyncClient` (not owned here)."""
 
-    def __init__(
-        self, base_url: str, *, api_key: SecretStr | None = None, timeout_s: float = 30.0
-    ) -> None:
-        self.root_url = server_root(base_url)  # validates: loopback http or https
-        headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
-        self._http = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)), headers=headers
-        )
+    def __init__(self, http: httpx2.AsyncClient, root_url: str, *, timeout_s: float) -> None:
+        self.root_url = root_url
+        self.timeout_s = timeout_s
+        self._http = http
 
     def __repr__(self) -> str:
         return f"VllmRoutes({self.root_url!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
+    async def health(self) -> bool | Unavailable:
+        """True when `GET /health` answers 200."""
+        try:
+            reply = await self._http.get(self.root_url + "/health", timeout=HEALTH_TIMEOUT_S)
+        except httpx2.HTTPError as exc:
+            return vllm_errors.from_transport(exc, self.root_url, HEALTH_TIMEOUT_S)
+        if reply.status_code != 200:
+            return Unavailable(
+                f"vLLM at {self.root_url} is not healthy (HTTP {reply.status_code})",
+                status=reply.status_code,
+            )
+        return True
 
-    async def __aexit__(self, *_exc: object) -> None:
-        await self._http.aclose()
+    async def token_count(self, body: dict[str, object]) -> int | Unavailable:
+        """`count` of `POST /tokenize` with `body`.
+
+        Raises:
+            VllmRequestError: vLLM refused the request.
+        """
+        payload = await self._post_json("/tokenize", body)
+        if isinstance(payload, Unavailable):
+            return payload
+        count = payload.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return vllm_errors.bad_answer(self.root_url, "/tokenize answered without a count")
+        return count
 
     async def tokenize_chat(
         self, request: Mapping[str, Any], *, model: str
@@ -66,16 +93,18 @@ class VllmRoutes:
         Raises:
             VllmRequestError: vLLM refused the request (a malformed message, an unknown model).
         """
-        body: dict[str, Any] = {"model": model, "messages": list(request["messages"])}
+        body: dict[str, object] = {"model": model, "messages": list(request["messages"])}
         body.update({k: request[k] for k in TEMPLATE_FIELDS if k in request})
         body.setdefault("add_generation_prompt", not body.get("continue_final_message", False))
-        reply = await self._post("/tokenize", body)
-        if isinstance(reply, Unavailable):
-            return reply
-        tokens = reply.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            return Unavailable(f"vLLM at {self.root_url} sent /tokenize without token ids")
-        limit = reply.get("max_model_len")
+        payload = await self._post_json("/tokenize", body)
+        if isinstance(payload, Unavailable):
+            return payload
+        tokens = payload.get("tokens")
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in tokens
+        ):
+            return vllm_errors.bad_answer(self.root_url, "/tokenize answered without token ids")
+        limit = payload.get("max_model_len")
         return ChatTokens(tokens=tokens, max_model_len=limit if isinstance(limit, int) else None)
 
     async def detokenize(self, tokens: Sequence[int], *, model: str) -> str | Unavailable:
@@ -84,69 +113,66 @@ class VllmRoutes:
         Raises:
             VllmRequestError: vLLM refused the ids.
         """
-        reply = await self._post("/detokenize", {"model": model, "tokens": list(tokens)})
-        if isinstance(reply, Unavailable):
-            return reply
-        return str(reply.get("prompt", ""))
+        payload = await self._post_json("/detokenize", {"model": model, "tokens": list(tokens)})
+        if isinstance(payload, Unavailable):
+            return payload
+        return str(payload.get("prompt", ""))
 
     async def version(self) -> str | Unavailable:
         """The server's version string (`GET /version`)."""
         try:
-            reply = await self._http.get(self.root_url + "/version")
+            with anyio.fail_after(self.timeout_s):
+                reply = await self._http.get(self.root_url + "/version")
+        except TimeoutError:
+            return vllm_errors.timed_out(self.root_url, self.timeout_s)
         except httpx2.HTTPError as exc:
-            return self._down(exc)
-        if reply.status_code != 200:
-            return Unavailable(
-                f"vLLM at {self.root_url} answered HTTP {reply.status_code} on /version",
-                status=reply.status_code,
-            )
-        try:
-            payload = reply.json()
-        except ValueError:
-            return Unavailable(f"vLLM at {self.root_url} sent an unexpected /version answer")
-        return str(payload.get("version") if isinstance(payload, dict) else payload)
+            return vllm_errors.from_transport(exc, self.root_url, self.timeout_s)
+        payload = vllm_errors.json_object(reply, self.root_url, "/version")
+        if isinstance(payload, Unavailable):
+            return payload
+        return str(payload.get("version"))
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
-        try:
-            reply = await self._http.post(self.root_url + path, json=body)
-        except httpx2.HTTPError as exc:
-            return self._down(exc)
-        if reply.status_code in (401, 403):
-            return Unavailable(
-                f"vLLM at {self.root_url} refused the API key (HTTP {reply.status_code}); set "
-                "VLLM_API_KEY to the key the server was started with",
-                status=reply.status_code,
-            )
-        if 400 <= reply.status_code < 500:
-            raise VllmRequestError(
-                f"vLLM refused {path} (HTTP {reply.status_code}): {_message(reply)}",
-                status=reply.status_code,
-            )
+    async def reset_prefix_cache(self) -> PrefixCacheReset | Unavailable:
+        """Drop every cached prefix block (`POST /reset_prefix_cache`, a dev-mode route)."""
+        reply = await self._post("/reset_prefix_cache", None)
+        if isinstance(reply, Unavailable):
+            return reply
+        if reply.status_code == 404:
+            return PrefixCacheReset(reset=False, dev_mode=False, reason=NO_DEV_MODE)
         if reply.status_code != 200:
-            return Unavailable(
-                f"vLLM at {self.root_url} answered HTTP {reply.status_code} on {path}",
+            message = vllm_errors.response_message(reply)
+            return vllm_errors.bad_answer(
+                self.root_url,
+                f"HTTP {reply.status_code} to reset_prefix_cache: {message}",
                 status=reply.status_code,
             )
-        try:
-            payload = reply.json()
-        except ValueError:
-            payload = None
-        if not isinstance(payload, dict):
-            return Unavailable(f"vLLM at {self.root_url} sent an unexpected {path} answer")
-        return payload
-
-    def _down(self, exc: Exception) -> Unavailable:
-        return Unavailable(
-            f"vLLM not reachable at {self.root_url} ({type(exc).__name__}); start it with "
-            "vllm_start or check VLLM_BASE_URL"
+        success = True
+        if reply.content:  # older vLLM answers 200 with no body
+            payload = vllm_errors.json_object(reply, self.root_url, "/reset_prefix_cache")
+            if isinstance(payload, Unavailable):
+                return payload
+            success = payload.get("success") is not False
+        return PrefixCacheReset(
+            reset=success,
+            dev_mode=True,
+            reason=None if success else "vLLM refused to reset (requests were still running?)",
         )
 
+    async def _post(
+        self, path: str, body: dict[str, object] | None
+    ) -> httpx2.Response | Unavailable:
+        try:
+            with anyio.fail_after(self.timeout_s):
+                return await self._http.post(self.root_url + path, json=body)
+        except TimeoutError:
+            return vllm_errors.timed_out(self.root_url, self.timeout_s)
+        except httpx2.HTTPError as exc:
+            return vllm_errors.from_transport(exc, self.root_url, self.timeout_s)
 
-def _message(reply: httpx2.Response) -> str:
-    try:
-        payload = reply.json()
-    except ValueError:
-        return reply.text[:300]
-    error = payload.get("error", payload) if isinstance(payload, dict) else payload
-    message = error.get("message") if isinstance(error, dict) else error
-    return str(message)[:300]
+    async def _post_json(
+        self, path: str, body: dict[str, object]
+    ) -> dict[str, object] | Unavailable:
+        reply = await self._post(path, body)
+        if isinstance(reply, Unavailable):
+            return reply
+        return vllm_errors.json_object(reply, self.root_url, path)

@@ -7,13 +7,29 @@ a part inside a bundle never gets them, so the count of the empty text is subtra
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.errors import VllmRequestError
+
+if TYPE_CHECKING:
+    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 
 CONCURRENCY = 8
+
+
+async def token_counter_for(
+    client: VllmClient, model: str | None
+) -> VllmTokenCounter | Unavailable:
+    """The tokenizer of `model` (or of the server's only model), or why it cannot be had.
+
+    Raises:
+        VllmRequestError: no model given and the server serves several.
+    """
+    chosen = await client.resolve_model(model)
+    return chosen if isinstance(chosen, Unavailable) else VllmTokenCounter(client, chosen)
 
 
 class VllmTokenCounter:

@@ -2,7 +2,7 @@
 
 Keys travel raw in the request target (`/kv/<key>`): the engine never percent-decodes, so a key is
 valid only when every byte survives verbatim. Rules as observed on engine 2.27.7
-(shared/reference/engine-kv-contract.md §5).
+(docs/kv-store.md, "Key rules").
 """
 
 from __future__ import annotations

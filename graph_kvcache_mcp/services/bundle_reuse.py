@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -33,14 +30,16 @@ from graph_kvcache_mcp.domain.bundle import (
 from graph_kvcache_mcp.domain.bundle.synthetic import QUERY, synthetic_evidence
 from graph_kvcache_mcp.domain.latency import percentile
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel, delta
+from graph_kvcache_mcp.domain.vllm_chat import ChatResult, MetricsWindow
+
+if TYPE_CHECKING:  # the client (and openai) load on the first call, not with the server
+    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 
 Progress = Callable[[int, int, str], Awaitable[None]]
 """(calls done, calls in total, message)."""
 
 COLD_QUESTION = "Which findings describe how whole blocks are reused? Answer in one line."
 WARM_QUESTION = "Which findings contradict each other? Answer in one line."
-SETTLE_S = 5.0  # vLLM publishes a request's stats a moment after it answers
 _AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -145,7 +144,7 @@ async def measure_bundle_reuse(
     if isinstance(chosen, Unavailable):
         return ReuseReport(reachable=False, reason=chosen.reason, nonce=nonce)
     # One throwaway call first, so one-time costs do not land on the first cold call.
-    warm_up = [{"role": "user", "content": f"warm-up {nonce}"}]
+    warm_up = [ChatMessage(role="user", content=f"warm-up {nonce}")]
     first = await client.chat(warm_up, model=chosen, max_tokens=1)
     if isinstance(first, Unavailable):
         return ReuseReport(reachable=False, reason=first.reason, model=chosen, nonce=nonce)
@@ -171,7 +170,8 @@ async def measure_bundle_reuse(
                     calls=calls,
                 )
             result, window = measured
-            block_size = block_size or window.block_size
+            exclusive = window is not None and window.exclusive_to(result.trace.prompt_tokens)
+            block_size = block_size or (window.block_size if window else None)
             usage = result.trace.prefix_cache_hit_tokens
             calls.append(
                 ReuseCall(
@@ -181,9 +181,9 @@ async def measure_bundle_reuse(
                     prompt_tokens=result.trace.prompt_tokens,
                     hit_tokens_usage=usage,
                     cached_tokens_source=result.trace.cached_tokens_source,
-                    hit_tokens_metrics=window.hits,
-                    queries_tokens_metrics=window.queries,
-                    metrics_exclusive=window.exclusive,
+                    hit_tokens_metrics=window.hits if window else None,
+                    queries_tokens_metrics=window.queries if window else None,
+                    metrics_exclusive=exclusive,
                     whole_blocks=_whole_blocks(usage, block_size),
                 )
             )
@@ -199,68 +199,23 @@ async def measure_bundle_reuse(
     )
 
 
-@dataclass(frozen=True)
-class _Window:
-    """What /metrics saw around one call."""
-
-    block_size: int | None = None
-    hits: int | None = None
-    queries: int | None = None
-    exclusive: bool = False
-
-
 async def _measured_call(
     client: VllmClient, model: str, messages: Sequence[ChatMessage], max_tokens: int
-) -> tuple[ChatResult, _Window] | Unavailable:
-    """The call, and the hits/queries deltas of a metrics window around it alone."""
-    before = await _snapshot(client, model)
-    result = await client.chat(
-        [message.model_dump() for message in messages], model=model, max_tokens=max_tokens
-    )
+) -> tuple[ChatResult, MetricsWindow | None] | Unavailable:
+    """The call, and what /metrics saw around it (None when /metrics could not be read)."""
+    before = await client.meter.snapshot(model)
+    result = await client.chat(messages, model=model, max_tokens=max_tokens)
     if isinstance(result, Unavailable):
         return result
-    after = None
-    if before is not None:
-        after = await _settled(client, model, before, result.trace.prompt_tokens)
-    if before is None or after is None:
-        return result, _Window()
-    moved = delta(before, after)
-    return result, _Window(
-        block_size=after.cache_config.block_size if after.cache_config else None,
-        hits=moved.prefix_cache_hits_tokens,
-        queries=moved.prefix_cache_queries_tokens,
-        exclusive=moved.prompt_tokens == result.trace.prompt_tokens,
-    )
+    if before is None:
+        return result, None
+    return result, await client.meter.window(model, before, result.trace.prompt_tokens)
 
 
 def _whole_blocks(tokens: int | None, block_size: int | None) -> bool | None:
     if tokens is None or not block_size:
         return None
     return tokens % block_size == 0
-
-
-async def _snapshot(client: VllmClient, model: str) -> MetricsSnapshot | None:
-    try:
-        snapshot = await client.metrics.snapshot(model)
-    except UnknownModel:
-        return None
-    return None if isinstance(snapshot, Unavailable) else snapshot
-
-
-async def _settled(
-    client: VllmClient, model: str, before: MetricsSnapshot, prompt_tokens: int
-) -> MetricsSnapshot | None:
-    """The first snapshot that counts this call's prompt tokens; the last one seen on timeout."""
-    after: MetricsSnapshot | None = None
-    with anyio.move_on_after(SETTLE_S):
-        while True:
-            after = await _snapshot(client, model)
-            if after is None or after.prompt_tokens is None or before.prompt_tokens is None:
-                break
-            if after.prompt_tokens - before.prompt_tokens >= prompt_tokens:
-                break
-            await anyio.sleep(0.02)
-    return after
 
 
 def summarize_reuse(

@@ -14,14 +14,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_http import KvClient
-from graph_kvcache_mcp.connectors.vllm_openai import DEFAULT_MAX_TOKENS, VllmClient
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -39,7 +38,11 @@ from graph_kvcache_mcp.domain.bundle import (
 )
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.domain.traces import Trace
+from graph_kvcache_mcp.domain.vllm_chat import DEFAULT_MAX_TOKENS
 from graph_kvcache_mcp.errors import InvalidValue, describe_validation
+
+if TYPE_CHECKING:  # the vLLM client (and openai) load on first use, not with the server
+    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 
 CacheState = Literal["hit", "miss", "unavailable", "off"]
 
@@ -327,14 +330,17 @@ async def bundle_chat(
     """Render `bundle` for this turn and send it to vLLM; the Trace says what was cached.
 
     Raises:
-        ValueError: history holds a system message.
+        InvalidValue: history holds a system message (the bundle's comes first).
         VllmRequestError: vLLM refused the request (unknown model, prompt too long, ...).
     """
-    messages = bundle.as_prompt_messages(
-        turn_text, system_preamble=system_preamble, history=history
-    )
+    try:
+        messages = bundle.as_prompt_messages(
+            turn_text, system_preamble=system_preamble, history=history
+        )
+    except ValueError as exc:  # only the render's own check; vLLM's refusals are not caught here
+        raise InvalidValue(str(exc)) from None
     result = await client.chat(
-        [message.model_dump() for message in messages],
+        messages,
         model=model,
         max_tokens=max_tokens,
         stream=stream,

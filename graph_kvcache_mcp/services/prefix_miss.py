@@ -9,12 +9,12 @@ the other, and the cached tokens vLLM reports stand next to the prediction. Shar
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 from graph_kvcache_mcp.connectors.vllm_routes import ChatTokens
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.prefix_diff import (
     Cause,
@@ -26,7 +26,10 @@ from graph_kvcache_mcp.domain.prefix_diff import (
     predicted_cached_tokens,
     role_at,
 )
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, describe_validation
+
+if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
 
 EXCERPT_BEFORE, EXCERPT_AFTER = 6, 10  # tokens decoded around the divergence
 VERIFY_MAX_TOKENS = 1
@@ -256,9 +259,7 @@ async def _verify(
     cached: list[int | None] = []
     source = "unavailable"
     for messages in (first, second):
-        result = await client.chat(
-            cast(list[dict[str, str]], messages), model=model, max_tokens=VERIFY_MAX_TOKENS
-        )
+        result = await client.chat(sendable(messages), model=model, max_tokens=VERIFY_MAX_TOKENS)
         if isinstance(result, Unavailable):
             return result
         cached.append(result.trace.prefix_cache_hit_tokens)
@@ -283,3 +284,18 @@ def _extras(request: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: request[k] for k in ("tools", "chat_template", "chat_template_kwargs") if k in request
     }
+
+
+def sendable(messages: list[dict[str, Any]]) -> list[ChatMessage]:
+    """The messages as the chat client sends them (plain text turns).
+
+    Raises:
+        ConfigError: a message the chat client cannot send (another role, non-text content).
+    """
+    try:
+        return [ChatMessage.model_validate(message) for message in messages]
+    except ValidationError as exc:
+        raise ConfigError(
+            "verify sends the requests as plain system/user/assistant text messages; "
+            f"{describe_validation(exc, whole='messages')}: drop verify or simplify the messages"
+        ) from None

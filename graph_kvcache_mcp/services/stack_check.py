@@ -7,6 +7,8 @@ probe call (one token) to see whether its usage carries prompt_tokens_details. S
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
@@ -15,8 +17,7 @@ from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target, sync_client_
 from graph_kvcache_mcp.connectors.lmcache_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.managed_runtime import managed_vllm_runtime
 from graph_kvcache_mcp.connectors.vllm_metrics import server_root
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.stack_findings import (
@@ -27,8 +28,12 @@ from graph_kvcache_mcp.domain.stack_findings import (
     stack_findings,
 )
 from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel, count_preemptions, parse_snapshot
+from graph_kvcache_mcp.errors import VllmRequestError
 
-PROBE = [{"role": "user", "content": "ping"}]
+if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+
+PROBE = [ChatMessage(role="user", content="ping")]
 
 
 async def check_stack(
@@ -110,10 +115,7 @@ async def vllm_facts(
     details = (
         None if isinstance(probe, Unavailable) else probe.trace.cached_tokens_source == "usage"
     )
-    async with VllmRoutes(
-        target, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
-    ) as routes:
-        version = await routes.version()
+    version = await client.routes.version()
     runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
     if runtime is not None and server_root(runtime.base_url) != client.root_url:
         runtime = None  # the managed server is another one than the one checked

@@ -22,6 +22,11 @@ WRITES_IDEMPOTENT = ToolAnnotations(
 STARTS_PROCESS = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
+# A model call stores nothing of ours, but every call is a new generation (and warms vLLM's prefix
+# cache), so a repeat is not a no-op.
+CALLS_MODEL = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 STOPS_PROCESS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )

@@ -5,16 +5,15 @@ Thin adapters over services/bundles.py; the CLI (`graph-kvcache-mcp bundle ...`)
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient, VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
+from graph_kvcache_mcp.connectors.vllm_tokens import token_counter_for
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -25,7 +24,7 @@ from graph_kvcache_mcp.domain.bundle import (
 from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
+from graph_kvcache_mcp.errors import InvalidKey, InvalidValue, VllmRequestError
 from graph_kvcache_mcp.services import bundles as bundle_service
 from graph_kvcache_mcp.services.bundle_reuse import ReuseReport, measure_bundle_reuse
 from graph_kvcache_mcp.services.bundle_views import (
@@ -34,13 +33,13 @@ from graph_kvcache_mcp.services.bundle_views import (
     BundleRenderOut,
 )
 from graph_kvcache_mcp.services.bundles import (
-    ExactTokenCounter,
     compile_cached,
     load_bundle,
     make_request,
     secret_of,
 )
 from graph_kvcache_mcp.tools._common import (
+    CALLS_MODEL,
     READ_ONLY,
     WRITES_IDEMPOTENT,
     ToolSpec,
@@ -49,11 +48,6 @@ from graph_kvcache_mcp.tools._common import (
 )
 
 TOOLSET = "bundle"
-
-# Calls to vLLM store nothing of ours; they only warm vLLM's own prefix cache.
-CALLS_MODEL = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-)
 
 Key = Annotated[
     str,
@@ -73,17 +67,6 @@ Model = Annotated[
     Field(description="Served model (default: VLLM_MODEL, else the only one)."),
 ]
 TokenCounterChoice = Literal["auto", "estimate", "vllm"]
-
-
-async def exact_counter(client: VllmClient, model: str | None) -> ExactTokenCounter | Unavailable:
-    """vLLM's tokenizer for `model` (or the only served model), or why it cannot be had."""
-    try:
-        chosen = await client.resolve_model(model)
-    except VllmRequestError as exc:
-        raise ToolError(f"{exc}") from exc
-    if isinstance(chosen, Unavailable):
-        return chosen
-    return VllmTokenCounter(client, chosen)
 
 
 async def bundle_compile(
@@ -146,16 +129,21 @@ async def bundle_compile(
     exact_wanted = token_counter == "vllm" or (
         token_counter == "auto" and state.settings.vllm_model is not None
     )
-    exact = None
-    if exact_wanted:
-        exact = await exact_counter(await state.vllm.client(), state.settings.vllm_model)
-    result = await compile_cached(
-        request,
-        kv=await state.kv.connect(),
-        exact=exact,
-        secret=secret_of(state.settings),
-        counters=state.bundles,
-    )
+    async with AsyncExitStack() as stack:
+        exact = None
+        if exact_wanted:
+            client = await stack.enter_async_context(state.vllm.borrowed())
+            try:
+                exact = await token_counter_for(client, state.settings.vllm_model)
+            except VllmRequestError as exc:
+                raise ToolError(str(exc)) from exc
+        result = await compile_cached(
+            request,
+            kv=await state.kv.connect(),
+            exact=exact,
+            secret=secret_of(state.settings),
+            counters=state.bundles,
+        )
     return BundleCompileOut.from_result(result, include_text=include_text)
 
 
@@ -216,18 +204,19 @@ async def bundle_chat(
         return BundleChatOut.from_render(bundle)
     access = state_of(ctx).vllm
     try:
-        chat = await bundle_service.bundle_chat(
-            await access.client(),
-            bundle,
-            turn_text,
-            model=model or access.settings.vllm_model,
-            system_preamble=system_preamble,
-            history=history,
-            max_tokens=max_tokens,
-        )
+        async with access.borrowed() as client:
+            chat = await bundle_service.bundle_chat(
+                client,
+                bundle,
+                turn_text,
+                model=model or access.settings.vllm_model,
+                system_preamble=system_preamble,
+                history=history,
+                max_tokens=max_tokens,
+            )
     except VllmRequestError as exc:
         raise ToolError(f"{exc}; check the model name and the bundle's size") from exc
-    except ValueError as exc:
+    except InvalidValue as exc:  # the history's own problem, never vLLM's
         raise ToolError(f"{exc}; drop system messages from history") from exc
     if isinstance(chat, Unavailable):
         return BundleChatOut.vllm_down(key, chat)
@@ -259,15 +248,16 @@ async def bundle_reuse_measure(
 
     access = state_of(ctx).vllm
     try:
-        return await measure_bundle_reuse(
-            await access.client(),
-            model=model or access.settings.vllm_model,
-            bundles=bundles,
-            items=items_per_bundle,
-            token_budget=token_budget,
-            max_tokens=max_tokens,
-            progress=progress,
-        )
+        async with access.borrowed() as client:
+            return await measure_bundle_reuse(
+                client,
+                model=model or access.settings.vllm_model,
+                bundles=bundles,
+                items=items_per_bundle,
+                token_budget=token_budget,
+                max_tokens=max_tokens,
+                progress=progress,
+            )
     except VllmRequestError as exc:
         raise ToolError(f"{exc}; try a smaller token_budget or name the model") from exc
 

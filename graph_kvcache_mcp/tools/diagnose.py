@@ -10,11 +10,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
 from graph_kvcache_mcp.domain.kv_budget import KvBudget
 from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
 from graph_kvcache_mcp.services.stack_check import check_stack
@@ -44,14 +42,11 @@ async def diagnose_miss(
     verify=true sends both and reports vLLM's cached_tokens. reachable=false: vLLM is down."""
     access = state_of(ctx).vllm
     settings = access.settings
-    client = await access.client()
     try:
-        async with VllmRoutes(
-            access.base_url, api_key=settings.vllm_api_key, timeout_s=settings.vllm_timeout_s
-        ) as tokenizer:
+        async with access.borrowed() as client:
             return await explain_miss(
                 client,
-                tokenizer,
+                client.routes,
                 first,
                 second,
                 model=model or settings.vllm_model,
@@ -76,13 +71,14 @@ async def diagnose_stack(
     component, evidence, fix} and what was checked. Starts nothing. Fix errors first."""
     state = state_of(ctx)
     try:
-        return await check_stack(
-            state.settings,
-            await state.vllm.client(),
-            model=model,
-            lmcache_url=lmcache_url,
-            shared_prefix_tokens=shared_prefix_tokens,
-        )
+        async with state.vllm.borrowed() as client:
+            return await check_stack(
+                state.settings,
+                client,
+                model=model,
+                lmcache_url=lmcache_url,
+                shared_prefix_tokens=shared_prefix_tokens,
+            )
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call diagnose_stack again.") from None
 

@@ -11,29 +11,30 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from graph_kvcache_mcp.connectors.trace_log import read_traces
-from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
-from graph_kvcache_mcp.connectors.vllm_process import (
-    Progress,
-    VllmLogs,
-    VllmStatus,
-    VllmStopResult,
-)
-from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
+from graph_kvcache_mcp.connectors.vllm_process import Progress, VllmLogs, VllmStopResult
+from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
 from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
-from graph_kvcache_mcp.domain.vllm_metrics import (
-    MetricsDelta,
-    MetricsSnapshot,
-    UnknownModel,
-    delta,
+from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel
+from graph_kvcache_mcp.errors import (
+    ConfigError,
+    FileRefused,
+    InvalidValue,
+    VllmProcessError,
+    VllmRequestError,
 )
-from graph_kvcache_mcp.errors import ConfigError, FileRefused, InvalidValue, VllmProcessError
+from graph_kvcache_mcp.services import vllm as vllm_service
+from graph_kvcache_mcp.services.vllm_views import (
+    VllmChatOut,
+    VllmMetricsOut,
+    VllmResetOut,
+    VllmStatusOut,
+    VllmTraceSummaryOut,
+)
 from graph_kvcache_mcp.tools._common import (
+    CALLS_MODEL,
     READ_ONLY,
-    STARTS_PROCESS,
     STOPS_PROCESS,
     ToolSpec,
     register_all,
@@ -47,69 +48,20 @@ TOOLSET = "vllm"
 RESETS_CACHE = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
-MAX_BAD_LINES_SHOWN = 50
+# vllm_start accepts a hub id, which vLLM then downloads: it may reach beyond this machine.
+STARTS_DOWNLOADING = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
 
 Model = Annotated[
     str | None,
-    Field(description="Served model (default: VLLM_MODEL, else the only one)."),
+    Field(description="Served model name; default: VLLM_MODEL, else the server's only model."),
 ]
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
     content: str
-
-
-class VllmChatOut(BaseModel):
-    """One call's answer and its cache accounting."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reachable: bool
-    base_url: str
-    answer: str | None = None
-    trace: Trace | None = Field(None, description="Tokens, cache hits and their source, latency.")
-    reason: str | None = Field(None, description="Why vLLM could not answer.")
-
-
-class VllmMetricsOut(BaseModel):
-    """A /metrics snapshot, or what moved since an earlier one."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reachable: bool
-    metrics_url: str
-    snapshot: MetricsSnapshot | None = None
-    delta: MetricsDelta | None = Field(None, description="Present when `since` was given.")
-    snapshot_id: str | None = Field(
-        None, description="Pass as `since` to a later vllm_metrics call to get `delta`."
-    )
-    reason: str | None = None
-
-
-class VllmStatusOut(VllmStatus):
-    tools_base_url: str = Field(description="Where vllm_chat and vllm_metrics send requests now.")
-
-
-class VllmResetOut(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    reachable: bool
-    reset: bool = False
-    dev_mode: bool | None = None
-    reason: str | None = None
-
-
-class VllmTraceSummaryOut(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    source: Literal["file", "session"]
-    path: str | None = None
-    summary: TraceSummary
-    bad_line_count: int = 0
-    bad_lines: list[int] = Field(
-        default_factory=list, description=f"First {MAX_BAD_LINES_SHOWN} lines that were not traces."
-    )
 
 
 async def vllm_chat(
@@ -129,24 +81,25 @@ async def vllm_chat(
     prefix_cache_hit_tokens served from vLLM's prefix cache and their cached_tokens_source, null =
     unknown; latency; TTFT when streamed)."""
     access = state_of(ctx).vllm
-    conversation = _conversation(message, system, messages)
-    client = await access.client()
     try:
-        result = await client.chat(
-            conversation,
-            model=model or access.settings.vllm_model,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=stream,
-        )
+        turns = None if messages is None else [Turn(**m.model_dump()) for m in messages]
+        conversation = vllm_service.conversation(message, system, turns)
+        async with access.borrowed() as client:
+            out = await vllm_service.chat(
+                client,
+                conversation,
+                model=model or access.settings.vllm_model,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stream=stream,
+            )
+    except InvalidValue as exc:
+        raise ToolError(str(exc)) from exc
     except VllmRequestError as exc:
         raise ToolError(f"{exc}. Fix the request and call vllm_chat again.") from exc
-    if isinstance(result, Unavailable):
-        return VllmChatOut(reachable=False, base_url=client.base_url, reason=result.reason)
-    access.traces.append(result.trace)
-    return VllmChatOut(
-        reachable=True, base_url=client.base_url, answer=result.answer, trace=result.trace
-    )
+    if out.trace is not None:
+        access.traces.append(out.trace)
+    return out
 
 
 async def vllm_metrics(
@@ -163,22 +116,14 @@ async def vllm_metrics(
     state = state_of(ctx)
     before = None if since is None else snapshot_since(state.vllm_snapshots, since, "vllm_metrics")
     access = state.vllm
-    client = await access.client()
     try:
-        snapshot = await client.metrics.snapshot(model or access.settings.vllm_model)
+        async with access.borrowed() as client:
+            out = await vllm_service.metrics(client, model or access.settings.vllm_model, before)
     except UnknownModel as exc:
         raise ToolError(f"{exc}. Call vllm_metrics again with one of those models.") from exc
-    url = client.metrics.metrics_url
-    if isinstance(snapshot, Unavailable):
-        return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
-    window = delta(before, snapshot) if before is not None else None
-    return VllmMetricsOut(
-        reachable=True,
-        metrics_url=url,
-        snapshot=snapshot,
-        delta=window,
-        snapshot_id=state.vllm_snapshots.keep(snapshot),
-    )
+    if out.snapshot is None:
+        return out
+    return out.model_copy(update={"snapshot_id": state.vllm_snapshots.keep(out.snapshot)})
 
 
 async def vllm_start(
@@ -227,19 +172,20 @@ async def vllm_start(
             dev_mode=dev_mode,
             extra_args=tuple(extra_args or ()),
         )
-        status = await anyio.to_thread.run_sync(
+        out = await anyio.to_thread.run_sync(
             partial(
-                access.managed.start,
+                vllm_service.start,
+                access.managed,
                 launch,
                 ready_timeout_s=ready_timeout_s,
                 progress=_progress_reporter(ctx),
+                calls_base_url=access.base_url,
             )
         )
     except (VllmProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
-    if status.base_url is not None:
-        await access.use(status.base_url)
-    return VllmStatusOut(**status.model_dump(), tools_base_url=access.base_url)
+    await access.use(out.tools_base_url)
+    return out
 
 
 async def vllm_stop(
@@ -249,15 +195,18 @@ async def vllm_stop(
     """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never one it
     did not start. Its prefix cache is lost."""
     managed = state_of(ctx).vllm.managed
-    return await anyio.to_thread.run_sync(partial(managed.stop, term_wait_s=wait_s))
+    return await anyio.to_thread.run_sync(partial(vllm_service.stop, managed, wait_s=wait_s))
 
 
 async def vllm_status(ctx: Context[Any]) -> VllmStatusOut:
     """The managed vLLM (pid, port, model, notes, uptime, log) and whether it answers;
     else whether anything answers on the configured port."""
     access = state_of(ctx).vllm
-    status = await anyio.to_thread.run_sync(partial(access.managed.status, port=access.port))
-    return VllmStatusOut(**status.model_dump(), tools_base_url=access.base_url)
+    return await anyio.to_thread.run_sync(
+        partial(
+            vllm_service.status, access.managed, port=access.port, tools_base_url=access.base_url
+        )
+    )
 
 
 async def vllm_logs(
@@ -266,19 +215,14 @@ async def vllm_logs(
 ) -> VllmLogs:
     """The last lines of the managed vLLM's log (why it failed to start)."""
     managed = state_of(ctx).vllm.managed
-    return await anyio.to_thread.run_sync(partial(managed.logs, lines))
+    return await anyio.to_thread.run_sync(partial(vllm_service.logs, managed, lines=lines))
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
     """Drop vLLM's whole prefix cache so the next call is cold. Needs vllm_start
     dev_mode=true; otherwise reset=false with the reason."""
-    client = await state_of(ctx).vllm.client()
-    result = await client.reset_prefix_cache()
-    if isinstance(result, Unavailable):
-        return VllmResetOut(reachable=False, reason=result.reason)
-    return VllmResetOut(
-        reachable=True, reset=result.reset, dev_mode=result.dev_mode, reason=result.reason
-    )
+    async with state_of(ctx).vllm.borrowed() as client:
+        return await vllm_service.reset_prefix_cache(client)
 
 
 async def vllm_trace_summary(
@@ -295,34 +239,14 @@ async def vllm_trace_summary(
     estimated prefill seconds saved, counts per cached-token source, p50/p95 latency."""
     access = state_of(ctx).vllm
     if path is None:
-        return VllmTraceSummaryOut(source="session", summary=summarize(list(access.traces)))
+        return vllm_service.session_summary(access.traces)
     resolved = await path_inside_roots(ctx, path, param="path")
     try:
-        found = await anyio.to_thread.run_sync(read_traces, resolved)
+        return await anyio.to_thread.run_sync(vllm_service.file_summary, resolved)
     except FileRefused as exc:
         raise ToolError(f"no trace file at {path}: {exc}; give a JSONL trace file") from None
     except (OSError, InvalidValue) as exc:
         raise ToolError(f"cannot read {path}: {exc}") from exc
-    return VllmTraceSummaryOut(
-        source="file",
-        path=found.path,
-        summary=summarize(found.traces),
-        bad_line_count=len(found.bad_lines),
-        bad_lines=found.bad_lines[:MAX_BAD_LINES_SHOWN],
-    )
-
-
-def _conversation(
-    message: str | None, system: str | None, messages: list[ChatMessage] | None
-) -> list[dict[str, str]]:
-    if messages is not None and (message is not None or system is not None):
-        raise ToolError("give either `messages`, or `message` (with an optional `system`)")
-    if messages:
-        return [turn.model_dump() for turn in messages]
-    if not message:
-        raise ToolError("nothing to send: give `message` (the user turn) or `messages`")
-    turns = [{"role": "system", "content": system}] if system else []
-    return [*turns, {"role": "user", "content": message}]
 
 
 def _progress_reporter(ctx: Context[Any]) -> Progress:
@@ -341,12 +265,12 @@ def _progress_reporter(ctx: Context[Any]) -> Progress:
 
 
 SPECS = (
-    ToolSpec(vllm_chat, "Chat with vLLM (with cache accounting)", READ_ONLY),
+    ToolSpec(vllm_chat, "Chat with vLLM (with cache accounting)", CALLS_MODEL),
     ToolSpec(vllm_metrics, "vLLM prefix-cache metrics", READ_ONLY),
     ToolSpec(vllm_status, "Managed vLLM status", READ_ONLY),
     ToolSpec(vllm_logs, "Managed vLLM log tail", READ_ONLY),
     ToolSpec(vllm_trace_summary, "Summarize vLLM call traces", READ_ONLY),
-    ToolSpec(vllm_start, "Start (or reuse) a vLLM server", STARTS_PROCESS),
+    ToolSpec(vllm_start, "Start (or reuse) a vLLM server", STARTS_DOWNLOADING),
     ToolSpec(vllm_stop, "Stop the managed vLLM server", STOPS_PROCESS),
     ToolSpec(vllm_reset_prefix_cache, "Reset vLLM's prefix cache", RESETS_CACHE),
 )

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.domain.endpoints import ENABLE_WORDS
 from graph_kvcache_mcp.errors import ConfigError
 
 
@@ -166,3 +167,22 @@ def test_vllm_settings_come_from_their_variables_and_blanks_mean_unset() -> None
     assert settings.vllm_api_key.get_secret_value() == "sk-local"
     assert settings.vllm_model == "tiny-llama"
     assert (blank.vllm_model, blank.vllm_api_key) == (None, None)
+
+
+def test_vllm_timeout_is_read_from_the_environment_and_checked() -> None:
+    assert Settings.from_env({}).vllm_timeout_s == 120.0
+    assert Settings.from_env({"GRAPH_KVCACHE_VLLM_TIMEOUT_S": "7.5"}).vllm_timeout_s == 7.5
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_VLLM_TIMEOUT_S"):
+        Settings.from_env({"GRAPH_KVCACHE_VLLM_TIMEOUT_S": "soon"})
+    with pytest.raises(ConfigError, match="vllm_timeout_s"):
+        Settings.from_env({"GRAPH_KVCACHE_VLLM_TIMEOUT_S": "0"})
+
+
+@pytest.mark.parametrize("word", sorted(ENABLE_WORDS))
+def test_every_enable_word_of_the_engine_turns_a_setting_on(word: str) -> None:
+    assert Settings.from_env({"GRAPH_KVCACHE_READ_ONLY": word.upper()}).read_only is True
+
+
+@pytest.mark.parametrize("word", ["0", "false", "no", "off", "disabled", ""])
+def test_the_off_words_turn_a_setting_off(word: str) -> None:
+    assert Settings.from_env({"GRAPH_KVCACHE_READ_ONLY": word}).read_only is False

@@ -6,17 +6,23 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult
-from graph_kvcache_mcp.connectors.vllm_process import VllmStatus
-from graph_kvcache_mcp.domain.traces import TraceSummary
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot
+from graph_kvcache_mcp.services.vllm_views import (
+    VllmChatOut,
+    VllmMetricsOut,
+    VllmStatusOut,
+    VllmTraceSummaryOut,
+)
+from tests.support.peers import garbage_peer, slow_peer
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
+from tests.support.vllm_peers import failing_vllm_peer, proxy_page_peer
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -38,10 +44,10 @@ def test_chat_twice_with_a_system_file_then_summarize_the_trace_file(
     code1, out1, _ = run(capsys, "vllm", "chat", "--message", "one", "--json", *common)
     code2, out2, err2 = run(capsys, "vllm", "chat", "--message", "two", *common)
     code3, out3, _ = run(capsys, "vllm", "summary", str(traces), "--json")
-    first = ChatResult.model_validate_json(out1)
-    summary = TraceSummary.model_validate_json(out3)
+    first = VllmChatOut.model_validate_json(out1)
+    summary = VllmTraceSummaryOut.model_validate_json(out3).summary
     assert (code1, code2, code3) == (0, 0, 0)
-    assert first.trace.prefix_cache_hit_tokens == 0
+    assert first.trace is not None and first.trace.prefix_cache_hit_tokens == 0
     assert out2.strip() != "" and "prompt tokens from the prefix cache (usage)" in err2
     assert len(traces.read_text().splitlines()) == 2
     assert summary.calls == 2 and summary.total_tokens_saved > 0
@@ -58,9 +64,10 @@ def test_metrics_status_and_logs_print_json_or_a_table(
     code2, out2, _ = run(capsys, "vllm", "metrics", *url)
     code3, out3, _ = run(capsys, "vllm", "status", *url, *data, "--json")
     code4, out4, _ = run(capsys, "vllm", "logs", *data, "--lines", "5")
-    snapshot = MetricsSnapshot.model_validate_json(out1)
-    status = VllmStatus.model_validate_json(out3)
+    snapshot = VllmMetricsOut.model_validate_json(out1).snapshot
+    status = VllmStatusOut.model_validate_json(out3)
     assert (code1, code2, code3, code4) == (0, 0, 0, 0)
+    assert snapshot is not None
     assert snapshot.model_name == vllm_server.model and snapshot.prefix_cache_queries_tokens
     assert "prefix cache hits (tokens)" in out2 and "block size" in out2
     assert (status.managed_by_us, status.pid) == (True, vllm_server.pid)
@@ -81,9 +88,44 @@ def test_chat_with_vllm_down_exits_3_with_the_reason(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
-    code, out, err = run(capsys, "vllm", "chat", "--base-url", url, "--message", "hi", "--json")
-    assert (code, out) == (3, "")
-    assert "not reachable" in err
+    code, out, _ = run(capsys, "vllm", "chat", "--base-url", url, "--message", "hi", "--json")
+    printed = VllmChatOut.model_validate_json(out)
+    assert (code, printed.reachable) == (3, False)
+    assert printed.reason is not None and "not reachable" in printed.reason
+
+
+@pytest.mark.parametrize(
+    ("peer", "words"),
+    [
+        (lambda: slow_peer(hold_s=30), "did not answer within 0.5 s"),
+        (garbage_peer, "bad answer (not valid HTTP"),
+        (proxy_page_peer, "bad answer (not the shape of an OpenAI answer)"),
+        (lambda: failing_vllm_peer("EngineCore died"), "HTTP 500: EngineCore died"),
+    ],
+)
+def test_chat_against_a_vllm_that_cannot_answer_exits_3_with_what_happened(
+    peer: Callable[[], AbstractContextManager[str]],
+    words: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "0.5")
+    with peer() as url:
+        argv = ["--base-url", url, "--model", "m", "--message", "hi"]
+        code, out, _ = run(capsys, "vllm", "chat", *argv, "--json")
+        human_code, _, err = run(capsys, "vllm", "chat", *argv)
+    printed = VllmChatOut.model_validate_json(out)
+    assert (code, human_code, printed.reachable) == (3, 3, False)
+    assert printed.reason is not None and words in printed.reason
+    assert words in err
+
+
+def test_metrics_from_a_proxy_page_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    with proxy_page_peer() as url:
+        code, out, _ = run(capsys, "vllm", "metrics", "--base-url", url, "--json")
+    printed = VllmMetricsOut.model_validate_json(out)
+    assert (code, printed.reachable) == (3, False)
+    assert printed.reason is not None and "not a vLLM server" in printed.reason
 
 
 def test_start_on_a_held_port_exits_3_and_names_the_holder(

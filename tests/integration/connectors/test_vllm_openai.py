@@ -10,9 +10,12 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient, VllmRequestError
+from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm_chat import ChatResult
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.errors import VllmRequestError
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
 
 pytestmark = pytest.mark.vllm
@@ -24,8 +27,8 @@ def long_system_prompt() -> str:
     return f"Session {uuid.uuid4().hex}. {rules}"
 
 
-def conversation(system: str, question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+def conversation(system: str, question: str) -> list[ChatMessage]:
+    return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=question)]
 
 
 async def settled_snapshot(
@@ -150,3 +153,17 @@ async def test_the_api_key_never_shows_in_reprs_or_reasons() -> None:
         shown = [repr(client), repr(client.metrics), str(await client.metrics.snapshot())]
     assert isinstance(result, Unavailable)
     assert all(secret not in text for text in [*shown, result.reason])
+
+
+async def test_an_answer_slower_than_the_timeout_reads_as_timed_out_and_vllm_still_serves(
+    vllm_server: RunningVllm,
+) -> None:
+    messages = conversation(long_system_prompt(), "Tell a very long story.")
+    async with VllmClient(vllm_server.base_url, timeout_s=0.05, metrics_fallback=False) as hasty:
+        with anyio.fail_after(30):
+            slow = await hasty.chat(messages, model=vllm_server.model, max_tokens=2000)
+    async with vllm_server.client() as patient:
+        after = await patient.chat(conversation("s", "q"), max_tokens=1)
+    assert isinstance(slow, Unavailable)
+    assert "did not answer within 0.05 s (GRAPH_KVCACHE_VLLM_TIMEOUT_S)" in slow.reason
+    assert isinstance(after, ChatResult)

@@ -13,8 +13,9 @@ import pytest
 from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.process_identity import group_members, listener_pid, start_ticks
 from graph_kvcache_mcp.connectors.vllm_health import probe_server
-from graph_kvcache_mcp.connectors.vllm_openai import ChatResult
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.vllm_chat import ChatResult
 from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
 from graph_kvcache_mcp.errors import VllmProcessError
 from tests.support.vllm import BLOCK_SIZE, RunningVllm, VllmServers, fast_cpu_launch
@@ -49,8 +50,8 @@ def alive(pid: int) -> bool:
     ].split()[0] not in {"Z", "X"}
 
 
-def conversation(system: str, question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+def conversation(system: str, question: str) -> list[ChatMessage]:
+    return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=question)]
 
 
 def test_a_port_held_by_another_process_is_reported_and_never_signalled(

@@ -10,7 +10,6 @@ import pytest
 from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
-from graph_kvcache_mcp.connectors.vllm_routes import VllmRoutes
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.prefix_diff import CauseKind
 from graph_kvcache_mcp.services.prefix_miss import explain_miss
@@ -83,10 +82,8 @@ pytestmark = pytest.mark.vllm
 async def test_the_prediction_equals_the_cached_tokens_vllm_reports_for_every_cause(
     vllm_server: RunningVllm, kind: CauseKind, first: dict[str, Any], second: dict[str, Any]
 ) -> None:
-    async with (
-        vllm_server.client() as client,
-        VllmRoutes(vllm_server.base_url) as tokenizer,
-    ):
+    async with vllm_server.client() as client:
+        tokenizer = client.routes
         reset = await client.reset_prefix_cache()
         assert not isinstance(reset, Unavailable) and reset.reset, reset
         out = await explain_miss(client, tokenizer, first, second, verify=True)
@@ -106,10 +103,8 @@ async def test_the_prediction_equals_the_cached_tokens_vllm_reports_for_every_ca
 
 async def test_a_given_block_size_is_used_and_said_to_be_given(vllm_server: RunningVllm) -> None:
     first, second = CASES[5][1], CASES[5][2]
-    async with (
-        vllm_server.client() as client,
-        VllmRoutes(vllm_server.base_url) as tokenizer,
-    ):
+    async with vllm_server.client() as client:
+        tokenizer = client.routes
         out = await explain_miss(client, tokenizer, first, second, block_size=64)
     assert (out.block_size, out.block_size_source) == (64, "given")
     assert out.common_prefix_tokens is not None and out.second_tokens is not None
@@ -119,10 +114,8 @@ async def test_a_given_block_size_is_used_and_said_to_be_given(vllm_server: Runn
 
 async def test_an_unreachable_vllm_is_unavailable_with_its_reason() -> None:
     base_url = f"http://127.0.0.1:{free_port()}/v1"
-    async with (
-        VllmClient(base_url, timeout_s=5.0, max_retries=0) as client,
-        VllmRoutes(base_url, timeout_s=5.0) as tokenizer,
-    ):
+    async with VllmClient(base_url, timeout_s=5.0, max_retries=0) as client:
+        tokenizer = client.routes
         out = await explain_miss(client, tokenizer, CASES[0][1], CASES[0][2], model="m")
     assert not out.reachable and out.reason and "not reachable" in out.reason
     assert out.cause is None and out.predicted_cached_tokens is None
@@ -132,10 +125,8 @@ async def test_a_local_tokenizer_dir_gives_the_same_diagnosis_as_the_server(
     vllm_server: RunningVllm,
 ) -> None:
     local = LocalChatTokenizer(vllm_server.model_dir)
-    async with (
-        vllm_server.client() as client,
-        VllmRoutes(vllm_server.base_url) as routes,
-    ):
+    async with vllm_server.client() as client:
+        routes = client.routes
         for kind, first, second in CASES:
             served = await explain_miss(client, routes, first, second)
             offline = await explain_miss(None, local, first, second, block_size=BLOCK_SIZE)

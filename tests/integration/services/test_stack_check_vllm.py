@@ -13,6 +13,7 @@ from mcp import Client
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.stack_check import check_stack
@@ -124,7 +125,9 @@ async def test_a_managed_vllm_with_a_kv_connector_no_hash_seed_and_no_hits_is_fl
             update={"vllm_base_url": server.base_url, "data_dir": server.managed.data_dir}
         )
         async with VllmClient(server.base_url) as client:
-            await client.chat([{"role": "user", "content": "a first, cold request"}], max_tokens=1)
+            await client.chat(
+                [ChatMessage(role="user", content="a first, cold request")], max_tokens=1
+            )
             out = await check_stack(settings, client)
     hash_seed = next(f for f in out.findings if f.id == "hash_seed_mismatch")
     assert "vLLM=unset" in hash_seed.evidence and "ExampleConnector" in hash_seed.evidence

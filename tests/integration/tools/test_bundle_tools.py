@@ -12,10 +12,16 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.bundle_views import BundleCompileOut, BundleRenderOut
+from graph_kvcache_mcp.services.bundle_views import (
+    BundleChatOut,
+    BundleCompileOut,
+    BundleRenderOut,
+)
 from tests.support.bundles import corpus
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, call_error, call_ok
+from tests.support.peers import garbage_peer
+from tests.support.vllm_peers import http_reply
 
 
 def evidence(count: int = 30) -> list[dict[str, Any]]:
@@ -134,3 +140,30 @@ async def test_read_only_mode_keeps_render_and_drops_compile(memory_engine: Runn
         names = {tool.name for tool in (await client.list_tools()).tools}
     assert "bundle_render" in names
     assert "bundle_compile" not in names
+
+
+async def test_bundle_chat_reports_a_bad_vllm_answer_and_blames_history_only_for_its_own_fault(
+    memory_engine: RunningEngine,
+) -> None:
+    """A vLLM that answers garbage is reachable=false with that reason, not a complaint about
+    the history; a system message in the history is the one thing that says so."""
+    with garbage_peer(http_reply("200 OK", "{not json", "application/json")) as url:
+        settings = memory_engine.settings.model_copy(
+            update={"vllm_base_url": url + "/v1", "vllm_model": "m"}
+        )
+        async with Client(build_server(settings)) as client:
+            compiled = BundleCompileOut.model_validate(
+                await call_ok(
+                    client,
+                    "bundle_compile",
+                    {"query": "q", "items": evidence(5), "token_counter": "estimate"},
+                )
+            )
+            turn = {"key": compiled.key, "turn_text": "q"}
+            out = BundleChatOut.model_validate(await call_ok(client, "bundle_chat", turn))
+            system_in_history = await call_error(
+                client, "bundle_chat", {**turn, "history": [{"role": "system", "content": "x"}]}
+            )
+    assert (out.found, out.reachable) == (True, False)
+    assert out.reason is not None and "bad answer" in out.reason
+    assert "drop system messages from history" in system_in_history

@@ -16,7 +16,7 @@ from graph_kvcache_mcp.connectors.trace_log import append_traces
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmLogs
 from graph_kvcache_mcp.domain.traces import Trace
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.tools.vllm import (
+from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmResetOut,
@@ -24,7 +24,9 @@ from graph_kvcache_mcp.tools.vllm import (
     VllmTraceSummaryOut,
 )
 from tests.support.mcp_calls import MODES, call_error, call_ok
+from tests.support.peers import slow_peer
 from tests.support.vllm import BLOCK_SIZE, VLLM_PYTHON, RunningVllm, VllmServers
+from tests.support.vllm_peers import proxy_page_peer
 
 LIFECYCLE = {"vllm_start", "vllm_stop", "vllm_reset_prefix_cache"}
 
@@ -194,6 +196,25 @@ async def test_a_vllm_that_is_down_reads_as_unreachable_with_a_reason(
     assert reset.reachable is False
     assert (status.running, status.reachable) == (False, False)
     assert status.reason is not None and "vllm_start" in status.reason
+
+
+async def test_a_proxy_page_or_a_hung_vllm_reads_as_unreachable_with_what_happened(
+    tmp_path: Path,
+) -> None:
+    """Every way vLLM fails to answer is reachable=false with its own reason, never a crash."""
+    arguments = {"message": "hi", "model": "m"}
+    reasons: list[str] = []
+    for peer in (proxy_page_peer(), slow_peer(hold_s=30)):
+        with peer as url:
+            settings = Settings.build(
+                data_dir=tmp_path, toolsets=("vllm",), vllm_base_url=url, vllm_timeout_s=0.5
+            )
+            async with Client(build_server(settings)) as client:
+                out = VllmChatOut.model_validate(await call_ok(client, "vllm_chat", arguments))
+        assert (out.reachable, out.answer) == (False, None) and out.reason is not None
+        reasons.append(out.reason)
+    assert "bad answer" in reasons[0]
+    assert "did not answer within 0.5 s" in reasons[1]
 
 
 async def test_vllm_chat_without_a_message_is_a_tool_error(tmp_path: Path) -> None:

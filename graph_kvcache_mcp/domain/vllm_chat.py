@@ -1,0 +1,105 @@
+"""What one vLLM call yields and how its cached tokens are attributed. Pure: no I/O, no clock.
+
+The cached-token count of a call comes, in order of trust, from
+1. the response's `usage.prompt_tokens_details.cached_tokens` (`source="usage"`), which vLLM fills
+   only when it runs with `--enable-prompt-tokens-details`;
+2. the move of the server's `vllm:prefix_cache_hits_total` across the call (`"metrics_delta"`),
+   trusted only when `vllm:prompt_tokens_total` moved by exactly this call's prompt tokens: when
+   other requests moved the counters too, the hits cannot be told apart;
+3. nowhere (`"unavailable"`, with a note). Never 0 for "unknown".
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.traces import CachedTokensSource, Trace
+from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, delta
+
+DEFAULT_MAX_TOKENS = 64
+
+
+class ChatResult(BaseModel):
+    """The model's answer and the call's cache accounting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    answer: str
+    trace: Trace
+
+
+class PrefixCacheReset(BaseModel):
+    """What `POST /reset_prefix_cache` did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reset: bool
+    dev_mode: bool = Field(description="False when the route is absent (VLLM_SERVER_DEV_MODE off).")
+    reason: str | None = None
+
+
+class CachedTokens(BaseModel):
+    """How many prompt tokens of one call came from the prefix cache, and how that is known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hit_tokens: int | None
+    source: CachedTokensSource
+    note: str | None = None
+
+
+class MetricsWindow(BaseModel):
+    """What the server's counters did between a snapshot before a call and one after it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int | None = Field(None, description="Move of vllm:prompt_tokens_total.")
+    hits: int | None = Field(None, description="Move of vllm:prefix_cache_hits_total (tokens).")
+    queries: int | None = Field(None, description="Move of vllm:prefix_cache_queries_total.")
+    block_size: int | None = None
+
+    def exclusive_to(self, prompt_tokens: int) -> bool:
+        """True when only a call of `prompt_tokens` moved the counters (no other traffic)."""
+        return self.prompt_tokens == prompt_tokens
+
+
+def metrics_window(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsWindow:
+    """The window between two snapshots of the same model (a counter reset reads as None)."""
+    moved = delta(before, after)
+    return MetricsWindow(
+        prompt_tokens=moved.prompt_tokens,
+        hits=moved.prefix_cache_hits_tokens,
+        queries=moved.prefix_cache_queries_tokens,
+        block_size=after.cache_config.block_size if after.cache_config else None,
+    )
+
+
+def from_usage(cached_tokens: int) -> CachedTokens:
+    return CachedTokens(hit_tokens=cached_tokens, source="usage")
+
+
+def unattributed(note: str) -> CachedTokens:
+    return CachedTokens(hit_tokens=None, source="unavailable", note=note)
+
+
+def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
+    """The call's hits as the move of the server's counters, when only this call moved them."""
+    if window.prompt_tokens is None or window.hits is None:
+        return unattributed("the server's /metrics lacks the prefix-cache counters")
+    if window.prompt_tokens < prompt_tokens:
+        return unattributed(
+            f"/metrics had counted {window.prompt_tokens} of this call's {prompt_tokens} prompt "
+            "tokens when the wait for it ended, so the hit count cannot be attributed"
+        )
+    if not window.exclusive_to(prompt_tokens):
+        return unattributed(
+            f"/metrics counted {window.prompt_tokens} prompt tokens during this call of "
+            f"{prompt_tokens}: other requests ran at the same time, so the hit count cannot be "
+            "attributed"
+        )
+    return CachedTokens(
+        hit_tokens=window.hits,
+        source="metrics_delta",
+        note="from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
+        "--enable-prompt-tokens-details)",
+    )
