@@ -1,9 +1,17 @@
 """The engine's `/kv/<key>` surface: typed outcomes, batches with bounded concurrency.
 
-`SyncKvClient` is the blocking client (LMCache's threads call it; batches fan out on a small
-thread pool). `KvClient` is what tools and services await: it sends on the event loop itself and
-bounds a batch's concurrency with a semaphore. Both read responses through the same code. Keys are
-checked by `domain.keys` before any I/O and sent raw; values over the cap are refused unsent.
+`SyncKvClient` is the blocking client (LMCache's threads call it; batches fan out on a thread
+pool). `KvClient` is what tools and services await: it sends on the event loop itself. Both read
+responses through the same code. Keys are checked by `domain.keys` before any I/O and sent raw;
+values over the cap are refused unsent.
+
+One deadline per call: every public method, a batch included, makes one `Deadline` of
+`timeout_s` (plus upload time for request bodies, `engine_limits.call_budget_s`) that bounds all it
+does: connecting, sending, reading, waiting for a lane of its batch, and retrying. Only a
+connection refused or reset before a byte was sent is retried; a timeout never is. Each call fans
+out on lanes of its own (at most `concurrency` requests in flight per call) and never waits behind
+another call's requests, so one caller stuck on a hung engine holds no other caller past its own
+deadline.
 """
 
 from __future__ import annotations
@@ -12,23 +20,30 @@ import json
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeAlias, TypeVar, cast
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from itertools import count
+from typing import TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.engine_wire import (
+    Deadline,
     EngineWire,
-    Timeouts,
     WireError,
     WireRefused,
     WireResponse,
     WireTimeout,
+    WireUnsent,
 )
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
+from graph_kvcache_mcp.domain.engine_limits import (
+    ENGINE_REQUEST_DEADLINE_S,
+    MAX_VALUE_BYTES,
+    call_budget_s,
+)
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.domain.kv_stats import (
     ClientCounters,
@@ -49,11 +64,17 @@ from graph_kvcache_mcp.domain.outcomes import (
 )
 from graph_kvcache_mcp.errors import InvalidValue
 
-MAX_VALUE_BYTES = 64 * 1024 * 1024 - 9
-"""Largest value both backends store (durable adds a 9-byte frame to the 64 MiB cap)."""
-
 _BACKOFF_S = (0.05, 0.15)
-"""Idempotent requests get two retries after a transport fault; writes none."""
+"""A request that never left (connection refused or reset before a byte went out) is sent again
+after these pauses, while the call's deadline allows."""
+
+_LANE_GRACE_S = 0.25
+"""How long past its deadline a batch waits for lanes to hand back (their sockets time out at the
+deadline itself; this only covers thread scheduling)."""
+
+_POOL_LANES_PER_SLOT = 4
+"""The sync client's thread pool holds this many lanes per unit of `concurrency`, so that a few
+batches stuck on a hung engine leave threads for everyone else."""
 
 StatsOutcome: TypeAlias = KvStatsReport | Unavailable
 R = TypeVar("R")
@@ -107,8 +128,9 @@ class SyncKvClient:
         concurrency: int = 8,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
+        self.timeout_s = timeout_s
         self.concurrency = concurrency
-        self.wire = EngineWire(self.endpoint, token, Timeouts.from_total(timeout_s))
+        self.wire = EngineWire(self.endpoint, token)
         self._counters = _Counters()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -126,27 +148,31 @@ class SyncKvClient:
 
     # --- single operations -------------------------------------------------------------------
 
+    def deadline(self, body_bytes: int = 0) -> Deadline:
+        """The deadline of a call starting now that sends `body_bytes` of request bodies."""
+        return Deadline.after(call_budget_s(self.timeout_s, body_bytes))
+
     def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        return self.read_get(self._send("GET", block_path(key), idempotent=True))
+        return self._get(block_path(key), self.deadline())
 
     def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
         path, body = block_path(key), check_value(bytes(value))
-        return self.read_put(self._send("PUT", path, body, idempotent=False), len(body))
+        return self._put(path, body, self.deadline(len(body)))
 
     def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        return self.read_contains(self._send("HEAD", block_path(key), idempotent=True))
+        return self._contains(block_path(key), self.deadline())
 
     def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route (JSON answer; same meaning as `contains`)."""
         path = block_path(key) + "/exists"
-        return self.read_exists(self._send("GET", path, idempotent=True))
+        return self.read_exists(self._send("GET", path, None, self.deadline()))
 
     def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        return self.read_engine_stats(self._send("GET", STATS_PATH, idempotent=True))
+        return self.read_engine_stats(self._send("GET", STATS_PATH, None, self.deadline()))
 
     def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
@@ -156,16 +182,19 @@ class SyncKvClient:
 
     def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
         """Read many keys concurrently; results in input order, each typed on its own."""
-        return self._fan_out(self.get, [check_key(k) for k in keys])
+        paths, deadline = [block_path(k) for k in keys], self.deadline()
+        return self._fan_out(lambda path: self._get(path, deadline), paths, deadline)
 
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently; results in input order."""
-        checked = [(check_key(k), check_value(v)) for k, v in items]
-        return self._fan_out(lambda item: self.put(*item), checked)
+        checked = [(block_path(k), check_value(bytes(v))) for k, v in items]
+        deadline = self.deadline(sum(len(body) for _, body in checked))
+        return self._fan_out(lambda item: self._put(*item, deadline), checked, deadline)
 
     def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
         """HEAD many keys concurrently; results in input order."""
-        return self._fan_out(self.contains, [check_key(k) for k in keys])
+        paths, deadline = [block_path(k) for k in keys], self.deadline()
+        return self._fan_out(lambda path: self._contains(path, deadline), paths, deadline)
 
     def close(self) -> None:
         with self._pool_lock:
@@ -247,32 +276,80 @@ class SyncKvClient:
         """The `Unavailable` for a request whose every attempt failed."""
         return self._fail(self._explain_fault(exc), None)
 
-    def note_retry(self) -> None:
+    def retry_pause(self, exc: WireError, pauses: Iterator[float], deadline: Deadline) -> float:
+        """How long to pause before sending again after `exc`, or -1 to give up.
+
+        Only a request that never left is sent again, and only when the pause leaves time to.
+        """
+        if not isinstance(exc, WireUnsent):
+            return -1.0
+        pause = next(pauses, None)
+        if pause is None or pause >= deadline.remaining_s():
+            return -1.0
         self._counters.add(retries=1)
+        return pause
+
+    def timed_out(self, deadline: Deadline) -> Unavailable:
+        """The answer for a request the call's deadline left no time to start."""
+        return self.give_up(WireTimeout("queue", deadline.budget_s))
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _fan_out(self, operation: Callable[[_T], R], inputs: list[_T]) -> list[R]:
+    def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
+        return self.read_get(self._send("GET", path, None, deadline))
+
+    def _put(self, path: str, body: bytes, deadline: Deadline) -> PutOutcome:
+        return self.read_put(self._send("PUT", path, body, deadline), len(body))
+
+    def _contains(self, path: str, deadline: Deadline) -> PresenceOutcome:
+        return self.read_contains(self._send("HEAD", path, None, deadline))
+
+    def _fan_out(
+        self, operation: Callable[[_T], R], inputs: list[_T], deadline: Deadline
+    ) -> list[R | Unavailable]:
+        """`operation` over `inputs` on at most `concurrency` lanes of this call's own; the
+        calling thread runs one lane itself. Inputs no lane reached by the deadline time out."""
         if len(inputs) <= 1:
             return [operation(item) for item in inputs]
+        results: list[R | Unavailable | None] = [None] * len(inputs)
+        cursor = count()  # next() on itertools.count is atomic under the GIL: lanes share it
+
+        def lane() -> None:
+            while (index := next(cursor)) < len(inputs):
+                if deadline.remaining_s() <= 0:
+                    results[index] = self.timed_out(deadline)
+                else:
+                    results[index] = operation(inputs[index])
+
+        pool = self._lane_pool()
+        helpers = [pool.submit(lane) for _ in range(min(self.concurrency, len(inputs)) - 1)]
+        lane()
+        _, late = wait(helpers, timeout=max(0.0, deadline.remaining_s()) + _LANE_GRACE_S)
+        for future in late:
+            future.cancel()  # a helper still queued behind other calls' lanes never starts
+        return [self.timed_out(deadline) if result is None else result for result in results]
+
+    def _lane_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="kv-batch")
-            pool = self._pool
-        return list(pool.map(operation, inputs))
+                self._pool = ThreadPoolExecutor(
+                    self.concurrency * _POOL_LANES_PER_SLOT, thread_name_prefix="kv-lane"
+                )
+            return self._pool
 
     def _send(
-        self, method: str, path: str, body: bytes | None = None, *, idempotent: bool
+        self, method: str, path: str, body: bytes | None, deadline: Deadline
     ) -> WireResponse | Unavailable:
-        pauses = retry_pauses(idempotent)
+        pauses = retry_pauses()
         while True:
+            if deadline.remaining_s() <= 0:
+                return self.timed_out(deadline)
             try:
-                return self.wire.exchange(method, path, body)
+                return self.wire.exchange(method, path, body, deadline=deadline)
             except WireError as exc:
-                pause = next(pauses, None)
-                if pause is None:
+                pause = self.retry_pause(exc, pauses, deadline)
+                if pause < 0:
                     return self.give_up(exc)
-                self.note_retry()
                 time.sleep(pause)
 
     def _explain_fault(self, exc: WireError) -> str:
@@ -283,7 +360,10 @@ class SyncKvClient:
                 "`graph-kvcache-mcp engine start` or check EPISTEMIC_GRAPH_KVCACHE_URL"
             )
         if isinstance(exc, WireTimeout):
-            return f"{where} timed out ({exc}); it may be overloaded or hung"
+            return (
+                f"{where} timed out after {exc.budget_s:g} s ({exc}): the engine may be hung or "
+                "overloaded; if it is only slow, raise EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S"
+            )
         return f"{where} failed: {exc}"
 
     def _unexpected(self, response: WireResponse) -> Unavailable:
@@ -303,10 +383,8 @@ def block_path(key: str) -> str:
     return "/kv/" + check_key(key)
 
 
-def retry_pauses(idempotent: bool) -> Iterator[float]:
-    """Pauses before each retry: none for writes, jittered backoff for idempotent reads."""
-    if not idempotent:
-        return iter(())
+def retry_pauses() -> Iterator[float]:
+    """Jittered pauses before each resend of a request that never left."""
     return iter(pause * (0.5 + random.random()) for pause in _BACKOFF_S)
 
 
@@ -328,7 +406,9 @@ def explain_status(response: WireResponse, url: str, token_given: bool) -> str:
     if response.status == 400:
         return (
             f"engine at {url} refused the request as malformed (400 {message or 'bad request'}); "
-            "check the key and that the value is within 64 MiB"
+            f"check the key and that the value is within {MAX_VALUE_BYTES:,} bytes (the engine "
+            f"also refuses a request it has not fully received within "
+            f"{ENGINE_REQUEST_DEADLINE_S:g} s)"
         )
     if response.status >= 500:
         return f"engine at {url} failed ({response.status} {message or 'server error'})"
@@ -341,7 +421,6 @@ class KvClient:
 
     def __init__(self, core: SyncKvClient) -> None:
         self.core = core
-        self._limit = anyio.Semaphore(core.concurrency)
 
     @classmethod
     def connect(
@@ -366,26 +445,26 @@ class KvClient:
 
     async def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        return self.core.read_get(await self._send("GET", block_path(key), idempotent=True))
+        return await self._get(block_path(key), self.core.deadline())
 
     async def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
         path, body = block_path(key), check_value(bytes(value))
-        response = await self._send("PUT", path, body, idempotent=False)
-        return self.core.read_put(response, len(body))
+        return await self._put(path, body, self.core.deadline(len(body)))
 
     async def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        return self.core.read_contains(await self._send("HEAD", block_path(key), idempotent=True))
+        return await self._contains(block_path(key), self.core.deadline())
 
     async def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route."""
         path = block_path(key) + "/exists"
-        return self.core.read_exists(await self._send("GET", path, idempotent=True))
+        return self.core.read_exists(await self._send("GET", path, None, self.core.deadline()))
 
     async def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        return self.core.read_engine_stats(await self._send("GET", STATS_PATH, idempotent=True))
+        response = await self._send("GET", STATS_PATH, None, self.core.deadline())
+        return self.core.read_engine_stats(response)
 
     async def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
@@ -393,46 +472,63 @@ class KvClient:
 
     async def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
         """Read many keys concurrently (bounded); results in input order."""
-        return await self._gather(self.get, [check_key(k) for k in keys])
+        paths, deadline = [block_path(k) for k in keys], self.core.deadline()
+        return await self._gather(lambda path: self._get(path, deadline), paths, deadline)
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently (bounded); results in input order."""
-        checked = [(check_key(k), check_value(v)) for k, v in items]
-        return await self._gather(lambda item: self.put(*item), checked)
+        checked = [(block_path(k), check_value(bytes(v))) for k, v in items]
+        deadline = self.core.deadline(sum(len(body) for _, body in checked))
+        return await self._gather(lambda item: self._put(*item, deadline), checked, deadline)
 
     async def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
         """HEAD many keys concurrently (bounded); results in input order."""
-        return await self._gather(self.contains, [check_key(k) for k in keys])
+        paths, deadline = [block_path(k) for k in keys], self.core.deadline()
+        return await self._gather(lambda path: self._contains(path, deadline), paths, deadline)
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.core.close)
 
+    async def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
+        return self.core.read_get(await self._send("GET", path, None, deadline))
+
+    async def _put(self, path: str, body: bytes, deadline: Deadline) -> PutOutcome:
+        return self.core.read_put(await self._send("PUT", path, body, deadline), len(body))
+
+    async def _contains(self, path: str, deadline: Deadline) -> PresenceOutcome:
+        return self.core.read_contains(await self._send("HEAD", path, None, deadline))
+
     async def _send(
-        self, method: str, path: str, body: bytes | None = None, *, idempotent: bool
+        self, method: str, path: str, body: bytes | None, deadline: Deadline
     ) -> WireResponse | Unavailable:
-        pauses = retry_pauses(idempotent)
+        pauses = retry_pauses()
         while True:
+            if deadline.remaining_s() <= 0:
+                return self.core.timed_out(deadline)
             try:
-                async with self._limit:
-                    return await self.core.wire.exchange_async(method, path, body)
+                return await self.core.wire.exchange_async(method, path, body, deadline=deadline)
             except WireError as exc:
-                pause = next(pauses, None)
-                if pause is None:
+                pause = self.core.retry_pause(exc, pauses, deadline)
+                if pause < 0:
                     return self.core.give_up(exc)
-                self.core.note_retry()
                 await anyio.sleep(pause)
 
     async def _gather(
-        self, operation: Callable[[_T], Awaitable[R]], inputs: Iterable[_T]
-    ) -> list[R]:
-        items = list(inputs)
-        results: list[R | None] = [None] * len(items)
+        self, operation: Callable[[_T], Awaitable[R]], inputs: list[_T], deadline: Deadline
+    ) -> list[R | Unavailable]:
+        """`operation` over `inputs` on at most `concurrency` lanes of this call's own; inputs no
+        lane reached by the deadline time out."""
+        results: list[R | Unavailable | None] = [None] * len(inputs)
+        pending = iter(range(len(inputs)))  # lanes share it: one event loop, no lock needed
 
-        async def one(index: int, item: _T) -> None:
-            results[index] = await operation(item)
+        async def lane() -> None:
+            for index in pending:
+                results[index] = await operation(inputs[index])
 
-        async with anyio.create_task_group() as group:
-            for index, item in enumerate(items):
-                group.start_soon(one, index, item)
-        # Every task stored its result, or the task group raised before we got here.
-        return cast(list[R], results)
+        # Each exchange ends at the deadline by itself; the scope only guards against a stage
+        # that does not (a worker thread on the TLS path), and then every open slot times out.
+        with anyio.move_on_after(max(0.0, deadline.remaining_s()) + _LANE_GRACE_S):
+            async with anyio.create_task_group() as group:
+                for _ in range(min(self.core.concurrency, len(inputs))):
+                    group.start_soon(lane)
+        return [self.core.timed_out(deadline) if result is None else result for result in results]

@@ -14,8 +14,9 @@ import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES, check_value
+from graph_kvcache_mcp.connectors.kv_http import check_value
 from graph_kvcache_mcp.domain.blobs import decode_b64_strict
+from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.outcomes import Presence
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.tools.kv_input import MAX_B64_CHARS

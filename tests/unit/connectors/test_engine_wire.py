@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from tests.support.peers import garbage_peer, slow_peer
+from tests.support.peers import garbage_peer, hung_peer, slow_peer
+from tests.support.processes import wait_until
 
 
 def test_a_peer_that_answers_garbage_reads_as_unavailable() -> None:
@@ -45,3 +46,31 @@ def test_unexpected_status_is_explained_with_the_engine_message() -> None:
     assert isinstance(outcome, Unavailable)
     assert outcome.status == 500
     assert "failed to store block" in outcome.reason
+
+
+def test_a_timed_out_request_is_never_sent_again() -> None:
+    with (
+        hung_peer() as (url, accepted),
+        SyncKvClient(url, None, timeout_s=0.5, concurrency=8) as client,
+    ):
+        one = client.get("k")
+        batch = client.contains_many([f"k{i}" for i in range(9)])
+        # one for the single key, one per lane for the batch (its 9th key found the deadline gone)
+        wait_until(lambda: accepted.value >= 1 + 8, timeout_s=5, what="the calls' connections")
+        assert accepted.value == 1 + 8
+    for outcome in (one, *batch):
+        assert isinstance(outcome, Unavailable) and "timed out after 0.5 s" in outcome.reason
+    assert client.counters().retries == 0
+
+
+async def test_the_async_client_never_resends_after_a_timeout_either() -> None:
+    with hung_peer() as (url, accepted):
+        client = KvClient.connect(url, None, timeout_s=0.5, concurrency=8)
+        one = await client.get("k")
+        batch = await client.get_many([f"k{i}" for i in range(9)])
+        # one for the single key, one per lane for the batch (its 9th key found the deadline gone)
+        wait_until(lambda: accepted.value >= 1 + 8, timeout_s=5, what="the calls' connections")
+        assert accepted.value == 1 + 8
+    for outcome in (one, *batch):
+        assert isinstance(outcome, Unavailable) and "timed out after 0.5 s" in outcome.reason
+    assert client.counters().retries == 0
