@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from itertools import count
-from typing import TypeAlias, TypeVar
+from typing import Literal, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -77,6 +77,8 @@ _POOL_LANES_PER_SLOT = 4
 batches stuck on a hung engine leave threads for everyone else."""
 
 StatsOutcome: TypeAlias = KvStatsReport | Unavailable
+EngineSource: TypeAlias = Literal["configured", "managed", "default"]
+"""Where the engine's address came from: it decides what a reason tells the caller to do."""
 R = TypeVar("R")
 _T = TypeVar("_T")
 
@@ -126,8 +128,10 @@ class SyncKvClient:
         *,
         timeout_s: float = 5.0,
         concurrency: int = 8,
+        source: EngineSource = "configured",
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
+        self.source = source
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.wire = EngineWire(self.endpoint, token)
@@ -354,15 +358,27 @@ class SyncKvClient:
 
     def _explain_fault(self, exc: WireError) -> str:
         where = f"engine at {self.endpoint.url}"
+        ours = self.source != "configured"
         if isinstance(exc, WireRefused):
+            if ours:
+                return (
+                    f"{where} is not reachable (connection refused): start the managed engine "
+                    "with the engine_start tool or `graph-kvcache-mcp engine start`, or set "
+                    "EPISTEMIC_GRAPH_KVCACHE_URL to an engine that runs"
+                )
             return (
-                f"{where} is not reachable (connection refused): start one with "
-                "`graph-kvcache-mcp engine start` or check EPISTEMIC_GRAPH_KVCACHE_URL"
+                f"{where} is not reachable (connection refused): check that the engine runs "
+                "there and that EPISTEMIC_GRAPH_KVCACHE_URL (or _ADDR) names it"
             )
         if isinstance(exc, WireTimeout):
+            check = (
+                "; engine_status (tool) or `graph-kvcache-mcp engine status` shows whether it runs"
+                if ours
+                else ""
+            )
             return (
                 f"{where} timed out after {exc.budget_s:g} s ({exc}): the engine may be hung or "
-                "overloaded; if it is only slow, raise EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S"
+                f"overloaded; if it is only slow, raise EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S{check}"
             )
         return f"{where} failed: {exc}"
 
@@ -430,8 +446,12 @@ class KvClient:
         *,
         timeout_s: float = 5.0,
         concurrency: int = 8,
+        source: EngineSource = "configured",
     ) -> KvClient:
-        return cls(SyncKvClient(base_url, token, timeout_s=timeout_s, concurrency=concurrency))
+        core = SyncKvClient(
+            base_url, token, timeout_s=timeout_s, concurrency=concurrency, source=source
+        )
+        return cls(core)
 
     def __repr__(self) -> str:
         return f"KvClient({self.core.base_url!r})"

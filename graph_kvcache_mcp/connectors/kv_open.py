@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_http import EngineSource, KvClient, SyncKvClient
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
 
 
@@ -23,7 +22,7 @@ from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT,
 class KvTarget:
     base_url: str
     token: SecretStr | None
-    source: Literal["configured", "managed", "default"]
+    source: EngineSource
 
     def __repr__(self) -> str:
         return f"KvTarget({self.base_url!r}, source={self.source!r})"
@@ -45,6 +44,7 @@ def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
         target.token,
         timeout_s=settings.kv_timeout_s,
         concurrency=settings.kv_concurrency,
+        source=target.source,
     )
 
 
