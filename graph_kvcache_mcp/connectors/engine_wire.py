@@ -9,9 +9,9 @@ reach 5.9k. So the async path uses `loop.sock_*` for http:// and a worker thread
 a non-asyncio event loop. See tools/bench_kv.py for the figures.
 
 Every exchange runs against a `Deadline` its caller made for the whole call: connect, write and
-read share it, so a hung engine costs a call its budget and no more. Never sends
-`Expect: 100-continue` or chunked bodies (the engine rejects both). Raises `WireError`
-subclasses; the token never appears in any message.
+read share it, so a hung engine costs a call its budget and no more. Responses are framed by
+`http_response.ResponseReader`, strictly. Never sends `Expect: 100-continue` or chunked bodies (the
+engine rejects both). Raises `WireError` subclasses; the token never appears in any message.
 """
 
 from __future__ import annotations
@@ -28,10 +28,13 @@ import anyio.to_thread
 import sniffio
 from pydantic import SecretStr
 
+from graph_kvcache_mcp.connectors.http_response import (
+    MalformedResponse,
+    ResponseReader,
+    WireResponse,
+)
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint
 
-_MAX_HEAD_BYTES = 64 * 1024
-_RECV_CHUNK = 256 * 1024
 _SEND_IN_ONE_BELOW = 1024 * 1024
 
 Stage = Literal["queue", "connect", "write", "read"]
@@ -94,13 +97,6 @@ class Deadline:
         return left
 
 
-@dataclass(frozen=True, slots=True)
-class WireResponse:
-    status: int
-    body: bytes
-    content_type: str
-
-
 class EngineWire:
     """Sends single requests to one engine. Thread-safe: it holds no connection state."""
 
@@ -147,13 +143,15 @@ class EngineWire:
                 sock.settimeout(deadline.socket_timeout_s())
                 sock.sendall(body)
             stage = "read"
-            assembler = _Assembler(head_only=method == "HEAD")
-            while not assembler.closed:
+            reader = ResponseReader(head_only=method == "HEAD")
+            while not reader.closed:
                 sock.settimeout(deadline.socket_timeout_s())
-                assembler.received(sock.recv(assembler.want()))
-            return assembler.response()
+                reader.received(sock.recv(reader.want()))
+            return reader.response()
         except TimeoutError as exc:
             raise WireTimeout(stage, deadline.budget_s) from exc
+        except MalformedResponse as exc:
+            raise WireBroken(f"malformed response: {exc}") from exc
         except OSError as exc:
             raise WireBroken(
                 f"connection failed while {_STAGE_WORDS[stage]} ({type(exc).__name__})"
@@ -206,14 +204,16 @@ class EngineWire:
                     await loop.sock_sendall(sock, head)
                     await loop.sock_sendall(sock, body)
                 stage = "read"
-                assembler = _Assembler(head_only=method == "HEAD")
-                while not assembler.closed:
-                    assembler.received(await loop.sock_recv(sock, assembler.want()))
-            return assembler.response()
+                reader = ResponseReader(head_only=method == "HEAD")
+                while not reader.closed:
+                    reader.received(await loop.sock_recv(sock, reader.want()))
+            return reader.response()
         except TimeoutError as exc:
             raise WireTimeout(stage, deadline.budget_s) from exc
         except WireError:
             raise
+        except MalformedResponse as exc:
+            raise WireBroken(f"malformed response: {exc}") from exc
         except OSError as exc:
             raise WireBroken(
                 f"connection failed while {_STAGE_WORDS[stage]} ({type(exc).__name__})"
@@ -262,88 +262,3 @@ class EngineWire:
         except (ssl.SSLError, OSError) as exc:
             sock.close()
             raise WireBroken(f"TLS handshake failed ({type(exc).__name__})") from exc
-
-
-class _Assembler:
-    """Builds a response from received chunks; shared by the blocking and async paths.
-
-    Feed it each `recv()` result until `closed`. Two measured choices (256 KiB GETs, this machine):
-    read on to the engine's own close even after the last body byte, since closing first ran 3x
-    slower (1.9k vs 5.8k GET/s); and keep the chunks `recv()` returns and join them once, since
-    receiving into fresh zero-filled buffers cost ~150 us a request in page faults.
-    """
-
-    def __init__(self, *, head_only: bool) -> None:
-        self.head_only = head_only
-        self.closed = False
-        self._chunks: list[bytes] = []
-        self._parsed: tuple[int, int | None, str] | None = None
-        self._body_bytes = 0
-
-    def want(self) -> int:
-        """How many bytes to ask the socket for next (the rest of the body, plus one for EOF)."""
-        if self._parsed is None or self._parsed[1] is None:
-            return _RECV_CHUNK
-        return max(4096, self._parsed[1] - self._body_bytes + 1)
-
-    def received(self, chunk: bytes) -> None:
-        if not chunk:
-            self._on_close()
-            return
-        if self._parsed is not None:
-            self._chunks.append(chunk)
-            self._body_bytes += len(chunk)
-        else:
-            self._on_head_bytes(chunk)
-        length = None if self._parsed is None else self._parsed[1]
-        if length is not None and not self.head_only and self._body_bytes > length:
-            raise WireBroken("response longer than its content-length")
-
-    def _on_head_bytes(self, chunk: bytes) -> None:
-        pending = b"".join((*self._chunks, chunk)) if self._chunks else chunk
-        end = pending.find(b"\r\n\r\n")
-        if end < 0:
-            if len(pending) > _MAX_HEAD_BYTES:
-                raise WireBroken("response head too large")
-            self._chunks = [pending]
-            return
-        self._parsed = _parse_head(pending[:end])
-        body = pending[end + 4 :]
-        self._chunks = [body] if body else []
-        self._body_bytes = len(body)
-
-    def _on_close(self) -> None:
-        self.closed = True
-        if self._parsed is None:
-            raise WireBroken("connection closed before the response head")
-        length = self._parsed[1]
-        if length is not None and not self.head_only and self._body_bytes < length:
-            raise WireBroken(f"response cut short ({self._body_bytes} of {length} bytes)")
-
-    def response(self) -> WireResponse:
-        assert self._parsed is not None  # closed without error implies a parsed head
-        status, _, content_type = self._parsed
-        if self.head_only or not self._chunks:
-            body = b""
-        else:
-            body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        return WireResponse(status, body, content_type)
-
-
-def _parse_head(head: bytes) -> tuple[int, int | None, str]:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise WireBroken("not an HTTP response")
-    length: int | None = None
-    content_type = ""
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        name = name.strip().lower()
-        if name == "content-length":
-            if not value.strip().isdigit():
-                raise WireBroken("bad content-length")
-            length = int(value)
-        elif name == "content-type":
-            content_type = value.strip()
-    return int(parts[1]), length, content_type

@@ -34,10 +34,10 @@ from graph_kvcache_mcp.connectors.engine_wire import (
     EngineWire,
     WireError,
     WireRefused,
-    WireResponse,
     WireTimeout,
     WireUnsent,
 )
+from graph_kvcache_mcp.connectors.http_response import WireResponse
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.engine_limits import (
     ENGINE_REQUEST_DEADLINE_S,

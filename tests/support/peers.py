@@ -1,7 +1,8 @@
 """Test doubles for what a real engine cannot be made to do: answer garbage, or stall.
 
-`garbage_peer`, `slow_peer` and `hung_peer` are plain loopback TCP servers in a thread, named for
-what they are; `loopback_peer` is the server under them, for a test that needs a double of its own.
+`garbage_peer`, `slow_peer`, `hung_peer` and `scripted_peer` are plain loopback TCP servers in a
+thread, named for what they are; `loopback_peer` is the server under them, for a test that needs a
+double of its own.
 """
 
 from __future__ import annotations
@@ -48,21 +49,41 @@ def loopback_peer(
         listener.close()
 
 
-@contextmanager
-def _peer(reply: bytes | None, *, hold_s: float = 0.0) -> Iterator[str]:
+class Script:
+    """The bytes a scripted peer answers with; a test may change `reply` between requests."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+
+
+def _answer_with(script: Script, hold_s: float) -> Handler:
     def answer(conn: socket.socket, stop: threading.Event) -> None:
         with conn:
             conn.settimeout(2.0)
             try:
                 conn.recv(65536)
-                if reply is not None:
-                    conn.sendall(reply)
+                if script.reply is not None:
+                    conn.sendall(script.reply)
                 stop.wait(hold_s)
             except OSError:
                 pass
 
-    with loopback_peer(answer) as url:
+    return answer
+
+
+@contextmanager
+def _peer(reply: bytes | None, *, hold_s: float = 0.0) -> Iterator[str]:
+    with loopback_peer(_answer_with(Script(reply), hold_s)) as url:
         yield url
+
+
+@contextmanager
+def scripted_peer(reply: bytes = b"") -> Iterator[tuple[str, Script]]:
+    """Answers every request with exactly `script.reply` and closes: for responses a real engine
+    never sends (chunked bodies, 1xx, odd framing); the test may change the reply as it goes."""
+    script = Script(reply)
+    with loopback_peer(_answer_with(script, 0.0)) as url:
+        yield url, script
 
 
 @contextmanager
