@@ -41,10 +41,15 @@ from graph_kvcache_mcp.connectors.http_response import WireResponse
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.engine_limits import (
     ENGINE_REQUEST_DEADLINE_S,
+    EXISTS_ROUTE_SUFFIX,
+    KEY_BYTES_ANY_BACKEND,
+    KV_ROUTE_PREFIX,
     MAX_VALUE_BYTES,
+    EngineBackend,
     call_budget_s,
+    check_value,
 )
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.keys import check_exists_key, check_key
 from graph_kvcache_mcp.domain.kv_stats import (
     ClientCounters,
     EngineStats,
@@ -62,7 +67,6 @@ from graph_kvcache_mcp.domain.outcomes import (
     Stored,
     Unavailable,
 )
-from graph_kvcache_mcp.errors import InvalidValue
 
 _BACKOFF_S = (0.05, 0.15)
 """A request that never left (connection refused or reset before a byte went out) is sent again
@@ -79,22 +83,9 @@ batches stuck on a hung engine leave threads for everyone else."""
 StatsOutcome: TypeAlias = KvStatsReport | Unavailable
 EngineSource: TypeAlias = Literal["configured", "managed", "default"]
 """Where the engine's address came from: it decides what a reason tells the caller to do."""
+ReportedBackend: TypeAlias = EngineBackend | Literal["unknown"]
 R = TypeVar("R")
 _T = TypeVar("_T")
-
-
-def check_value(value: bytes) -> bytes:
-    """Return `value` when the engine can store it.
-
-    Raises:
-        InvalidValue: the value is over the engine's cap; says the cap and how to proceed.
-    """
-    if len(value) > MAX_VALUE_BYTES:
-        raise InvalidValue(
-            f"value is {len(value):,} bytes; the engine stores at most {MAX_VALUE_BYTES:,} "
-            "(64 MiB - 9) per key: split it into smaller blocks"
-        )
-    return value
 
 
 class _Counters:
@@ -129,9 +120,13 @@ class SyncKvClient:
         timeout_s: float = 5.0,
         concurrency: int = 8,
         source: EngineSource = "configured",
+        backend: EngineBackend | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
+        self.backend: ReportedBackend | None = backend
+        """The engine's backend, whose key limit applies: given (a managed engine's state knows
+        it), else learned from the first `/kv/stats` answer; None until then."""
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.wire = EngineWire(self.endpoint, token)
@@ -158,25 +153,34 @@ class SyncKvClient:
 
     def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        return self._get(block_path(key), self.deadline())
+        deadline = self.deadline()
+        paths = self._paths([key], deadline)
+        return paths if isinstance(paths, Unavailable) else self._get(paths[0], deadline)
 
     def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
-        path, body = block_path(key), check_value(bytes(value))
-        return self._put(path, body, self.deadline(len(body)))
+        body = check_value(bytes(value))
+        deadline = self.deadline(len(body))
+        paths = self._paths([key], deadline)
+        return paths if isinstance(paths, Unavailable) else self._put(paths[0], body, deadline)
 
     def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        return self._contains(block_path(key), self.deadline())
+        deadline = self.deadline()
+        paths = self._paths([key], deadline)
+        return paths if isinstance(paths, Unavailable) else self._contains(paths[0], deadline)
 
     def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route (JSON answer; same meaning as `contains`)."""
-        path = block_path(key) + "/exists"
-        return self.read_exists(self._send("GET", path, None, self.deadline()))
+        deadline = self.deadline()
+        paths = self._paths([check_exists_key(key)], deadline)
+        if isinstance(paths, Unavailable):
+            return paths
+        return self.read_exists(self._send("GET", paths[0] + EXISTS_ROUTE_SUFFIX, None, deadline))
 
     def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        return self.read_engine_stats(self._send("GET", STATS_PATH, None, self.deadline()))
+        return self._engine_stats(self.deadline())
 
     def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
@@ -186,18 +190,28 @@ class SyncKvClient:
 
     def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
         """Read many keys concurrently; results in input order, each typed on its own."""
-        paths, deadline = [block_path(k) for k in keys], self.deadline()
+        deadline = self.deadline()
+        paths = self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
         return self._fan_out(lambda path: self._get(path, deadline), paths, deadline)
 
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently; results in input order."""
-        checked = [(block_path(k), check_value(bytes(v))) for k, v in items]
-        deadline = self.deadline(sum(len(body) for _, body in checked))
-        return self._fan_out(lambda item: self._put(*item, deadline), checked, deadline)
+        bodies = [check_value(bytes(value)) for _, value in items]
+        deadline = self.deadline(sum(len(body) for body in bodies))
+        paths = self._paths([key for key, _ in items], deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(items)
+        pairs = list(zip(paths, bodies, strict=True))
+        return self._fan_out(lambda pair: self._put(*pair, deadline), pairs, deadline)
 
     def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
         """HEAD many keys concurrently; results in input order."""
-        paths, deadline = [block_path(k) for k in keys], self.deadline()
+        deadline = self.deadline()
+        paths = self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
         return self._fan_out(lambda path: self._contains(path, deadline), paths, deadline)
 
     def close(self) -> None:
@@ -267,9 +281,11 @@ class SyncKvClient:
         if response.status != 200:
             return self._unexpected(response)
         try:
-            return normalize_engine_stats(json.loads(response.body))
+            stats = normalize_engine_stats(json.loads(response.body))
         except (ValueError, TypeError, AttributeError) as exc:
             return self._fail(f"engine sent unreadable stats ({exc})", response.status)
+        self.backend = stats.backend
+        return stats
 
     def report(self, engine: EngineStats | Unavailable) -> StatsOutcome:
         if isinstance(engine, Unavailable):
@@ -293,11 +309,38 @@ class SyncKvClient:
         self._counters.add(retries=1)
         return pause
 
+    def needs_backend(self, keys: list[str]) -> bool:
+        """Whether checking `keys` must wait for the engine to say its backend (a key longer than
+        every backend stores, while the backend is not known yet)."""
+        return self.backend is None and any(len(key) > KEY_BYTES_ANY_BACKEND for key in keys)
+
+    def paths_for(self, keys: list[str]) -> list[str]:
+        """Request paths for keys already checked against the rules every backend shares, now
+        against the engine's own key limit (raises InvalidKey, naming the backend)."""
+        backend = self.backend or "unknown"
+        return [KV_ROUTE_PREFIX + check_key(key, backend=backend) for key in keys]
+
     def timed_out(self, deadline: Deadline) -> Unavailable:
         """The answer for a request the call's deadline left no time to start."""
         return self.give_up(WireTimeout("queue", deadline.budget_s))
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _paths(self, keys: Sequence[str], deadline: Deadline) -> list[str] | Unavailable:
+        """Request paths for `keys`, each checked before any request of its own is sent.
+
+        Raises:
+            InvalidKey: the first key that breaks a rule.
+        """
+        checked = [check_key(key, backend=self.backend or "any") for key in keys]
+        if self.needs_backend(checked):
+            learned = self._engine_stats(deadline)
+            if isinstance(learned, Unavailable):
+                return learned
+        return self.paths_for(checked)
+
+    def _engine_stats(self, deadline: Deadline) -> EngineStats | Unavailable:
+        return self.read_engine_stats(self._send("GET", STATS_PATH, None, deadline))
 
     def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
         return self.read_get(self._send("GET", path, None, deadline))
@@ -391,12 +434,7 @@ class SyncKvClient:
         return Unavailable(reason, status)
 
 
-STATS_PATH = "/kv/stats"
-
-
-def block_path(key: str) -> str:
-    """The request path for `key`, checked against the engine's key rules (raises InvalidKey)."""
-    return "/kv/" + check_key(key)
+STATS_PATH = KV_ROUTE_PREFIX + "stats"
 
 
 def retry_pauses() -> Iterator[float]:
@@ -447,9 +485,15 @@ class KvClient:
         timeout_s: float = 5.0,
         concurrency: int = 8,
         source: EngineSource = "configured",
+        backend: EngineBackend | None = None,
     ) -> KvClient:
         core = SyncKvClient(
-            base_url, token, timeout_s=timeout_s, concurrency=concurrency, source=source
+            base_url,
+            token,
+            timeout_s=timeout_s,
+            concurrency=concurrency,
+            source=source,
+            backend=backend,
         )
         return cls(core)
 
@@ -465,26 +509,39 @@ class KvClient:
 
     async def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        return await self._get(block_path(key), self.core.deadline())
+        deadline = self.core.deadline()
+        paths = await self._paths([key], deadline)
+        return paths if isinstance(paths, Unavailable) else await self._get(paths[0], deadline)
 
     async def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
-        path, body = block_path(key), check_value(bytes(value))
-        return await self._put(path, body, self.core.deadline(len(body)))
+        body = check_value(bytes(value))
+        deadline = self.core.deadline(len(body))
+        paths = await self._paths([key], deadline)
+        if isinstance(paths, Unavailable):
+            return paths
+        return await self._put(paths[0], body, deadline)
 
     async def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        return await self._contains(block_path(key), self.core.deadline())
+        deadline = self.core.deadline()
+        paths = await self._paths([key], deadline)
+        if isinstance(paths, Unavailable):
+            return paths
+        return await self._contains(paths[0], deadline)
 
     async def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route."""
-        path = block_path(key) + "/exists"
-        return self.core.read_exists(await self._send("GET", path, None, self.core.deadline()))
+        deadline = self.core.deadline()
+        paths = await self._paths([check_exists_key(key)], deadline)
+        if isinstance(paths, Unavailable):
+            return paths
+        response = await self._send("GET", paths[0] + EXISTS_ROUTE_SUFFIX, None, deadline)
+        return self.core.read_exists(response)
 
     async def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        response = await self._send("GET", STATS_PATH, None, self.core.deadline())
-        return self.core.read_engine_stats(response)
+        return await self._engine_stats(self.core.deadline())
 
     async def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
@@ -492,22 +549,44 @@ class KvClient:
 
     async def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
         """Read many keys concurrently (bounded); results in input order."""
-        paths, deadline = [block_path(k) for k in keys], self.core.deadline()
+        deadline = self.core.deadline()
+        paths = await self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
         return await self._gather(lambda path: self._get(path, deadline), paths, deadline)
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently (bounded); results in input order."""
-        checked = [(block_path(k), check_value(bytes(v))) for k, v in items]
-        deadline = self.core.deadline(sum(len(body) for _, body in checked))
-        return await self._gather(lambda item: self._put(*item, deadline), checked, deadline)
+        bodies = [check_value(bytes(value)) for _, value in items]
+        deadline = self.core.deadline(sum(len(body) for body in bodies))
+        paths = await self._paths([key for key, _ in items], deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(items)
+        pairs = list(zip(paths, bodies, strict=True))
+        return await self._gather(lambda pair: self._put(*pair, deadline), pairs, deadline)
 
     async def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
         """HEAD many keys concurrently (bounded); results in input order."""
-        paths, deadline = [block_path(k) for k in keys], self.core.deadline()
+        deadline = self.core.deadline()
+        paths = await self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
         return await self._gather(lambda path: self._contains(path, deadline), paths, deadline)
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.core.close)
+
+    async def _paths(self, keys: Sequence[str], deadline: Deadline) -> list[str] | Unavailable:
+        """Request paths for `keys`, as `SyncKvClient._paths` (raises InvalidKey)."""
+        checked = [check_key(key, backend=self.core.backend or "any") for key in keys]
+        if self.core.needs_backend(checked):
+            learned = await self._engine_stats(deadline)
+            if isinstance(learned, Unavailable):
+                return learned
+        return self.core.paths_for(checked)
+
+    async def _engine_stats(self, deadline: Deadline) -> EngineStats | Unavailable:
+        return self.core.read_engine_stats(await self._send("GET", STATS_PATH, None, deadline))
 
     async def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
         return self.core.read_get(await self._send("GET", path, None, deadline))

@@ -14,9 +14,13 @@ import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.kv_http import check_value
 from graph_kvcache_mcp.domain.blobs import decode_b64_strict
-from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.engine_limits import (
+    DURABLE_MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    MEMORY_MAX_KEY_BYTES,
+    check_value,
+)
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 
@@ -28,7 +32,9 @@ Key = Annotated[
     str,
     Field(
         description="Engine key, sent exactly as written: printable ASCII without spaces, '?' or "
-        "'#', at most 8188 bytes, not an engine route name (stats, version, snapshot, ...)."
+        f"'#', at most {DURABLE_MAX_KEY_BYTES} bytes on the durable backend "
+        f"({MEMORY_MAX_KEY_BYTES} on the memory one), not an engine route name (stats, version, "
+        "snapshot, ...)."
     ),
 ]
 Keys = Annotated[
