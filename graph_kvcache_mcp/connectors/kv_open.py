@@ -14,7 +14,8 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.kv_http import EngineSource, KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_reasons import EngineSource
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
 from graph_kvcache_mcp.domain.engine_limits import EngineBackend
 

@@ -9,8 +9,9 @@ import pytest
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import EngineSource, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
 from graph_kvcache_mcp.connectors.kv_open import KvTarget, sync_client_for
+from graph_kvcache_mcp.connectors.kv_reasons import EngineSource
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.peers import hung_peer
 
