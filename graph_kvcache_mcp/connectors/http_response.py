@@ -12,7 +12,8 @@ and nothing else. Anything this reader cannot frame beyond doubt is refused with
   we never send `Expect`), except `101 Switching Protocols`, which is refused;
 - the status line must be `HTTP/1.0` or `HTTP/1.1` with a three-digit status, each header line a
   token, a colon and visible characters (no folded lines, no bare line feeds, no NULs);
-- a body longer or shorter than its length, or any body after a response to HEAD, is refused.
+- a body longer or shorter than its length is refused; bytes after the answer to a HEAD are read
+  and dropped (a HEAD yields no value, and its status is still the peer's answer).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class ResponseReader:
     def _on_body_bytes(self, chunk: bytes) -> None:
         assert self._head is not None
         if self.head_only:
-            raise MalformedResponse("a body after the answer to HEAD")
+            return  # never kept: the answer to a HEAD has no value to frame
         self._chunks.append(chunk)
         self._body_bytes += len(chunk)
         if self._head.length is not None and self._body_bytes > self._head.length:
