@@ -11,7 +11,11 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_wire import Deadline
 from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.domain.engine_limits import KV_ROUTE_PREFIX, MAX_KEY_BYTES
+from graph_kvcache_mcp.domain.engine_limits import (
+    KV_ROUTE_PREFIX,
+    MAX_KEY_BYTES,
+    MAX_REQUEST_TARGET_BYTES,
+)
 from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Stored, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey
 from tests.support.engines import RunningEngine
@@ -24,22 +28,29 @@ def _key_of(size: int) -> str:
     return (f"long:{secrets.token_hex(8)}:" + "k" * size)[:size]
 
 
-def test_the_engine_stores_keys_up_to_its_backend_limit_and_no_longer(
+def test_a_binary_search_on_the_real_engine_finds_each_backends_key_limit(
     engine: RunningEngine,
 ) -> None:
-    """Pins the measured figures (domain/engine_limits.py) against the real engine, bypassing the
-    client's own check: the longest key round-trips, one byte more fails."""
-    limit = MAX_KEY_BYTES[engine.backend]
+    """Measures the figure domain/engine_limits.py records, bypassing the client's own check: the
+    longest key a fresh PUT stores and a GET returns, searched over every length the request target
+    allows; one byte more is refused by the engine itself (400 memory, 500 durable)."""
     with engine.sync_client() as client:
 
         def raw(method: str, key: str, body: bytes | None = None) -> int:
             path = KV_ROUTE_PREFIX + key
             return client.wire.exchange(method, path, body, deadline=Deadline.after(10)).status
 
-        longest, over = _key_of(limit), _key_of(limit + 1)
-        assert (raw("PUT", longest, b"v"), raw("GET", longest)) == (201, 200)
-        assert raw("PUT", over, b"v") == REFUSED_WITHOUT_OUR_CHECK[engine.backend]
-        assert raw("GET", over) != 200
+        def round_trips(size: int) -> bool:
+            key = _key_of(size)
+            return raw("PUT", key, b"v") in (200, 201) and raw("GET", key) == 200
+
+        stored, refused = 1, MAX_REQUEST_TARGET_BYTES  # invariant: stored works, refused fails
+        assert round_trips(stored) and not round_trips(refused)
+        while refused - stored > 1:
+            middle = (stored + refused) // 2
+            stored, refused = (middle, refused) if round_trips(middle) else (stored, middle)
+        assert stored == MAX_KEY_BYTES[engine.backend]
+        assert raw("PUT", _key_of(stored + 1), b"v") == REFUSED_WITHOUT_OUR_CHECK[engine.backend]
 
 
 def test_a_key_over_the_backend_limit_is_refused_before_its_request_naming_the_backend(
