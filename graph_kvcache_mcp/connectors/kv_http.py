@@ -47,7 +47,7 @@ from graph_kvcache_mcp.domain.engine_limits import (
     call_budget_s,
     check_value,
 )
-from graph_kvcache_mcp.domain.keys import check_exists_key, check_key
+from graph_kvcache_mcp.domain.keys import check_exists_key, check_key, key_limit
 from graph_kvcache_mcp.domain.kv_stats import (
     ClientCounters,
     EngineStats,
@@ -216,7 +216,11 @@ class SyncKvClient:
         """Request paths for keys already checked against the rules every backend shares, now
         against the engine's own key limit (raises InvalidKey, naming the backend)."""
         backend = self.backend or "unknown"
-        return [KV_ROUTE_PREFIX + check_key(key, backend=backend) for key in keys]
+        limit = key_limit(backend)  # the other rules held already: only the length is left
+        return [
+            KV_ROUTE_PREFIX + (key if len(key) <= limit else check_key(key, backend=backend))
+            for key in keys
+        ]
 
     def timed_out(self, deadline: Deadline) -> Unavailable:
         """The answer for a request the call's deadline left no time to start."""
