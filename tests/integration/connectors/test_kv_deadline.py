@@ -17,9 +17,12 @@ from contextlib import contextmanager
 
 import anyio
 import anyio.to_thread
+from mcp import Client
 
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
 from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Unavailable
+from graph_kvcache_mcp.server import build_server
 from tests.support.engines import RunningEngine
 from tests.support.processes import wait_until
 
@@ -82,6 +85,33 @@ async def test_a_hung_engine_answers_one_key_and_a_batch_within_the_deadline(
     assert client.counters().retries == 0
     with anyio.fail_after(10):
         assert await client.get(keys[0]) == Hit(b"v")
+
+
+async def test_kv_get_and_kv_exists_answer_unreachable_within_the_timeout_on_a_hung_engine(
+    own_engine: RunningEngine,
+) -> None:
+    """The tools an agent calls: one key and nine keys, each answered within the timeout plus a
+    second, and reads hit again once the engine continues."""
+    settings = Settings.build(
+        kv_url=own_engine.base_url,
+        kv_token=own_engine.token,
+        data_dir=own_engine.managed.data_dir,
+        kv_timeout_s=TIMEOUT_S,
+    )
+    keys = [f"tool:{i}:{secrets.token_hex(4)}" for i in range(9)]
+    async with Client(build_server(settings)) as client:
+        await client.call_tool("kv_put", {"key": keys[0], "value_b64": "dg=="})
+        with hung(own_engine):
+            for tool, arguments in [("kv_get", {"keys": keys[:1]}), ("kv_exists", {"keys": keys})]:
+                started = time.monotonic()
+                result = await client.call_tool(tool, arguments)
+                elapsed_s = time.monotonic() - started
+                out = result.structured_content or {}
+                assert out["reachable"] is False and elapsed_s < BOUND_S, (tool, elapsed_s)
+                assert all(_timed_out(Unavailable(r["reason"])) for r in out["results"]), out
+        with anyio.fail_after(10):
+            result = await client.call_tool("kv_get", {"keys": keys[:1]})
+        assert (result.structured_content or {})["results"][0]["hit"] is True
 
 
 def test_the_blocking_client_keeps_the_same_deadline_against_a_hung_engine(
