@@ -312,7 +312,13 @@ class KvAccess:
         target = (
             KvTarget(base_url, self.settings.kv_token, "configured")
             if configured
-            else KvTarget(base_url, self.engine.existing_token(), "managed")
+            else KvTarget(
+                base_url,
+                self.engine.existing_token(),
+                "managed",
+                # The state records the backend, so key limits need no stats call to learn it.
+                self._binding.state.backend if self._binding is not None else None,
+            )
         )
         return KvClient(sync_client_for(target, self.settings))
 

@@ -1,101 +1,82 @@
 """The engine's `/kv/<key>` surface: typed outcomes, batches with bounded concurrency.
 
-`SyncKvClient` is the blocking client (LMCache's threads call it; batches fan out on a small
-thread pool). `KvClient` is what tools and services await: it sends on the event loop itself and
-bounds a batch's concurrency with a semaphore. Both read responses through the same code. Keys are
-checked by `domain.keys` before any I/O and sent raw; values over the cap are refused unsent.
+`SyncKvClient` is the blocking client (LMCache's threads call it; batches fan out on a thread
+pool). `KvClient` is what tools and services await: it sends on the event loop itself. Both read
+responses through the same code. Keys are checked by `domain.keys` before any I/O and sent raw;
+values over the cap are refused unsent.
+
+One deadline per call: every public method, a batch included, makes one `Deadline` of
+`timeout_s` (plus upload time for request bodies, `engine_limits.call_budget_s`) that bounds all it
+does: connecting, sending, reading, waiting for a lane of its batch, and retrying. Only a
+connection refused or reset before a byte was sent is retried; a timeout never is. Each call fans
+out on lanes of its own (at most `concurrency` requests in flight per call) and never waits behind
+another call's requests, so one caller stuck on a hung engine holds no other caller past its own
+deadline.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeAlias, TypeVar, cast
+from typing import Literal, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.engine_wire import (
+    Deadline,
     EngineWire,
-    Timeouts,
     WireError,
-    WireRefused,
-    WireResponse,
     WireTimeout,
+    WireUnsent,
 )
+from graph_kvcache_mcp.connectors.http_response import WireResponse
+from graph_kvcache_mcp.connectors.kv_lanes import gather_lanes, run_lanes
+from graph_kvcache_mcp.connectors.kv_reasons import EngineSource
+from graph_kvcache_mcp.connectors.kv_replies import KvReplies, StatsOutcome
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.engine_limits import (
+    EXISTS_ROUTE_SUFFIX,
+    KEY_BYTES_ANY_BACKEND,
+    KV_ROUTE_PREFIX,
+    EngineBackend,
+    call_budget_s,
+    check_value,
+)
+from graph_kvcache_mcp.domain.keys import check_exists_key, check_key, key_limit
 from graph_kvcache_mcp.domain.kv_stats import (
     ClientCounters,
     EngineStats,
-    KvStatsReport,
-    build_report,
-    normalize_engine_stats,
 )
 from graph_kvcache_mcp.domain.outcomes import (
-    Hit,
-    Miss,
     Outcome,
-    Presence,
     PresenceOutcome,
     PutOutcome,
-    Stored,
     Unavailable,
 )
-from graph_kvcache_mcp.errors import InvalidValue
-
-MAX_VALUE_BYTES = 64 * 1024 * 1024 - 9
-"""Largest value both backends store (durable adds a 9-byte frame to the 64 MiB cap)."""
 
 _BACKOFF_S = (0.05, 0.15)
-"""Idempotent requests get two retries after a transport fault; writes none."""
+"""A request that never left (connection refused or reset before a byte went out) is sent again
+after these pauses, while the call's deadline allows."""
 
-StatsOutcome: TypeAlias = KvStatsReport | Unavailable
+_POOL_LANES_PER_SLOT = 4
+"""The sync client's thread pool holds this many lanes per unit of `concurrency`, so that a few
+batches stuck on a hung engine leave threads for everyone else."""
+
+ReportedBackend: TypeAlias = EngineBackend | Literal["unknown"]
 R = TypeVar("R")
 _T = TypeVar("_T")
-
-
-def check_value(value: bytes) -> bytes:
-    """Return `value` when the engine can store it.
-
-    Raises:
-        InvalidValue: the value is over the engine's cap; says the cap and how to proceed.
-    """
-    if len(value) > MAX_VALUE_BYTES:
-        raise InvalidValue(
-            f"value is {len(value):,} bytes; the engine stores at most {MAX_VALUE_BYTES:,} "
-            "(64 MiB - 9) per key: split it into smaller blocks"
-        )
-    return value
-
-
-class _Counters:
-    """Thread-safe running totals behind `ClientCounters`."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = ClientCounters().model_dump()
-
-    def add(self, **amounts: int) -> None:
-        with self._lock:
-            for name, amount in amounts.items():
-                self._values[name] += amount
-
-    def snapshot(self) -> ClientCounters:
-        with self._lock:
-            return ClientCounters(**self._values)
 
 
 class SyncKvClient:
     """Blocking client for one engine; safe to share between threads.
 
-    Also the shared core of `KvClient`: it owns the wire, the counters, and the reading of every
-    response (`read_*`), so the two faces cannot drift apart.
+    Also the shared core of `KvClient`: it owns the wire, the key checks and the reading of every
+    response (`replies`, with the counters), so the two faces cannot drift apart.
     """
 
     def __init__(
@@ -105,14 +86,20 @@ class SyncKvClient:
         *,
         timeout_s: float = 5.0,
         concurrency: int = 8,
+        source: EngineSource = "configured",
+        backend: EngineBackend | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
+        self.source = source
+        self.backend: ReportedBackend | None = backend
+        """The engine's backend, whose key limit applies: given (a managed engine's state knows
+        it), else learned from the first `/kv/stats` answer; None until then."""
+        self.timeout_s = timeout_s
         self.concurrency = concurrency
-        self.wire = EngineWire(self.endpoint, token, Timeouts.from_total(timeout_s))
-        self._counters = _Counters()
+        self.wire = EngineWire(self.endpoint, token)
+        self.replies = KvReplies(self.endpoint.url, source, token_given=token is not None)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        self._token_given = token is not None
 
     def __repr__(self) -> str:
         return f"SyncKvClient({self.endpoint.url!r})"
@@ -122,50 +109,71 @@ class SyncKvClient:
         return self.endpoint.url
 
     def counters(self) -> ClientCounters:
-        return self._counters.snapshot()
+        return self.replies.counters.snapshot()
 
     # --- single operations -------------------------------------------------------------------
 
+    def deadline(self, body_bytes: int = 0) -> Deadline:
+        """The deadline of a call starting now that sends `body_bytes` of request bodies."""
+        return Deadline.after(call_budget_s(self.timeout_s, body_bytes))
+
     def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        return self.read_get(self._send("GET", block_path(key), idempotent=True))
+        return self.get_many([key])[0]
 
     def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
-        path, body = block_path(key), check_value(bytes(value))
-        return self.read_put(self._send("PUT", path, body, idempotent=False), len(body))
+        return self.put_many([(key, value)])[0]
 
     def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        return self.read_contains(self._send("HEAD", block_path(key), idempotent=True))
+        return self.contains_many([key])[0]
 
     def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route (JSON answer; same meaning as `contains`)."""
-        path = block_path(key) + "/exists"
-        return self.read_exists(self._send("GET", path, idempotent=True))
+        deadline = self.deadline()
+        paths = self._paths([check_exists_key(key)], deadline)
+        if isinstance(paths, Unavailable):
+            return paths
+        return self.replies.read_exists(
+            self._send("GET", paths[0] + EXISTS_ROUTE_SUFFIX, None, deadline)
+        )
 
     def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        return self.read_engine_stats(self._send("GET", STATS_PATH, idempotent=True))
+        return self._engine_stats(self.deadline())
 
     def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
-        return self.report(self.engine_stats())
+        return self.replies.report(self.engine_stats())
 
     # --- batches -----------------------------------------------------------------------------
 
     def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
         """Read many keys concurrently; results in input order, each typed on its own."""
-        return self._fan_out(self.get, [check_key(k) for k in keys])
+        deadline = self.deadline()
+        paths = self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
+        return self._fan_out(lambda path: self._get(path, deadline), paths, deadline)
 
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently; results in input order."""
-        checked = [(check_key(k), check_value(v)) for k, v in items]
-        return self._fan_out(lambda item: self.put(*item), checked)
+        bodies = [check_value(bytes(value)) for _, value in items]
+        deadline = self.deadline(sum(len(body) for body in bodies))
+        paths = self._paths([key for key, _ in items], deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(items)
+        pairs = list(zip(paths, bodies, strict=True))
+        return self._fan_out(lambda pair: self._put(*pair, deadline), pairs, deadline)
 
     def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
         """HEAD many keys concurrently; results in input order."""
-        return self._fan_out(self.contains, [check_key(k) for k in keys])
+        deadline = self.deadline()
+        paths = self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
+        return self._fan_out(lambda path: self._contains(path, deadline), paths, deadline)
 
     def close(self) -> None:
         with self._pool_lock:
@@ -179,160 +187,114 @@ class SyncKvClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # --- reading responses (shared with KvClient) --------------------------------------------
+    def learn(self, response: WireResponse | Unavailable) -> EngineStats | Unavailable:
+        """Read a `/kv/stats` answer, and remember the backend it names (its key limit applies)."""
+        stats = self.replies.read_engine_stats(response)
+        if not isinstance(stats, Unavailable):
+            self.backend = stats.backend
+        return stats
 
-    def read_get(self, response: WireResponse | Unavailable) -> Outcome[bytes]:
-        if isinstance(response, Unavailable):
-            return response
-        if response.status == 200:
-            self._counters.add(gets=1, get_hits=1, bytes_read=len(response.body))
-            return Hit(response.body)
-        if response.status == 404:
-            self._counters.add(gets=1, get_misses=1)
-            return Miss()
-        return self._unexpected(response)
+    def retry_pause(self, exc: WireError, pauses: Iterator[float], deadline: Deadline) -> float:
+        """How long to pause before sending again after `exc`, or -1 to give up.
 
-    def read_put(self, response: WireResponse | Unavailable, size: int) -> PutOutcome:
-        if isinstance(response, Unavailable):
-            return response
-        if response.status in (200, 201):
-            new = response.status == 201
-            self._counters.add(
-                puts=1,
-                puts_stored_new=int(new),
-                puts_already_present=int(not new),
-                bytes_written=size if new else 0,
-            )
-            return Stored("stored_new" if new else "already_present")
-        return self._unexpected(response)
+        Only a request that never left is sent again, and only when the pause leaves time to.
+        """
+        if not isinstance(exc, WireUnsent):
+            return -1.0
+        pause = next(pauses, None)
+        if pause is None or pause >= deadline.remaining_s():
+            return -1.0
+        self.replies.counters.add(retries=1)
+        return pause
 
-    def read_contains(self, response: WireResponse | Unavailable) -> PresenceOutcome:
-        if isinstance(response, Unavailable):
-            return response
-        if response.status in (200, 404):
-            self._counters.add(contains_checks=1)
-            return Presence(response.status == 200)
-        return self._unexpected(response)
+    def needs_backend(self, keys: list[str]) -> bool:
+        """Whether checking `keys` must wait for the engine to say its backend (a key longer than
+        every backend stores, while the backend is not known yet)."""
+        return self.backend is None and any(len(key) > KEY_BYTES_ANY_BACKEND for key in keys)
 
-    def read_exists(self, response: WireResponse | Unavailable) -> PresenceOutcome:
-        if isinstance(response, Unavailable):
-            return response
-        if response.status != 200:
-            return self._unexpected(response)
-        try:
-            present = json.loads(response.body)["exists"]
-        except (ValueError, KeyError, TypeError):
-            return self._fail("engine sent an unreadable /exists answer", response.status)
-        if not isinstance(present, bool):
-            return self._fail("engine sent a non-boolean 'exists'", response.status)
-        self._counters.add(contains_checks=1)
-        return Presence(present)
+    def paths_for(self, keys: list[str]) -> list[str]:
+        """Request paths for keys already checked against the rules every backend shares, now
+        against the engine's own key limit (raises InvalidKey, naming the backend)."""
+        backend = self.backend or "unknown"
+        limit = key_limit(backend)  # the other rules held already: only the length is left
+        return [
+            KV_ROUTE_PREFIX + (key if len(key) <= limit else check_key(key, backend=backend))
+            for key in keys
+        ]
 
-    def read_engine_stats(self, response: WireResponse | Unavailable) -> EngineStats | Unavailable:
-        if isinstance(response, Unavailable):
-            return response
-        if response.status != 200:
-            return self._unexpected(response)
-        try:
-            return normalize_engine_stats(json.loads(response.body))
-        except (ValueError, TypeError, AttributeError) as exc:
-            return self._fail(f"engine sent unreadable stats ({exc})", response.status)
-
-    def report(self, engine: EngineStats | Unavailable) -> StatsOutcome:
-        if isinstance(engine, Unavailable):
-            return engine
-        return build_report(engine, self.counters())
-
-    def give_up(self, exc: WireError) -> Unavailable:
-        """The `Unavailable` for a request whose every attempt failed."""
-        return self._fail(self._explain_fault(exc), None)
-
-    def note_retry(self) -> None:
-        self._counters.add(retries=1)
+    def timed_out(self, deadline: Deadline) -> Unavailable:
+        """The answer for a request the call's deadline left no time to start."""
+        return self.replies.give_up(WireTimeout("queue", deadline.budget_s))
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _fan_out(self, operation: Callable[[_T], R], inputs: list[_T]) -> list[R]:
-        if len(inputs) <= 1:
-            return [operation(item) for item in inputs]
+    def _paths(self, keys: Sequence[str], deadline: Deadline) -> list[str] | Unavailable:
+        """Request paths for `keys`, each checked before any request of its own is sent.
+
+        Raises:
+            InvalidKey: the first key that breaks a rule.
+        """
+        checked = [check_key(key, backend=self.backend or "any") for key in keys]
+        if self.needs_backend(checked):
+            learned = self._engine_stats(deadline)
+            if isinstance(learned, Unavailable):
+                return learned
+        return self.paths_for(checked)
+
+    def _engine_stats(self, deadline: Deadline) -> EngineStats | Unavailable:
+        return self.learn(self._send("GET", STATS_PATH, None, deadline))
+
+    def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
+        return self.replies.read_get(self._send("GET", path, None, deadline))
+
+    def _put(self, path: str, body: bytes, deadline: Deadline) -> PutOutcome:
+        return self.replies.read_put(self._send("PUT", path, body, deadline), len(body))
+
+    def _contains(self, path: str, deadline: Deadline) -> PresenceOutcome:
+        return self.replies.read_contains(self._send("HEAD", path, None, deadline))
+
+    def _fan_out(
+        self, operation: Callable[[_T], R], inputs: list[_T], deadline: Deadline
+    ) -> list[R | Unavailable]:
+        return run_lanes(
+            self._lane_pool(),
+            operation,
+            inputs,
+            lanes=self.concurrency,
+            deadline=deadline,
+            timed_out=self.timed_out,
+        )
+
+    def _lane_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="kv-batch")
-            pool = self._pool
-        return list(pool.map(operation, inputs))
+                self._pool = ThreadPoolExecutor(
+                    self.concurrency * _POOL_LANES_PER_SLOT, thread_name_prefix="kv-lane"
+                )
+            return self._pool
 
     def _send(
-        self, method: str, path: str, body: bytes | None = None, *, idempotent: bool
+        self, method: str, path: str, body: bytes | None, deadline: Deadline
     ) -> WireResponse | Unavailable:
-        pauses = retry_pauses(idempotent)
+        pauses = retry_pauses()
         while True:
+            if deadline.remaining_s() <= 0:
+                return self.timed_out(deadline)
             try:
-                return self.wire.exchange(method, path, body)
+                return self.wire.exchange(method, path, body, deadline=deadline)
             except WireError as exc:
-                pause = next(pauses, None)
-                if pause is None:
-                    return self.give_up(exc)
-                self.note_retry()
+                pause = self.retry_pause(exc, pauses, deadline)
+                if pause < 0:
+                    return self.replies.give_up(exc)
                 time.sleep(pause)
 
-    def _explain_fault(self, exc: WireError) -> str:
-        where = f"engine at {self.endpoint.url}"
-        if isinstance(exc, WireRefused):
-            return (
-                f"{where} is not reachable (connection refused): start one with "
-                "`graph-kvcache-mcp engine start` or check EPISTEMIC_GRAPH_KVCACHE_URL"
-            )
-        if isinstance(exc, WireTimeout):
-            return f"{where} timed out ({exc}); it may be overloaded or hung"
-        return f"{where} failed: {exc}"
 
-    def _unexpected(self, response: WireResponse) -> Unavailable:
-        reason = explain_status(response, self.endpoint.url, self._token_given)
-        return self._fail(reason, response.status)
-
-    def _fail(self, reason: str, status: int | None) -> Unavailable:
-        self._counters.add(errors=1)
-        return Unavailable(reason, status)
+STATS_PATH = KV_ROUTE_PREFIX + "stats"
 
 
-STATS_PATH = "/kv/stats"
-
-
-def block_path(key: str) -> str:
-    """The request path for `key`, checked against the engine's key rules (raises InvalidKey)."""
-    return "/kv/" + check_key(key)
-
-
-def retry_pauses(idempotent: bool) -> Iterator[float]:
-    """Pauses before each retry: none for writes, jittered backoff for idempotent reads."""
-    if not idempotent:
-        return iter(())
+def retry_pauses() -> Iterator[float]:
+    """Jittered pauses before each resend of a request that never left."""
     return iter(pause * (0.5 + random.random()) for pause in _BACKOFF_S)
-
-
-def explain_status(response: WireResponse, url: str, token_given: bool) -> str:
-    """A reason for an unexpected status that says what to do; never echoes the token."""
-    message = ""
-    if response.content_type.startswith("application/json"):
-        try:
-            message = str(json.loads(response.body).get("message", ""))[:200]
-        except (ValueError, AttributeError):
-            message = ""
-    if response.status == 401:
-        fix = (
-            "set EPISTEMIC_GRAPH_KVCACHE_TOKEN to the engine's token"
-            if not token_given
-            else "EPISTEMIC_GRAPH_KVCACHE_TOKEN does not match the engine's token"
-        )
-        return f"engine at {url} refused the bearer token (401): {fix}"
-    if response.status == 400:
-        return (
-            f"engine at {url} refused the request as malformed (400 {message or 'bad request'}); "
-            "check the key and that the value is within 64 MiB"
-        )
-    if response.status >= 500:
-        return f"engine at {url} failed ({response.status} {message or 'server error'})"
-    return f"engine at {url} answered {response.status} {message}".rstrip()
 
 
 class KvClient:
@@ -341,7 +303,6 @@ class KvClient:
 
     def __init__(self, core: SyncKvClient) -> None:
         self.core = core
-        self._limit = anyio.Semaphore(core.concurrency)
 
     @classmethod
     def connect(
@@ -351,8 +312,18 @@ class KvClient:
         *,
         timeout_s: float = 5.0,
         concurrency: int = 8,
+        source: EngineSource = "configured",
+        backend: EngineBackend | None = None,
     ) -> KvClient:
-        return cls(SyncKvClient(base_url, token, timeout_s=timeout_s, concurrency=concurrency))
+        core = SyncKvClient(
+            base_url,
+            token,
+            timeout_s=timeout_s,
+            concurrency=concurrency,
+            source=source,
+            backend=backend,
+        )
+        return cls(core)
 
     def __repr__(self) -> str:
         return f"KvClient({self.core.base_url!r})"
@@ -366,73 +337,105 @@ class KvClient:
 
     async def get(self, key: str) -> Outcome[bytes]:
         """Read one block: `Hit(bytes)`, `Miss()`, or `Unavailable(reason)`."""
-        return self.core.read_get(await self._send("GET", block_path(key), idempotent=True))
+        return (await self.get_many([key]))[0]
 
     async def put(self, key: str, value: bytes) -> PutOutcome:
         """Store `value` under `key`; the engine keeps the first value ever stored there."""
-        path, body = block_path(key), check_value(bytes(value))
-        response = await self._send("PUT", path, body, idempotent=False)
-        return self.core.read_put(response, len(body))
+        return (await self.put_many([(key, value)]))[0]
 
     async def contains(self, key: str) -> PresenceOutcome:
         """HEAD the key: present or not, without transferring the value."""
-        return self.core.read_contains(await self._send("HEAD", block_path(key), idempotent=True))
+        return (await self.contains_many([key]))[0]
 
     async def exists(self, key: str) -> PresenceOutcome:
         """Ask the engine's `/kv/<key>/exists` route."""
-        path = block_path(key) + "/exists"
-        return self.core.read_exists(await self._send("GET", path, idempotent=True))
+        deadline = self.core.deadline()
+        paths = await self._paths([check_exists_key(key)], deadline)
+        if isinstance(paths, Unavailable):
+            return paths
+        response = await self._send("GET", paths[0] + EXISTS_ROUTE_SUFFIX, None, deadline)
+        return self.core.replies.read_exists(response)
 
     async def engine_stats(self) -> EngineStats | Unavailable:
         """The engine's own `/kv/stats`, normalized across backends."""
-        return self.core.read_engine_stats(await self._send("GET", STATS_PATH, idempotent=True))
+        return await self._engine_stats(self.core.deadline())
 
     async def stats(self) -> StatsOutcome:
         """Engine stats + this client's counters + derived ratios."""
-        return self.core.report(await self.engine_stats())
+        return self.core.replies.report(await self.engine_stats())
 
     async def get_many(self, keys: Sequence[str]) -> list[Outcome[bytes]]:
         """Read many keys concurrently (bounded); results in input order."""
-        return await self._gather(self.get, [check_key(k) for k in keys])
+        deadline = self.core.deadline()
+        paths = await self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
+        return await self._gather(lambda path: self._get(path, deadline), paths, deadline)
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently (bounded); results in input order."""
-        checked = [(check_key(k), check_value(v)) for k, v in items]
-        return await self._gather(lambda item: self.put(*item), checked)
+        bodies = [check_value(bytes(value)) for _, value in items]
+        deadline = self.core.deadline(sum(len(body) for body in bodies))
+        paths = await self._paths([key for key, _ in items], deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(items)
+        pairs = list(zip(paths, bodies, strict=True))
+        return await self._gather(lambda pair: self._put(*pair, deadline), pairs, deadline)
 
     async def contains_many(self, keys: Sequence[str]) -> list[PresenceOutcome]:
         """HEAD many keys concurrently (bounded); results in input order."""
-        return await self._gather(self.contains, [check_key(k) for k in keys])
+        deadline = self.core.deadline()
+        paths = await self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
+        return await self._gather(lambda path: self._contains(path, deadline), paths, deadline)
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.core.close)
 
+    async def _paths(self, keys: Sequence[str], deadline: Deadline) -> list[str] | Unavailable:
+        """Request paths for `keys`, as `SyncKvClient._paths` (raises InvalidKey)."""
+        checked = [check_key(key, backend=self.core.backend or "any") for key in keys]
+        if self.core.needs_backend(checked):
+            learned = await self._engine_stats(deadline)
+            if isinstance(learned, Unavailable):
+                return learned
+        return self.core.paths_for(checked)
+
+    async def _engine_stats(self, deadline: Deadline) -> EngineStats | Unavailable:
+        return self.core.learn(await self._send("GET", STATS_PATH, None, deadline))
+
+    async def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
+        return self.core.replies.read_get(await self._send("GET", path, None, deadline))
+
+    async def _put(self, path: str, body: bytes, deadline: Deadline) -> PutOutcome:
+        return self.core.replies.read_put(await self._send("PUT", path, body, deadline), len(body))
+
+    async def _contains(self, path: str, deadline: Deadline) -> PresenceOutcome:
+        return self.core.replies.read_contains(await self._send("HEAD", path, None, deadline))
+
     async def _send(
-        self, method: str, path: str, body: bytes | None = None, *, idempotent: bool
+        self, method: str, path: str, body: bytes | None, deadline: Deadline
     ) -> WireResponse | Unavailable:
-        pauses = retry_pauses(idempotent)
+        pauses = retry_pauses()
         while True:
+            if deadline.remaining_s() <= 0:
+                return self.core.timed_out(deadline)
             try:
-                async with self._limit:
-                    return await self.core.wire.exchange_async(method, path, body)
+                return await self.core.wire.exchange_async(method, path, body, deadline=deadline)
             except WireError as exc:
-                pause = next(pauses, None)
-                if pause is None:
-                    return self.core.give_up(exc)
-                self.core.note_retry()
+                pause = self.core.retry_pause(exc, pauses, deadline)
+                if pause < 0:
+                    return self.core.replies.give_up(exc)
                 await anyio.sleep(pause)
 
     async def _gather(
-        self, operation: Callable[[_T], Awaitable[R]], inputs: Iterable[_T]
-    ) -> list[R]:
-        items = list(inputs)
-        results: list[R | None] = [None] * len(items)
-
-        async def one(index: int, item: _T) -> None:
-            results[index] = await operation(item)
-
-        async with anyio.create_task_group() as group:
-            for index, item in enumerate(items):
-                group.start_soon(one, index, item)
-        # Every task stored its result, or the task group raised before we got here.
-        return cast(list[R], results)
+        self, operation: Callable[[_T], Awaitable[R]], inputs: list[_T], deadline: Deadline
+    ) -> list[R | Unavailable]:
+        return await gather_lanes(
+            operation,
+            inputs,
+            lanes=self.core.concurrency,
+            deadline=deadline,
+            timed_out=self.core.timed_out,
+        )

@@ -9,21 +9,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
 from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_reasons import EngineSource
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
+from graph_kvcache_mcp.domain.engine_limits import EngineBackend
 
 
 @dataclass(frozen=True)
 class KvTarget:
     base_url: str
     token: SecretStr | None
-    source: Literal["configured", "managed", "default"]
+    source: EngineSource
+    backend: EngineBackend | None = None
+    """Known for a managed engine (its state records it); else the client learns it."""
 
     def __repr__(self) -> str:
         return f"KvTarget({self.base_url!r}, source={self.source!r})"
@@ -35,7 +38,7 @@ def resolve_kv_target(settings: Settings) -> KvTarget:
         return KvTarget(settings.kv_url, settings.kv_token, "configured")
     managed = ManagedEngine(settings.data_dir)
     if (state := managed.running_state()) is not None:
-        return KvTarget(state.base_url, managed.token(), "managed")
+        return KvTarget(state.base_url, managed.token(), "managed", state.backend)
     return KvTarget(f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}", settings.kv_token, "default")
 
 
@@ -45,6 +48,8 @@ def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
         target.token,
         timeout_s=settings.kv_timeout_s,
         concurrency=settings.kv_concurrency,
+        source=target.source,
+        backend=target.backend,
     )
 
 

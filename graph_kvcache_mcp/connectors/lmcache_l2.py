@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias
 
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES
 from graph_kvcache_mcp.connectors.kv_open import sync_client_from_params
+from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, check_namespace, engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Presence, Stored, Unavailable
 

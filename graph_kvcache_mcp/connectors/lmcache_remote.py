@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES, KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.kv_open import sync_client_from_params
+from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, check_namespace, engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Unavailable
 from graph_kvcache_mcp.errors import ConfigError

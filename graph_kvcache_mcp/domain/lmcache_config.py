@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
+from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, check_namespace
 from graph_kvcache_mcp.domain.lmcache_model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
 from graph_kvcache_mcp.errors import ConfigError
@@ -33,7 +34,7 @@ from graph_kvcache_mcp.errors import ConfigError
 Mode = Literal["mp_native", "redis_resp", "inprocess_plugin"]
 MODES: tuple[Mode, ...] = ("mp_native", "redis_resp", "inprocess_plugin")
 
-ENGINE_VALUE_CAP_BYTES = 64 * 1024 * 1024 - 9
+ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES
 """Largest block both engine backends store (the durable one frames values with 9 bytes)."""
 INPROCESS_HEADER_BYTES = 28
 """LMCache's RemoteMetadata header our in-process connector stores in front of each chunk."""

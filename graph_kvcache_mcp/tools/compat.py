@@ -123,18 +123,24 @@ async def graph_kvcache_read_only(
 async def _run(
     ctx: Context[Any], action: Action, key: str | None, value_b64: str | None
 ) -> GraphKvcacheOut:
-    value = b""
     try:
-        if action != "stats":
-            if key is None:
-                raise InvalidValue(f"action={action} needs a key")
-            check_key(key)
-        if action == "put":
-            if value_b64 is None:
-                raise InvalidValue("action=put needs value_b64 (standard base64 of the bytes)")
-            value = decode_value(value_b64)
-    except (InvalidKey, InvalidValue) as exc:
+        return await _dispatch(ctx, action, key, value_b64)
+    except (InvalidKey, InvalidValue) as exc:  # checked here, and by the client per backend
         raise ToolError(f"{exc}. Fix it and call graph_kvcache again.") from exc
+
+
+async def _dispatch(
+    ctx: Context[Any], action: Action, key: str | None, value_b64: str | None
+) -> GraphKvcacheOut:
+    value = b""
+    if action != "stats":
+        if key is None:
+            raise InvalidValue(f"action={action} needs a key")
+        check_key(key)
+    if action == "put":
+        if value_b64 is None:
+            raise InvalidValue("action=put needs value_b64 (standard base64 of the bytes)")
+        value = decode_value(value_b64)
     state = state_of(ctx)
     kv = await state.kv.connect()
     if isinstance(kv, Unavailable):

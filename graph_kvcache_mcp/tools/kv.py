@@ -139,7 +139,8 @@ async def kv_get(
         return KvGetManyOut.from_results(
             [KvGetOut(key=key, reachable=False, reason=kv.reason) for key in keys]
         )
-    outcomes = await kv.get_many(keys)
+    with refused_input("kv_get"):  # the engine's backend may hold keys to a shorter limit
+        outcomes = await kv.get_many(keys)
     hint = (
         "run `graph-kvcache-mcp kv get KEY -o FILE` in a shell (this server is read-only)"
         if state_of(ctx).settings.read_only
@@ -178,7 +179,8 @@ async def kv_save(
     kv = await access.connect()
     if isinstance(kv, Unavailable):
         return KvGetOut(key=key, reachable=False, reason=kv.reason)
-    outcome = await kv.get(key)
+    with refused_input("kv_save"):
+        outcome = await kv.get(key)
     if not isinstance(outcome, Hit):
         return KvGetOut.from_outcome(key, outcome)
     try:
@@ -215,7 +217,9 @@ async def kv_put(
     kv = await state_of(ctx).kv.connect()
     if isinstance(kv, Unavailable):
         return KvPutOut.from_outcome(key, value, kv)
-    return KvPutOut.from_outcome(key, value, await kv.put(key, value))
+    with refused_input("kv_put"):
+        outcome = await kv.put(key, value)
+    return KvPutOut.from_outcome(key, value, outcome)
 
 
 async def kv_exists(ctx: Context[Any], keys: Keys) -> KvExistsOut:
@@ -226,7 +230,9 @@ async def kv_exists(ctx: Context[Any], keys: Keys) -> KvExistsOut:
     kv = await state_of(ctx).kv.connect()
     if isinstance(kv, Unavailable):
         return KvExistsOut.from_outcomes(keys, [kv] * len(keys))
-    return KvExistsOut.from_outcomes(keys, await kv.contains_many(keys))
+    with refused_input("kv_exists"):
+        outcomes = await kv.contains_many(keys)
+    return KvExistsOut.from_outcomes(keys, outcomes)
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -13,8 +13,13 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES, check_value
 from graph_kvcache_mcp.domain.blobs import decode_b64_strict
+from graph_kvcache_mcp.domain.engine_limits import (
+    DURABLE_MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    MEMORY_MAX_KEY_BYTES,
+    check_value,
+)
 from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from graph_kvcache_mcp.tools.file_paths import read_inside_roots
@@ -25,7 +30,10 @@ MAX_B64_CHARS = (MAX_VALUE_BYTES + 2) // 3 * 4
 
 Key = Annotated[
     str,
-    Field(description="Engine key, sent as written: printable ASCII without spaces, '?' or '#'."),
+    Field(
+        description="Engine key, sent as written: printable ASCII without spaces, '?' or '#'; "
+        f"at most {DURABLE_MAX_KEY_BYTES} bytes (durable) or {MEMORY_MAX_KEY_BYTES} (memory)."
+    ),
 ]
 Keys = Annotated[
     list[str],

@@ -12,6 +12,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
+from graph_kvcache_mcp.domain.engine_limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE
 from graph_kvcache_mcp.domain.lmcache_model import KvKind
@@ -141,7 +142,7 @@ async def lmcache_check(
     ctx: Context[Any],
     page_bytes: Annotated[
         int,
-        Field(ge=1, le=64 * 1024 * 1024, description="Size of the random test page."),
+        Field(ge=1, le=VALUE_CAP_BYTES, description="Size of the random test page."),
     ] = DEFAULT_PAGE_BYTES,
     namespace: Namespace = DEFAULT_NAMESPACE,
 ) -> LmcacheCheckOut:

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from graph_kvcache_mcp.connectors.kv_http import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.engine_limits import (
+    DURABLE_MAX_KEY_BYTES,
+    LONGEST_KEY_BYTES,
+    MAX_VALUE_BYTES,
+)
 from graph_kvcache_mcp.domain.outcomes import Presence
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.tools.kv_input import MAX_B64_CHARS
@@ -22,7 +26,7 @@ INVALID_KEYS = [
     pytest.param("blk#1", "charset", id="hash"),
     pytest.param("blk\u00e9", "charset", id="non-ascii"),
     pytest.param("blk\n1", "charset", id="control"),
-    pytest.param("k" * 8189, "length", id="too-long"),
+    pytest.param("k" * (LONGEST_KEY_BYTES + 1), "length", id="too-long"),
     pytest.param("stats", "reserved", id="reserved-name"),
     pytest.param("version/1", "reserved", id="reserved-prefix"),
     pytest.param("blk/exists", "exists-suffix", id="exists-suffix"),
@@ -35,6 +39,27 @@ BAD_BASE64 = [
     pytest.param("aGVsbG8*", "not valid standard base64", id="stray-character"),
     pytest.param("-_-_", "URL-safe", id="url-safe"),
 ]
+
+
+async def test_a_key_over_the_durable_backends_limit_is_a_tool_error_naming_the_backend(
+    durable_engine: RunningEngine,
+) -> None:
+    """Valid on the memory backend, too long for the durable one (which answered 500): every KV
+    tool refuses it as bad input, and nothing reaches the store."""
+    key = fresh_key("long") + "k" * DURABLE_MAX_KEY_BYTES
+    before = write_counters(durable_engine.sync_client())
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("kv_put", {"key": key, "value_b64": b64(b"value")}),
+        ("kv_get", {"keys": [key]}),
+        ("kv_exists", {"keys": ["fine:key", key]}),
+        ("graph_kvcache", {"action": "put", "key": key, "value_b64": b64(b"value")}),
+    ]
+    async with Client(build_server(durable_engine.settings)) as client:
+        messages = [await call_error(client, tool, arguments) for tool, arguments in calls]
+    for (tool, _), message in zip(calls, messages, strict=True):
+        assert "rule: length" in message and "durable backend" in message, message
+        assert f"call {tool} again" in message
+    assert write_counters(durable_engine.sync_client()) == before
 
 
 @MODES

@@ -4,7 +4,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.domain.keys import MAX_KEY_BYTES, check_key, is_valid_key
+from graph_kvcache_mcp.domain.engine_limits import (
+    DURABLE_MAX_KEY_BYTES,
+    LONGEST_KEY_BYTES,
+    MAX_EXISTS_KEY_BYTES,
+    MEMORY_MAX_KEY_BYTES,
+)
+from graph_kvcache_mcp.domain.keys import KeyBackend, check_exists_key, check_key, is_valid_key
 from graph_kvcache_mcp.errors import InvalidKey
 
 SAFE_ALPHABET = st.sampled_from([chr(c) for c in range(0x21, 0x7F) if chr(c) not in "?#"])
@@ -19,7 +25,7 @@ SAFE_ALPHABET = st.sampled_from([chr(c) for c in range(0x21, 0x7F) if chr(c) not
         ("a?b", "charset"),
         ("a#b", "charset"),
         ("a b", "charset"),
-        ("x" * (MAX_KEY_BYTES + 1), "length"),
+        ("x" * (LONGEST_KEY_BYTES + 1), "length"),
         ("stats", "reserved"),
         ("version", "reserved"),
         ("snapshot", "reserved"),
@@ -46,7 +52,31 @@ def test_check_key_accepts_keys_the_engine_stores_verbatim(key: str) -> None:
 
 
 def test_the_longest_allowed_key_is_accepted() -> None:
-    assert is_valid_key("k" * MAX_KEY_BYTES)
+    assert is_valid_key("k" * LONGEST_KEY_BYTES)
+
+
+@pytest.mark.parametrize(
+    ("backend", "limit", "named"),
+    [
+        ("memory", MEMORY_MAX_KEY_BYTES, "memory backend"),
+        ("durable", DURABLE_MAX_KEY_BYTES, "durable backend"),
+        ("unknown", DURABLE_MAX_KEY_BYTES, "did not report its backend"),
+        ("any", LONGEST_KEY_BYTES, "no engine backend"),
+    ],
+)
+def test_each_backend_holds_keys_to_its_own_length_and_says_whose_limit_it_is(
+    backend: KeyBackend, limit: int, named: str
+) -> None:
+    assert check_key("k" * limit, backend=backend)
+    with pytest.raises(InvalidKey, match=named) as caught:
+        check_key("k" * (limit + 1), backend=backend)
+    assert caught.value.rule == "length" and f"at most {limit} bytes" in str(caught.value)
+
+
+def test_the_exists_route_takes_seven_bytes_less_and_says_to_use_contains() -> None:
+    assert check_exists_key("k" * MAX_EXISTS_KEY_BYTES)
+    with pytest.raises(InvalidKey, match="contains"):
+        check_exists_key("k" * (MAX_EXISTS_KEY_BYTES + 1))
 
 
 @given(st.text(SAFE_ALPHABET, min_size=1, max_size=200))
