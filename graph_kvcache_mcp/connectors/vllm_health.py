@@ -20,11 +20,25 @@ def probe_server(base_url: str, *, timeout_s: float = 3.0) -> tuple[bool, list[s
             models = http.get(root + "/v1/models")
     except httpx2.HTTPError as exc:
         return False, [], f"no answer from {root} ({type(exc).__name__})"
-    served: list[str] = []
-    if models.status_code == 200:
+    if models.status_code != 200:
+        return True, [], None  # healthy; an older server may not list its models
+    try:
         payload = models.json()
-        if isinstance(payload, dict):
-            served = [str(m.get("id")) for m in payload.get("data", []) if isinstance(m, dict)]
+    except ValueError:
+        # A proxy's page or another service on the port answers 200 with no JSON: not vLLM.
+        kind = models.headers.get("content-type", "no content-type")
+        return (
+            False,
+            [],
+            (
+                f"{root} sent a bad answer (/v1/models is not JSON: {kind}); check that "
+                "VLLM_BASE_URL points at vLLM itself"
+            ),
+        )
+    data = payload.get("data") if isinstance(payload, dict) else None
+    served = (
+        [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    )
     return True, served, None
 
 

@@ -185,3 +185,16 @@ def test_summary_prints_a_readable_table(
     assert code == 0
     assert "calls                  1 (0 with cache info)" in out
     assert "--enable-prompt-tokens-details" in out
+
+
+def test_status_of_a_proxy_page_on_the_port_exits_3_as_a_bad_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 200 with an HTML page on /v1/models is not vLLM: exit 3 and say so (it was exit 1)."""
+    with proxy_page_peer() as url:
+        code, out, _ = run(
+            capsys, "vllm", "status", "--base-url", url, "--data-dir", str(tmp_path), "--json"
+        )
+    printed = VllmStatusOut.model_validate_json(out)
+    assert (code, printed.reachable) == (3, False)
+    assert printed.reason is not None and "bad answer" in printed.reason
