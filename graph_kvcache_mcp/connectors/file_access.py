@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -74,27 +73,6 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     except OSError:
         path.unlink(missing_ok=True)
         raise
-
-
-def publish_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> bool:
-    """Make `path` appear complete holding `data`, unless something is already there.
-
-    A private temp file in the same directory is written and synced, then hard-linked to `path`
-    (link(2) never replaces and never follows a symlink at the target), so a racing reader sees
-    either nothing or the whole content, never an empty or partial file.
-
-    Returns:
-        True when this call created `path`; False when it already existed (left untouched).
-    """
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    create_exclusive(temp, data, mode=mode)
-    try:
-        os.link(temp, path, follow_symlinks=False)
-    except FileExistsError:
-        return False
-    finally:
-        temp.unlink(missing_ok=True)
-    return True
 
 
 def _read_at_most(descriptor: int, limit: int) -> bytes:

@@ -8,7 +8,6 @@ is never logged or printed: callers show the file's path.
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,8 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.file_access import publish_exclusive, read_regular_file
+from graph_kvcache_mcp.connectors.file_access import read_regular_file
+from graph_kvcache_mcp.connectors.private_files import create_private, new_secret
 from graph_kvcache_mcp.errors import ConfigError, FileRefused
 
 TOKEN_FILE_NAME = "http-token"
@@ -34,16 +34,24 @@ class HttpToken:
 
 
 def http_token(settings: Settings) -> HttpToken:
-    """`GRAPH_KVCACHE_HTTP_TOKEN` when set, else the data dir's token file (made when missing).
+    """`GRAPH_KVCACHE_HTTP_TOKEN` when set, else the data dir's token file (made when missing,
+    unless the server is read-only).
 
     Raises:
-        ConfigError: the token file is a symlink, not ours, readable by others, or empty.
+        ConfigError: the token file is a symlink, not ours, readable by others, or empty; or
+            missing in read-only mode.
     """
     if settings.http_token is not None:
         return HttpToken(settings.http_token, source=TOKEN_ENV)
     path = settings.data_dir / TOKEN_FILE_NAME
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    created = publish_exclusive(path, secrets.token_hex(32).encode())
+    if settings.read_only:  # read-only creates nothing: only a token that already exists
+        if not os.path.lexists(path):
+            raise ConfigError(
+                f"read-only: no HTTP token exists at {path}; set {TOKEN_ENV}, or start the "
+                "server once without --read-only to generate that file"
+            )
+        return HttpToken(_read_token_file(path), source=str(path))
+    created = create_private(path, new_secret())
     return HttpToken(_read_token_file(path), source=str(path), created=created)
 
 

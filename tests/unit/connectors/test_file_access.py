@@ -13,7 +13,6 @@ import pytest
 
 from graph_kvcache_mcp.connectors.file_access import (
     create_exclusive,
-    publish_exclusive,
     read_regular_file,
 )
 from graph_kvcache_mcp.errors import FileRefused
@@ -70,13 +69,3 @@ def test_create_exclusive_makes_a_private_file_and_never_replaces_or_follows(
     assert target.read_bytes() == b"first"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert not (tmp_path / "would-be-created").exists()
-
-
-def test_publish_exclusive_keeps_the_first_content_and_leaves_no_temp_files(
-    tmp_path: Path,
-) -> None:
-    target = tmp_path / "token"
-    assert publish_exclusive(target, b"one") is True
-    assert publish_exclusive(target, b"two") is False
-    assert target.read_bytes() == b"one"
-    assert [entry.name for entry in tmp_path.iterdir()] == ["token"]

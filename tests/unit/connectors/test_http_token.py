@@ -67,3 +67,13 @@ def test_an_empty_token_file_is_refused_not_served_open(tmp_path: Path) -> None:
     path.touch(mode=0o600)
     with pytest.raises(ConfigError, match="empty"):
         http_token(Settings.build(data_dir=tmp_path))
+
+
+def test_read_only_uses_an_existing_token_file_and_never_creates_one(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with pytest.raises(ConfigError, match=f"read-only: no HTTP token exists.*{TOKEN_ENV}"):
+        http_token(Settings.build(data_dir=data_dir, read_only=True))
+    assert not data_dir.exists()
+    made = http_token(Settings.build(data_dir=data_dir))
+    found = http_token(Settings.build(data_dir=data_dir, read_only=True))
+    assert found.value == made.value and not found.created

@@ -120,3 +120,11 @@ def test_narrow_tree_makes_an_older_wide_tree_private_and_leaves_links_alone(
     narrow_tree(home)
     assert _mode(home / "store") == 0o700 and _mode(home / "store" / "data.redb") == 0o600
     assert _mode(outside) == 0o644
+
+
+def test_create_private_keeps_the_first_content_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "token"
+    assert create_private(target, "one") is True
+    assert create_private(target, "two") is False
+    assert target.read_text() == "one"
+    assert [entry.name for entry in tmp_path.iterdir()] == ["token"]
