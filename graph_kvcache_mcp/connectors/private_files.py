@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+from graph_kvcache_mcp.connectors.file_access import create_exclusive
 from graph_kvcache_mcp.errors import ConfigError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def refuse_link(path: Path) -> None:
@@ -186,15 +186,7 @@ def exclusive(lock_path: Path) -> Iterator[None]:
 
 def _write_temporary(path: Path, content: bytes) -> Path:
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    descriptor = os.open(temporary, _NEW_FILE, FILE_MODE)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    create_exclusive(temporary, content, mode=FILE_MODE)
     return temporary
 
 
