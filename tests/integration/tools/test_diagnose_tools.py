@@ -36,13 +36,19 @@ async def test_diagnose_budget_takes_a_path_or_the_config_object(tmp_path: Path)
     assert budget.chunk is not None and budget.chunk.over_engine_value_cap
 
 
-async def test_diagnose_budget_refuses_a_missing_file_and_a_bad_dtype(tmp_path: Path) -> None:
+async def test_diagnose_budget_refuses_a_missing_file_a_bad_dtype_and_a_path_outside_roots(
+    tmp_path: Path,
+) -> None:
     path = str(MODELS / "llama-3.1-8b.config.json")
+    absent = str(MODELS / "absent.config.json")  # inside the roots (the working directory)
     async with Client(build_server(settings(tmp_path))) as client:
-        missing = await call_error(client, "diagnose_budget", {"hf_config": "/nonexistent/x"})
+        missing = await call_error(client, "diagnose_budget", {"hf_config": absent})
         dtype = await call_error(client, "diagnose_budget", {"hf_config": path, "kv_dtype": "q"})
-    assert "no config.json at /nonexistent/x" in missing and "diagnose_budget again" in missing
+        outside = await call_error(client, "diagnose_budget", {"hf_config": "/nonexistent/x"})
+    assert f"no config.json to read ({absent} does not exist)" in missing
+    assert "diagnose_budget again" in missing
     assert "unknown KV dtype 'q'" in dtype
+    assert "outside the allowed roots" in outside and "GRAPH_KVCACHE_FILE_ROOTS" in outside
 
 
 async def test_diagnose_miss_reports_a_stopped_vllm_as_unreachable(tmp_path: Path) -> None:
