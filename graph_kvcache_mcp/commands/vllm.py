@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import anyio
 from pydantic import ValidationError
@@ -24,6 +24,7 @@ from graph_kvcache_mcp.commands._common import (
     note,
 )
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.trace_log import append_traces, read_traces
 from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient, VllmRequestError
 from graph_kvcache_mcp.connectors.vllm_process import (
@@ -35,7 +36,7 @@ from graph_kvcache_mcp.connectors.vllm_process import (
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
@@ -80,6 +81,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--block-size", type=int, default=None)
     start.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     start.add_argument("--dev-mode", action="store_true", help="VLLM_SERVER_DEV_MODE=1")
+    start.add_argument(
+        "--kv-connector",
+        choices=get_args(KvConnector),
+        default="none",
+        help="external KV tier: engine (EngineKVConnector, CPU vLLM) or an LMCache mode",
+    )
     start.add_argument(
         "--no-prompt-tokens-details",
         action="store_true",
@@ -171,6 +178,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
     status = managed.start(
         launch,
+        env=engine_environment(settings) if launch.needs_engine_environment else None,
         ready_timeout_s=args.ready_timeout_s,
         progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
     )
@@ -190,6 +198,7 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         prompt_tokens_details=not args.no_prompt_tokens_details,
         dev_mode=args.dev_mode,
+        kv_connector=args.kv_connector,
         extra_args=tuple(args.extra_arg),
     )
 

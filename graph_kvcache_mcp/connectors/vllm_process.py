@@ -50,6 +50,11 @@ INSTALL_HINT = (
     "`pip uninstall -y torchvision torchaudio torchcodec triton` — or point "
     "GRAPH_KVCACHE_VLLM_PYTHON (--python) at the python of a venv that has vLLM"
 )
+CONNECTOR_HINT = (
+    "the engine KV connector runs inside vLLM: install this package into vLLM's venv without "
+    "its dependencies (`<vLLM venv>/bin/pip install --no-deps graph-kvcache-mcp`, or "
+    "`--no-deps -e <checkout>`)"
+)
 
 # progress(elapsed_s, deadline_s, message)
 Progress = Callable[[float, float, str], None]
@@ -137,21 +142,31 @@ def detect_platform(*, timeout_s: float = 10.0) -> Platform:
     return Platform(kind="gpu", gpus=gpus, detail=f"nvidia-smi listed {len(gpus)} GPU(s)")
 
 
-def check_vllm_importable(python: str) -> None:
-    """Make sure `python` can import vLLM, without importing it (that takes seconds).
+def check_vllm_importable(
+    python: str,
+    *,
+    module: str = "vllm",
+    hint: str = INSTALL_HINT,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Make sure `python` can import `module` (vLLM), without importing it (that takes seconds).
 
     Raises:
-        VllmProcessError: the interpreter is missing, or vLLM is not installed for it.
+        VllmProcessError: the interpreter is missing, or the module is not installed for it.
     """
     if not Path(python).exists():
-        raise VllmProcessError(f"the vLLM interpreter {python} does not exist; {INSTALL_HINT}")
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+        raise VllmProcessError(f"the vLLM interpreter {python} does not exist; {hint}")
+    probe = (
+        f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
+    )
     try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, check=False)
+        done = subprocess.run(
+            [python, "-c", probe], capture_output=True, timeout=60, check=False, env=env
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise VllmProcessError(f"could not run {python} ({exc}); {INSTALL_HINT}") from None
+        raise VllmProcessError(f"could not run {python} ({exc}); {hint}") from None
     if done.returncode != 0:
-        raise VllmProcessError(f"vLLM is not importable by {python}; {INSTALL_HINT}")
+        raise VllmProcessError(f"{module} is not importable by {python}; {hint}")
 
 
 class ManagedVllm:
@@ -203,7 +218,14 @@ class ManagedVllm:
             return self._reuse_foreign(launch, wanted)
         check_vllm_importable(self.python)
         plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
-        return self._launch(launch, plan, env or {}, ready_timeout_s, note)
+        if launch.kv_connector == "engine":
+            check_vllm_importable(
+                self.python,
+                module="graph_kvcache_mcp",
+                hint=CONNECTOR_HINT,
+                env={**os.environ, **(env or {})},  # a PYTHONPATH given for vLLM counts
+            )
+        return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
 
     def stop(self, *, term_wait_s: float = 15.0) -> VllmStopResult:
         """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""

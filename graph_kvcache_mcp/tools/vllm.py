@@ -14,6 +14,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.trace_log import TraceFile, read_traces
 from graph_kvcache_mcp.connectors.vllm_openai import VllmRequestError
 from graph_kvcache_mcp.connectors.vllm_process import (
@@ -24,7 +25,7 @@ from graph_kvcache_mcp.connectors.vllm_process import (
 )
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import (
     MetricsDelta,
     MetricsSnapshot,
@@ -208,6 +209,14 @@ async def vllm_start(
     extra_args: Annotated[
         list[str] | None, Field(description="More vLLM flags, e.g. ['--seed', '0'].")
     ] = None,
+    kv_connector: Annotated[
+        KvConnector,
+        Field(
+            description="External KV tier: 'engine' (EngineKVConnector, CPU vLLM: KV survives "
+            "restarts and is shared between instances), an LMCache mode of lmcache_config, or "
+            "'none'."
+        ),
+    ] = "none",
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Give up (and stop it) if not healthy by then.")
     ] = 600.0,
@@ -230,12 +239,15 @@ async def vllm_start(
             block_size=block_size,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             dev_mode=dev_mode,
+            kv_connector=kv_connector,
             extra_args=tuple(extra_args or ()),
         )
+        env = engine_environment(access.settings) if launch.needs_engine_environment else None
         status = await anyio.to_thread.run_sync(
             partial(
                 access.managed.start,
                 launch,
+                env=env,
                 ready_timeout_s=ready_timeout_s,
                 progress=_progress_reporter(ctx),
             )

@@ -7,7 +7,6 @@ Prompts are sent as token ids (`/v1/completions` accepts them), so a test knows 
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import tempfile
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.process_tools import free_port
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmStatus
 from graph_kvcache_mcp.domain.vllm_kv_blocks import block_keys
@@ -35,13 +36,6 @@ from tests.support.vllm import (
     tiny_model_dir,
 )
 
-CONNECTOR_CONFIG = json.dumps(
-    {
-        "kv_connector": "EngineKVConnector",
-        "kv_connector_module_path": "graph_kvcache_mcp.connectors.vllm_kv_connector",
-        "kv_role": "kv_both",
-    }
-)
 _IDENTITY_LINE = re.compile(r"EngineKVConnector \(scheduler\) ready: .* identity ([0-9a-f]{64})")
 
 
@@ -113,13 +107,11 @@ class ConnectorVllm:
         return self.managed.log_path.read_text(errors="replace")
 
 
-def connector_environment(engine_url: str, token: str | None, cache_root: Path) -> dict[str, str]:
+def connector_environment(settings: Settings, cache_root: Path) -> dict[str, str]:
+    """What `vllm start --kv-connector engine` passes, plus this checkout on vLLM's path."""
     env = offline_environment(cache_root)
     env["PYTHONPATH"] = str(REPO)  # this checkout's connector, not whatever vLLM's venv has
-    env["EPISTEMIC_GRAPH_KVCACHE_URL"] = engine_url
-    if token is not None:
-        env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = token
-    env["EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S"] = "3"
+    env.update(engine_environment(settings))
     return env
 
 
@@ -133,13 +125,11 @@ def connector_vllm(
 ) -> Iterator[ConnectorVllm]:
     """A vLLM with `EngineKVConnector` on `engine`, stopped when the block exits."""
     managed = ManagedVllm(data_dir, python=require_vllm_venv())
-    values: dict[str, object] = {"extra_args": ("--kv-transfer-config", CONNECTOR_CONFIG)}
+    values: dict[str, object] = {"kv_connector": "engine"}
     values.update(launch_overrides)
     launch = fast_cpu_launch(model_dir or tiny_model_dir(), free_port(), **values)
     with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache_root:
-        env = connector_environment(
-            engine.base_url, engine.token.get_secret_value(), Path(cache_root)
-        )
+        env = connector_environment(engine.settings, Path(cache_root))
         try:
             status = managed.start(
                 launch, env=env, ready_timeout_s=READY_TIMEOUT_S, platform=VLLM_CPU

@@ -1,0 +1,125 @@
+"""EngineKVConnector in real CPU vLLM processes, on a real engine.
+
+vLLM starts are slow here (30-150 s), so the module shares them: `first` serves the early tests
+and is restarted by the restart test; `float32` (another KV dtype: another model identity) serves
+the last two, the last of which stops the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from graph_kvcache_mcp.domain.outcomes import Presence
+from tests.support.engines import RunningEngine, running_engine
+from tests.support.processes import wait_until
+from tests.support.vllm_connector import ConnectorVllm, connector_vllm, random_prompt
+
+pytestmark = pytest.mark.vllm
+
+PROMPT_TOKENS = 300  # 9 full blocks of 32 and a partial one
+FULL_BLOCK_TOKENS = 9 * 32
+
+
+@pytest.fixture(scope="module")
+def kv_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    with running_engine(tmp_path_factory.mktemp("connector-engine"), "memory") as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def first(
+    kv_engine: RunningEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConnectorVllm]:
+    with connector_vllm(tmp_path_factory.mktemp("vllm-first"), kv_engine) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def float32(
+    kv_engine: RunningEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConnectorVllm]:
+    with connector_vllm(
+        tmp_path_factory.mktemp("vllm-float32"), kv_engine, dtype="float32"
+    ) as server:
+        yield server
+
+
+def _wait_stored(engine: RunningEngine, keys: list[str]) -> None:
+    """Saves are uploaded in the background after the step that filled the blocks."""
+    with engine.sync_client() as client:
+        wait_until(
+            lambda: all(p == Presence(True) for p in client.contains_many(keys)),
+            timeout_s=30.0,
+            what=f"{len(keys)} blocks in the engine",
+        )
+
+
+def test_a_second_vllm_beside_the_first_loads_what_the_first_computed(
+    first: ConnectorVllm, kv_engine: RunningEngine, tmp_path: Path
+) -> None:
+    prompt = random_prompt(PROMPT_TOKENS, seed=11)
+    cold = first.complete(prompt)
+    _wait_stored(kv_engine, first.keys_of(prompt))
+    with connector_vllm(tmp_path, kv_engine) as second:
+        hits_before = second.external_hits()
+        warm = second.complete(prompt)
+        hits = second.external_hits() - hits_before
+    assert cold.cached_tokens == 0
+    assert (warm.cached_tokens, hits) == (FULL_BLOCK_TOKENS, FULL_BLOCK_TOKENS)
+    assert warm.text == cold.text
+
+
+def test_a_corrupted_block_in_the_engine_is_recomputed_not_loaded(
+    first: ConnectorVllm, kv_engine: RunningEngine
+) -> None:
+    prompt = random_prompt(PROMPT_TOKENS, seed=12)
+    keys = first.keys_of(prompt)
+    with kv_engine.sync_client() as client:
+        client.put(keys[3], b"GKVB\x01garbage that only looks like a block")  # first writer wins
+    cold = first.complete(prompt)
+    _wait_stored(kv_engine, keys)
+    first.reset_local_cache()
+    warm = first.complete(prompt)
+    assert warm.text == cold.text
+    assert f"block {keys[3]} of request" in first.log_text()
+
+
+def test_a_restarted_vllm_gets_the_prompt_blocks_from_the_engine(
+    first: ConnectorVllm, kv_engine: RunningEngine
+) -> None:
+    prompt = random_prompt(PROMPT_TOKENS, seed=13)
+    cold = first.complete(prompt)
+    _wait_stored(kv_engine, first.keys_of(prompt))
+    first.managed.stop(term_wait_s=10.0)
+    with connector_vllm(first.managed.data_dir, kv_engine) as restarted:
+        hits_before = restarted.external_hits()
+        warm = restarted.complete(prompt)
+        hits = restarted.external_hits() - hits_before
+    assert (warm.cached_tokens, hits) == (FULL_BLOCK_TOKENS, FULL_BLOCK_TOKENS)
+    assert warm.text == cold.text
+
+
+def test_another_kv_dtype_is_a_miss_for_blocks_stored_by_the_first_model(
+    float32: ConnectorVllm, kv_engine: RunningEngine
+) -> None:
+    prompt = random_prompt(PROMPT_TOKENS, seed=11)  # stored by the bfloat16 servers above
+    hits_before = float32.external_hits()
+    answer = float32.complete(prompt)
+    assert (answer.cached_tokens, float32.external_hits() - hits_before) == (0, 0)
+
+
+def test_the_engine_stopped_mid_run_costs_recompute_not_errors(
+    float32: ConnectorVllm, kv_engine: RunningEngine
+) -> None:
+    prompt = random_prompt(PROMPT_TOKENS, seed=14)
+    float32.complete(prompt)
+    _wait_stored(kv_engine, float32.keys_of(prompt))
+    kv_engine.managed.stop(term_wait_s=5.0)
+    float32.reset_local_cache()
+    again = float32.complete(prompt)
+    fresh = float32.complete(random_prompt(PROMPT_TOKENS, seed=15))
+    assert (again.cached_tokens, fresh.cached_tokens) == (0, 0)
+    assert "engine KV lookup failed, treated as a miss" in float32.log_text()
