@@ -69,6 +69,9 @@ class Settings(BaseModel):
         None, description="Interpreter of the venv that has vLLM; default: the current one."
     )
     vllm_timeout_s: float = Field(120.0, gt=0, le=3600)
+    lmcache_python: Path | None = Field(
+        None, description="Interpreter of the venv that has LMCache; default: the current one."
+    )
 
     @field_validator("kv_url")
     @classmethod
@@ -127,6 +130,8 @@ class Settings(BaseModel):
             values["vllm_api_key"] = SecretStr(vllm_key)
         if vllm_python := env.get("GRAPH_KVCACHE_VLLM_PYTHON", "").strip():
             values["vllm_python"] = Path(vllm_python)
+        if lmcache_python := env.get("GRAPH_KVCACHE_LMCACHE_PYTHON", "").strip():
+            values["lmcache_python"] = Path(lmcache_python)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.build(**values)
 

@@ -6,7 +6,8 @@
      ├── ConfigError       (also ValueError)  a setting that cannot be used as given
      └── ProcessError                         a managed process could not be started or stopped
           ├── EngineProcessError
-          └── VllmProcessError
+          ├── VllmProcessError
+          └── LmcacheProcessError
 
 Messages name what is wrong and how to fix it, and never contain a secret.
 """
@@ -49,6 +50,10 @@ class EngineProcessError(ProcessError):
 
 class VllmProcessError(ProcessError):
     """The managed vLLM server could not be started, found, or stopped."""
+
+
+class LmcacheProcessError(ProcessError):
+    """The managed `lmcache server` could not be started, found, or stopped."""
 
 
 def describe_validation(exc: ValidationError, *, whole: str) -> str:
