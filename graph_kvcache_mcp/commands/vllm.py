@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar, get_args
 
@@ -39,6 +40,11 @@ from graph_kvcache_mcp.domain.traces import Trace, TraceSummary, summarize
 from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
+from graph_kvcache_mcp.services.vllm_restart_reuse import (
+    RestartReuseOut,
+    ReuseCall,
+    measure_restart_reuse,
+)
 
 T = TypeVar("T")
 
@@ -108,6 +114,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     start.add_argument("--ready-timeout-s", type=float, default=600.0)
     start.set_defaults(handler=run_start)
+
+    reuse = verbs.add_parser(
+        "restart-reuse",
+        parents=[parent],
+        help="cold call, restart vLLM, same call: KV reuse through the engine",
+    )
+    reuse.add_argument("--prompt-tokens", type=int, default=2048)
+    reuse.add_argument("--ready-timeout-s", type=float, default=600.0)
+    reuse.set_defaults(handler=run_restart_reuse)
 
     stop = verbs.add_parser("stop", parents=[parent], help="stop the vLLM we started")
     stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
@@ -201,6 +216,39 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         kv_connector=args.kv_connector,
         extra_args=tuple(args.extra_arg),
     )
+
+
+def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
+    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    out = anyio.run(
+        partial(
+            measure_restart_reuse,
+            managed,
+            settings,
+            prompt_tokens=args.prompt_tokens,
+            env=engine_environment(settings),
+            ready_timeout_s=args.ready_timeout_s,
+            progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
+        )
+    )
+    emit(out, as_json=args.json, human=_describe_reuse)
+    return EXIT_OK
+
+
+def _describe_reuse(out: RestartReuseOut) -> str:
+    def ttft(call: ReuseCall) -> str:
+        return f"{call.ttft_s:.3f} s" if call.ttft_s is not None else "unknown"
+
+    lines = [
+        f"prompt {out.prompt_tokens} tokens; restart took {out.restart_s:.1f} s",
+        f"  cold:      TTFT {ttft(out.cold)}, cached {out.cold.cached_tokens}",
+        f"  restarted: TTFT {ttft(out.restarted)}, cached {out.restarted.cached_tokens} "
+        f"({out.restarted.external_hit_tokens} from the engine)",
+        f"  TTFT speed-up: {out.ttft_speedup}x; engine bytes stored {out.engine_bytes_stored}, "
+        f"loaded {out.engine_bytes_loaded}",
+    ]
+    lines += [f"  note: {n}" for n in out.notes]
+    return "\n".join(lines)
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:

@@ -33,6 +33,7 @@ from graph_kvcache_mcp.domain.vllm_metrics import (
     delta,
 )
 from graph_kvcache_mcp.errors import ConfigError, InvalidValue, VllmProcessError
+from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut, measure_restart_reuse
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -46,6 +47,11 @@ TOOLSET = "vllm"
 # Dropping the prefix cache changes what later calls cost, so it is a destructive write.
 RESETS_CACHE = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+# A restart drops vLLM's prefix cache, and every run measures a new prompt: destructive, not
+# idempotent.
+RESTARTS_SERVER = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 MAX_BAD_LINES_SHOWN = 50
 
@@ -363,6 +369,35 @@ def _progress_reporter(ctx: Context[Any]) -> Progress:
     return report
 
 
+async def vllm_restart_reuse(
+    ctx: Context[Any],
+    prompt_tokens: Annotated[
+        int, Field(ge=64, le=131072, description="About how long the test prompt is, in tokens.")
+    ] = 2048,
+    ready_timeout_s: Annotated[
+        float, Field(gt=0, le=3600, description="How long the restarted vLLM may take.")
+    ] = 600.0,
+) -> RestartReuseOut:
+    """Measure KV reuse across a vLLM restart through the engine: on the managed vLLM started
+    with kv_connector='engine', send a long prompt with a fresh nonce (cold), restart vLLM, send
+    it again. Returns both calls' time to first token, cached tokens and the part loaded from
+    the engine (external hits), the TTFT speed-up and the engine bytes stored and loaded. The
+    restart drops vLLM's own prefix cache and takes as long as a start."""
+    access = state_of(ctx).vllm
+    settings = access.settings
+    try:
+        return await measure_restart_reuse(
+            access.managed,
+            settings,
+            prompt_tokens=prompt_tokens,
+            env=engine_environment(settings),
+            ready_timeout_s=ready_timeout_s,
+            progress=_progress_reporter(ctx),
+        )
+    except (VllmProcessError, ConfigError) as exc:
+        raise ToolError(str(exc)) from exc
+
+
 SPECS = (
     ToolSpec(vllm_chat, "Chat with vLLM (with cache accounting)", READ_ONLY),
     ToolSpec(vllm_metrics, "vLLM prefix-cache metrics", READ_ONLY),
@@ -372,6 +407,7 @@ SPECS = (
     ToolSpec(vllm_start, "Start (or reuse) a vLLM server", STARTS_PROCESS),
     ToolSpec(vllm_stop, "Stop the managed vLLM server", STOPS_PROCESS),
     ToolSpec(vllm_reset_prefix_cache, "Reset vLLM's prefix cache", RESETS_CACHE),
+    ToolSpec(vllm_restart_reuse, "Measure KV reuse across a vLLM restart", RESTARTS_SERVER),
 )
 
 

@@ -11,11 +11,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mcp import Client
 
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.domain.outcomes import Presence
+from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
 from tests.support.engines import RunningEngine, running_engine
 from tests.support.processes import wait_until
-from tests.support.vllm_connector import ConnectorVllm, connector_vllm, random_prompt
+from tests.support.vllm import require_vllm_venv
+from tests.support.vllm_connector import (
+    ConnectorVllm,
+    connector_environment,
+    connector_vllm,
+    random_prompt,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -100,6 +110,33 @@ def test_a_restarted_vllm_gets_the_prompt_blocks_from_the_engine(
         hits = restarted.external_hits() - hits_before
     assert (warm.cached_tokens, hits) == (FULL_BLOCK_TOKENS, FULL_BLOCK_TOKENS)
     assert warm.text == cold.text
+
+
+async def test_vllm_restart_reuse_reports_the_restarted_call_served_from_the_engine(
+    kv_engine: RunningEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with connector_vllm(tmp_path, kv_engine) as server:
+        # The restart inherits this process's environment plus the engine's: put this checkout
+        # and the test's offline settings there, as connector_vllm did for the first start.
+        for name, value in connector_environment(kv_engine.settings, tmp_path / "cache").items():
+            monkeypatch.setenv(name, value)
+        settings = Settings.build(
+            kv_url=kv_engine.base_url,
+            kv_token=kv_engine.token,
+            data_dir=tmp_path,
+            vllm_base_url=f"{server.root_url}/v1",
+            vllm_python=require_vllm_venv(),
+        )
+        async with Client(build_server(settings)) as client:
+            result = await client.call_tool("vllm_restart_reuse", {"prompt_tokens": 400})
+    out = RestartReuseOut.model_validate(result.structured_content)
+    whole_blocks = (out.prompt_tokens - 1) // 32 * 32
+    assert out.cold.cached_tokens == 0
+    assert out.restarted.cached_tokens == out.restarted.external_hit_tokens == whole_blocks
+    assert out.engine_blocks_stored is not None and out.engine_blocks_stored >= whole_blocks // 32
+    kv_bytes = whole_blocks * 2 * 2 * 2 * 64 * 2  # tokens x layers x K,V x heads x dim x bf16
+    assert out.engine_bytes_loaded is not None
+    assert kv_bytes <= out.engine_bytes_loaded <= kv_bytes * 1.05
 
 
 def test_another_kv_dtype_is_a_miss_for_blocks_stored_by_the_first_model(

@@ -26,7 +26,7 @@ from graph_kvcache_mcp.tools.vllm import (
 from tests.support.mcp_calls import MODES, call_error, call_ok
 from tests.support.vllm import BLOCK_SIZE, VLLM_PYTHON, RunningVllm, VllmServers
 
-LIFECYCLE = {"vllm_start", "vllm_stop", "vllm_reset_prefix_cache"}
+LIFECYCLE = {"vllm_start", "vllm_stop", "vllm_reset_prefix_cache", "vllm_restart_reuse"}
 
 
 def tool_settings(server: RunningVllm, **extra: Any) -> Settings:
@@ -172,7 +172,7 @@ async def test_read_only_mode_keeps_chat_and_metrics_and_hides_lifecycle_tools(
         annotations = every[name].annotations
         assert annotations is not None and annotations.read_only_hint is False
     destructive = {name for name in LIFECYCLE if every[name].annotations.destructive_hint}  # type: ignore[union-attr]
-    assert destructive == {"vllm_stop", "vllm_reset_prefix_cache"}
+    assert destructive == {"vllm_stop", "vllm_reset_prefix_cache", "vllm_restart_reuse"}
 
 
 @MODES
