@@ -216,10 +216,9 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         items: list[tuple[str, bytes]] = []
         try:
             for save in metadata.saves:
-                payloads = pages.read_blocks(save.block_ids)
                 items += [
-                    (key, encode_block(key, self.identity, payload))
-                    for key, payload in zip(save.keys, payloads, strict=True)
+                    (key, encode_block(key, self.identity, pages.page_views(block_id)))
+                    for key, block_id in zip(save.keys, save.block_ids, strict=True)
                 ]
         except Exception:  # a save is an optimisation: never fail the step for it
             logger.exception("EngineKVConnector: could not copy blocks out for saving")

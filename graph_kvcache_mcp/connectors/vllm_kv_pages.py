@@ -47,14 +47,16 @@ class PagedKvCache:
     def block_bytes(self) -> int:
         return self.page_bytes * len(self.layers)
 
-    def read_blocks(self, block_ids: Sequence[int]) -> list[bytes]:
-        """Each block's bytes: every layer's page, layer after layer."""
-        if not block_ids:
-            return []
-        index = torch.tensor(list(block_ids), dtype=torch.long)
-        stacked = torch.stack([layer.index_select(0, index) for layer in self.layers], dim=1)
-        raw = stacked.contiguous().view(torch.uint8).reshape(len(block_ids), -1)
-        return [row.numpy().tobytes() for row in raw]
+    def page_views(self, block_id: int) -> list[memoryview]:
+        """Zero-copy views of one block's page in every layer, in layer order.
+
+        They alias the KV cache: consume them (e.g. `encode_block`, which copies once) before
+        vLLM may reuse the block.
+        """
+        return [
+            memoryview(layer[block_id].contiguous().view(torch.uint8).numpy())
+            for layer in self.layers
+        ]
 
     def write_blocks(
         self, block_ids: Sequence[int], payloads: Sequence[bytes | memoryview]

@@ -109,13 +109,22 @@ class Rejected:
     reason: str
 
 
-def encode_block(key: str, identity: KvModelIdentity, payload: bytes) -> bytes:
+def encode_block(
+    key: str, identity: KvModelIdentity, payload: bytes | Sequence[bytes | memoryview]
+) -> bytes:
     """The value stored under `key`: a short header that names what the payload is, then it.
 
     Layout: `GKVB`, format version (u8), header length (u32, big-endian), a JSON header (key,
     identity digest, shape, dtype, layout, payload length, sha256 of the payload), the payload
-    (every layer's page for the block, layer-major, exactly as the KV cache holds it).
+    (every layer's page for the block, layer-major, exactly as the KV cache holds it). The
+    payload may come in parts (one page per layer): they are hashed and joined in one copy.
     """
+    parts = [payload] if isinstance(payload, bytes) else list(payload)
+    digest = hashlib.sha256()
+    size = 0
+    for part in parts:
+        digest.update(part)
+        size += memoryview(part).nbytes
     header = json.dumps(
         {
             "key": key,
@@ -123,13 +132,14 @@ def encode_block(key: str, identity: KvModelIdentity, payload: bytes) -> bytes:
             "shape": _shape(identity),
             "dtype": identity.dtype,
             "layout": identity.layout,
-            "payload_bytes": len(payload),
-            "sha256": hashlib.sha256(payload).hexdigest(),
+            "payload_bytes": size,
+            "sha256": digest.hexdigest(),
         },
         sort_keys=True,
         separators=(",", ":"),
     ).encode()
-    return _PREFIX_STRUCT.pack(BLOB_MAGIC, BLOB_FORMAT_VERSION, len(header)) + header + payload
+    prefix = _PREFIX_STRUCT.pack(BLOB_MAGIC, BLOB_FORMAT_VERSION, len(header))
+    return b"".join([prefix, header, *parts])
 
 
 def decode_block(value: bytes, key: str, identity: KvModelIdentity) -> memoryview | Rejected:

@@ -118,3 +118,10 @@ def test_a_value_for_another_key_identity_or_a_damaged_one_is_rejected(
 @given(st.binary(max_size=4096))
 def test_arbitrary_bytes_never_decode_to_a_payload(value: bytes) -> None:
     assert isinstance(decode_block(value, KEY, IDENTITY), Rejected)
+
+
+def test_a_payload_given_in_parts_encodes_exactly_as_the_joined_payload() -> None:
+    key = block_keys(IDENTITY.digest, TOKENS, 4)[0]
+    pages = [bytes([layer]) * IDENTITY.page_bytes for layer in range(IDENTITY.num_layers)]
+    parts = [memoryview(page) for page in pages]
+    assert encode_block(key, IDENTITY, parts) == encode_block(key, IDENTITY, b"".join(pages))
