@@ -43,6 +43,7 @@ from graph_kvcache_mcp.domain.vllm_kv_blocks import (
     Rejected,
     decode_block,
     encode_block,
+    unsupported_setup,
 )
 from graph_kvcache_mcp.domain.vllm_kv_plan import (
     BlockTransfer,
@@ -60,14 +61,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-GPU_NOTE = (
-    "EngineKVConnector moves blocks of vLLM's CPU KV cache only. On a GPU use LMCache's MP "
-    "connector with the engine as its remote tier (graph-kvcache-mcp lmcache config); see "
-    "docs/vllm-connector.md for what a GPU build of this connector needs"
-)
 
-
-# vLLM's classes are untyped for mypy (vllm.* is not installed where the package is checked).
 @dataclass
 class EngineKVMetadata(KVConnectorMetadata):  # type: ignore[misc]
     """One step's plan, pickled to every worker with the scheduler output."""
@@ -273,26 +267,19 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
     """
     from vllm import __version__ as vllm_version
 
-    device = vllm_config.device_config.device_type
-    if device != "cpu":
-        raise ValueError(f"the KV cache lives on {device!r}. {GPU_NOTE}")
     parallel = vllm_config.parallel_config
-    if parallel.tensor_parallel_size != 1 or parallel.pipeline_parallel_size != 1:
-        raise ValueError(
-            "EngineKVConnector handles tensor and pipeline parallel size 1 only (each rank would "
-            "need its own keys)"
-        )
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise ValueError(
-            f"EngineKVConnector handles one KV cache group; this model has {len(groups)}"
-        )
-    spec = groups[0].kv_cache_spec
-    if type(spec).__name__ != "FullAttentionSpec" or getattr(spec, "sliding_window", None):
-        raise ValueError(
-            f"EngineKVConnector handles full-attention KV caches; this model's is "
-            f"{type(spec).__name__}"
-        )
+    spec: Any = groups[0].kv_cache_spec if groups else None
+    problem = unsupported_setup(
+        device=str(vllm_config.device_config.device_type),
+        tensor_parallel=parallel.tensor_parallel_size,
+        pipeline_parallel=parallel.pipeline_parallel_size,
+        kv_cache_groups=len(groups),
+        spec_kind=type(spec).__name__,
+        sliding_window=getattr(spec, "sliding_window", None),
+    )
+    if problem is not None:
+        raise ValueError(problem)
     model = vllm_config.model_config
     served = model.served_model_name or model.model
     served_name = served[0] if isinstance(served, list) else served

@@ -69,6 +69,42 @@ class KvModelIdentity(BaseModel):
         return self.num_layers * self.page_bytes
 
 
+GPU_ALTERNATIVE = (
+    "EngineKVConnector moves blocks of vLLM's CPU KV cache only. On a GPU use LMCache's MP "
+    "connector with the engine as its remote tier (graph-kvcache-mcp lmcache config, "
+    "vllm start --kv-connector mp_native); docs/vllm-connector.md says what a GPU build of "
+    "this connector would need"
+)
+
+
+def unsupported_setup(
+    *,
+    device: str,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    kv_cache_groups: int,
+    spec_kind: str,
+    sliding_window: int | None,
+) -> str | None:
+    """Why the connector must refuse this vLLM setup at start-up, or None when it handles it."""
+    if device != "cpu":
+        return f"the KV cache lives on {device!r}. {GPU_ALTERNATIVE}"
+    if tensor_parallel != 1 or pipeline_parallel != 1:
+        return (
+            "EngineKVConnector handles tensor and pipeline parallel size 1 only (each rank "
+            f"would need its own keys); this vLLM runs TP {tensor_parallel}, PP "
+            f"{pipeline_parallel}"
+        )
+    if kv_cache_groups != 1:
+        return f"EngineKVConnector handles one KV cache group; this model has {kv_cache_groups}"
+    if spec_kind != "FullAttentionSpec" or sliding_window:
+        return (
+            "EngineKVConnector handles full-attention KV caches; this model's is "
+            f"{spec_kind}{' with a sliding window' if sliding_window else ''}"
+        )
+    return None
+
+
 def chain_root(identity_digest: str, cache_salt: str | None = None) -> bytes:
     """The parent of a prompt's first block."""
     salt = (cache_salt or "").encode()

@@ -12,6 +12,7 @@ from graph_kvcache_mcp.domain.vllm_kv_blocks import (
     block_keys,
     decode_block,
     encode_block,
+    unsupported_setup,
 )
 
 IDENTITY = KvModelIdentity(
@@ -125,3 +126,35 @@ def test_a_payload_given_in_parts_encodes_exactly_as_the_joined_payload() -> Non
     pages = [bytes([layer]) * IDENTITY.page_bytes for layer in range(IDENTITY.num_layers)]
     parts = [memoryview(page) for page in pages]
     assert encode_block(key, IDENTITY, parts) == encode_block(key, IDENTITY, b"".join(pages))
+
+
+SUPPORTED = {
+    "device": "cpu",
+    "tensor_parallel": 1,
+    "pipeline_parallel": 1,
+    "kv_cache_groups": 1,
+    "spec_kind": "FullAttentionSpec",
+    "sliding_window": None,
+}
+
+
+def test_the_cpu_full_attention_single_rank_setup_is_handled() -> None:
+    assert unsupported_setup(**SUPPORTED) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"device": "cuda"}, "LMCache's MP connector"),
+        ({"tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
+        ({"pipeline_parallel": 2}, "tensor and pipeline parallel size 1"),
+        ({"kv_cache_groups": 2}, "one KV cache group"),
+        ({"spec_kind": "MLAAttentionSpec"}, "full-attention"),
+        ({"sliding_window": 4096}, "sliding window"),
+    ],
+)
+def test_setups_the_connector_cannot_move_are_refused_with_the_reason(
+    change: dict[str, object], says: str
+) -> None:
+    problem = unsupported_setup(**{**SUPPORTED, **change})  # type: ignore[arg-type]
+    assert problem is not None and says in problem
