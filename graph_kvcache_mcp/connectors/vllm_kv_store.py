@@ -11,7 +11,9 @@ Imports only the standard library and the package's wire client, which vLLM's ow
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -29,6 +31,7 @@ LOGGER_NAME = "vllm.graph_kvcache.engine_kv"
 QUIET_AFTER_FAILURE_S = 10.0
 LOOKUP_CHUNK = 16
 """Existence checks per round: a cold prompt costs one round, not one per block."""
+UPLOAD_NICENESS = 10
 MAX_PENDING_SAVE_BYTES = 512 * 1024 * 1024
 """Blocks waiting for upload beyond this are dropped (a future miss, never back-pressure)."""
 
@@ -44,6 +47,11 @@ class EngineBlockStore:
         self.client = client
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="engine-kv")
+        # Lookups and loads sit on a request's critical path; uploads are background work and
+        # must not take CPU from vLLM's forward pass on a small box, so their threads run niced.
+        self._upload_pool = ThreadPoolExecutor(
+            concurrency, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
+        )
         self._quiet_until = 0.0
         self._lock = threading.Lock()
         self._saves: queue.Queue[list[tuple[str, bytes]] | None] = queue.Queue()
@@ -110,6 +118,7 @@ class EngineBlockStore:
         self.flush(flush_timeout_s)
         self._saves.put(None)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._upload_pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
     # --- internals ---------------------------------------------------------------------------
@@ -131,12 +140,19 @@ class EngineBlockStore:
             )
 
     def _run_all(
-        self, operation: Callable[[_T], _R], inputs: Sequence[_T], deadline: float, what: str
+        self,
+        operation: Callable[[_T], _R],
+        inputs: Sequence[_T],
+        deadline: float,
+        what: str,
+        *,
+        pool: ThreadPoolExecutor | None = None,
     ) -> list[_R | None]:
         """`operation` on every input concurrently; None for each one not answered by `deadline`."""
         if not inputs or self._quiet():
             return [None] * len(inputs)
-        futures: list[Future[_R]] = [self._pool.submit(operation, item) for item in inputs]
+        runner = pool or self._pool
+        futures: list[Future[_R]] = [runner.submit(operation, item) for item in inputs]
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         for future in pending:
             future.cancel()
@@ -155,6 +171,7 @@ class EngineBlockStore:
         return results
 
     def _upload_loop(self) -> None:
+        _lower_thread_priority()
         while (items := self._saves.get()) is not None:
             try:
                 self._upload(items)
@@ -170,6 +187,15 @@ class EngineBlockStore:
         if self._quiet():
             return
         deadline = time.monotonic() + max(self.timeout_s, 15.0)
-        outcomes = self._run_all(lambda item: self.client.put(*item), items, deadline, "save")
+        outcomes = self._run_all(
+            lambda item: self.client.put(*item), items, deadline, "save", pool=self._upload_pool
+        )
         stored = sum(isinstance(o, Stored) and o.stored_new for o in outcomes)
         logger.debug("engine KV: saved %d new of %d blocks", stored, len(items))
+
+
+def _lower_thread_priority() -> None:
+    """Nice the calling thread only (Linux applies setpriority to a thread id)."""
+    # Off Linux, or not permitted, uploads simply run at normal priority.
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICENESS)
