@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Self, cast
 
 import anyio
@@ -287,6 +288,10 @@ class VllmClient:
         latency = time.perf_counter() - start
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         hit, source, note = await self._cached_tokens(usage, chosen, prompt_tokens, before)
+        external = None
+        if isinstance(hit, _TieredHit):
+            external = hit.external
+            hit = hit.total
         hit_tokens, miss_tokens = cache_split(prompt_tokens, hit)
         trace = Trace(
             model=chosen,
@@ -294,6 +299,7 @@ class VllmClient:
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             prefix_cache_hit_tokens=hit_tokens,
             prefix_cache_miss_tokens=miss_tokens,
+            external_cache_hit_tokens=external,
             cached_tokens_source=source,
             latency_s=latency,
             ttft_s=ttft,
@@ -369,7 +375,7 @@ class VllmClient:
 
     async def _cached_tokens(
         self, usage: Any, model: str, prompt_tokens: int, before: MetricsSnapshot | None
-    ) -> tuple[int | None, Any, str | None]:
+    ) -> tuple[int | _TieredHit | None, Any, str | None]:
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
         if cached is not None:
@@ -392,7 +398,7 @@ class VllmClient:
 
     async def _from_metrics(
         self, model: str, prompt_tokens: int, before: MetricsSnapshot
-    ) -> tuple[int | None, Any, str | None]:
+    ) -> tuple[int | _TieredHit | None, Any, str | None]:
         """The call's hits as the move of the server's counters, when only this call moved them."""
         after: MetricsSnapshot | None = None
         with anyio.move_on_after(METRICS_SETTLE_S):
@@ -406,6 +412,11 @@ class VllmClient:
             return None, "unavailable", "/metrics could not be read after the call"
         moved = _moved(before.prompt_tokens, after.prompt_tokens)
         hits = _moved(before.prefix_cache_hits_tokens, after.prefix_cache_hits_tokens)
+        # vllm:prefix_cache_hits_total counts vLLM's own cache only; a KV connector's loads
+        # (the engine, LMCache) move the external counter instead, and belong to the hit too.
+        external = _moved(
+            before.external_prefix_cache_hits_tokens, after.external_prefix_cache_hits_tokens
+        )
         if moved is None or hits is None:
             return None, "unavailable", "the server's /metrics lacks the prefix-cache counters"
         if moved != prompt_tokens:
@@ -418,7 +429,7 @@ class VllmClient:
                 ),
             )
         return (
-            hits,
+            hits if external is None else _TieredHit(hits + external, external),
             "metrics_delta",
             (
                 "from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
@@ -470,6 +481,14 @@ class VllmClient:
                 status=status,
             )
         return Unavailable(f"vLLM call failed: {type(exc).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class _TieredHit:
+    """A hit count from /metrics that knows its external (KV connector) part."""
+
+    total: int
+    external: int
 
 
 def _moved(before: int | None, after: int | None) -> int | None:
