@@ -7,6 +7,7 @@ the last two, the last of which stops the engine.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,9 @@ import pytest
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.connectors.vllm_openai import ChatResult, VllmClient
+from graph_kvcache_mcp.domain.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Presence
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
@@ -137,6 +141,40 @@ async def test_vllm_restart_reuse_reports_the_restarted_call_served_from_the_eng
     kv_bytes = whole_blocks * 2 * 2 * 2 * 64 * 2  # tokens x layers x K,V x heads x dim x bf16
     assert out.engine_bytes_loaded is not None
     assert kv_bytes <= out.engine_bytes_loaded <= kv_bytes * 1.05
+
+
+async def test_traces_from_metrics_count_engine_loads_as_external_hits(
+    kv_engine: RunningEngine, tmp_path: Path
+) -> None:
+    """Without prompt-token details the hit comes from /metrics, whose prefix-cache counter
+    misses a connector's loads: the trace adds the external counter's move and names it."""
+    rules = f"Run {uuid.uuid4().hex}. " + " ".join(f"Rule {i}: keep it." for i in range(80))
+    messages = [{"role": "system", "content": rules}, {"role": "user", "content": "hello"}]
+    with connector_vllm(tmp_path, kv_engine, prompt_tokens_details=False) as server:
+        async with VllmClient(f"{server.root_url}/v1") as client:
+            with kv_engine.sync_client() as kv:
+                stored_before = _stored_blocks(kv)
+                cold = await client.chat(messages, max_tokens=1)
+                assert isinstance(cold, ChatResult)
+                whole = (cold.trace.prompt_tokens - 1) // 32 * 32
+                wait_until(
+                    lambda: _stored_blocks(kv) >= stored_before + whole // 32,
+                    timeout_s=30.0,
+                    what="the cold call's blocks in the engine",
+                )
+            server.reset_local_cache()
+            warm = await client.chat(messages, max_tokens=1)
+    assert isinstance(warm, ChatResult)
+    assert cold.trace.cached_tokens_source == warm.trace.cached_tokens_source == "metrics_delta"
+    assert (cold.trace.prefix_cache_hit_tokens, cold.trace.external_cache_hit_tokens) == (0, 0)
+    assert warm.trace.prefix_cache_hit_tokens == warm.trace.external_cache_hit_tokens == whole
+    assert warm.trace.local_cache_hit_tokens == 0
+
+
+def _stored_blocks(kv: SyncKvClient) -> int:
+    stats = kv.engine_stats()
+    assert isinstance(stats, EngineStats) and stats.unique_blocks is not None, stats
+    return stats.unique_blocks
 
 
 def test_another_kv_dtype_is_a_miss_for_blocks_stored_by_the_first_model(
