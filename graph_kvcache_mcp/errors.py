@@ -8,7 +8,8 @@
      ├── VllmRequestError  (also ValueError)  a request vLLM refused (unknown model, too long)
      └── ProcessError                         a managed process could not be started or stopped
           ├── EngineProcessError
-          └── VllmProcessError
+          ├── VllmProcessError
+          └── LmcacheProcessError
 
 Messages name what is wrong and how to fix it, and never contain a secret.
 """
@@ -67,6 +68,10 @@ class EngineProcessError(ProcessError):
 
 class VllmProcessError(ProcessError):
     """The managed vLLM server could not be started, found, or stopped."""
+
+
+class LmcacheProcessError(ProcessError):
+    """The managed `lmcache server` could not be started, found, or stopped."""
 
 
 def describe_validation(

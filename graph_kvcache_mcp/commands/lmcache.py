@@ -1,4 +1,5 @@
-"""`graph-kvcache-mcp lmcache config|check|key`: LMCache configuration and adapter checks."""
+"""`graph-kvcache-mcp lmcache config|start|stop|status|check|key`: LMCache configuration, the
+managed `lmcache server`, and adapter checks."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
+from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStatus, ManagedLmcache
 from graph_kvcache_mcp.domain.lmcache_config import MODES, LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache_keys import (
     DEFAULT_NAMESPACE,
@@ -30,7 +32,12 @@ from graph_kvcache_mcp.services.lmcache_check import (
     LmcacheCheckOut,
     run_lmcache_check,
 )
-from graph_kvcache_mcp.services.lmcache_plan import LmcacheConfigOut, build_plan, model_facts
+from graph_kvcache_mcp.services.lmcache_plan import (
+    LmcacheConfigOut,
+    build_plan,
+    model_facts,
+    server_environment,
+)
 
 
 class LmcacheKeyOut(BaseModel):
@@ -48,33 +55,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser(
         "lmcache", help="LMCache with the engine as its remote tier: config, check, keys"
     )
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{config,check,key}")
+    verbs = group.add_subparsers(
+        dest="verb", required=True, metavar="{config,start,stop,status,check,key}"
+    )
     parent = common_options()
 
     config = verbs.add_parser(
         "config", parents=[parent], help="lmcache server / vLLM / YAML configuration for a model"
     )
-    config.add_argument("--hf-config", help="local config.json (or model directory)")
-    config.add_argument("--model", help="model id as vLLM serves it (e.g. Qwen/Qwen3-8B)")
-    config.add_argument("--kind", choices=get_args(KvKind), help="KV layout without config.json")
-    config.add_argument("--num-layers", type=int, help="attention layers without config.json")
-    config.add_argument("--kv-heads", type=int)
-    config.add_argument("--head-dim", type=int)
-    config.add_argument("--kv-dtype")
-    config.add_argument("--vision", action="store_true", default=None)
-    config.add_argument("--mode", choices=MODES, default="mp_native")
-    config.add_argument("--engine-url", help="engine KV base URL (default: the resolved engine)")
-    config.add_argument("--chunk-size", type=int)
-    config.add_argument("--mamba-block-size", type=int, help="vLLM's hybrid block size")
-    config.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    config.add_argument("--namespace", default=DEFAULT_NAMESPACE)
-    config.add_argument("--lmcache-port", type=int, default=5555)
-    config.add_argument("--lmcache-http-port", type=int, default=8080)
-    config.add_argument("--l1-size-gb", type=float, default=20.0)
+    _plan_arguments(config)
     config.add_argument(
         "--write-yaml", type=Path, help="in-process mode: also write the YAML to this new file"
     )
     config.set_defaults(handler=run_config)
+
+    start = verbs.add_parser(
+        "start", parents=[parent], help="start (or reuse) the lmcache server `config` plans"
+    )
+    _plan_arguments(start)
+    start.add_argument(
+        "--extra-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more `lmcache server` argument (repeat; --extra-arg=--flag for flags)",
+    )
+    start.add_argument(
+        "--python",
+        dest="lmcache_python",
+        type=Path,
+        default=None,
+        help="interpreter with LMCache (default: $GRAPH_KVCACHE_LMCACHE_PYTHON or this one)",
+    )
+    start.add_argument("--ready-timeout-s", type=float, default=180.0)
+    start.set_defaults(handler=run_start)
+
+    stop = verbs.add_parser("stop", parents=[parent], help="stop the lmcache server we started")
+    stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
+    stop.set_defaults(handler=run_stop)
+
+    status = verbs.add_parser("status", parents=[parent], help="health, L1 usage, L2 adapters")
+    status.set_defaults(handler=run_status)
 
     check = verbs.add_parser(
         "check", parents=[parent], help="validate the LMCache adapter against the engine"
@@ -90,7 +111,72 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     key.set_defaults(handler=run_key)
 
 
+def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `config` and `start` share: the model facts and the deployment choices."""
+    parser.add_argument("--hf-config", help="local config.json (or model directory)")
+    parser.add_argument("--model", help="model id as vLLM serves it (e.g. Qwen/Qwen3-8B)")
+    parser.add_argument("--kind", choices=get_args(KvKind), help="KV layout without config.json")
+    parser.add_argument("--num-layers", type=int, help="attention layers without config.json")
+    parser.add_argument("--kv-heads", type=int)
+    parser.add_argument("--head-dim", type=int)
+    parser.add_argument("--kv-dtype")
+    parser.add_argument("--vision", action="store_true", default=None)
+    parser.add_argument("--mode", choices=MODES, default="mp_native")
+    parser.add_argument("--engine-url", help="engine KV base URL (default: the resolved engine)")
+    parser.add_argument("--chunk-size", type=int)
+    parser.add_argument("--mamba-block-size", type=int, help="vLLM's hybrid block size")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    parser.add_argument("--lmcache-port", type=int, default=5555)
+    parser.add_argument("--lmcache-http-port", type=int, default=8080)
+    parser.add_argument("--l1-size-gb", type=float, default=20.0)
+
+
 def run_config(args: argparse.Namespace, settings: Settings) -> int:
+    out = _config_out(args, settings)
+    plan = out.plan
+    if args.write_yaml is not None and plan.lmcache_yaml is not None:
+        with args.write_yaml.open("x", encoding="utf-8") as handle:  # never overwrite
+            handle.write(plan.lmcache_yaml)
+    emit(out, as_json=args.json, human=_describe_config)
+    return EXIT_OK if plan.supported else EXIT_MISS
+
+
+def run_start(args: argparse.Namespace, settings: Settings) -> int:
+    plan = _config_out(args, settings).plan
+    if plan.lmcache_server is None:
+        raise ConfigError(
+            f"mode {plan.mode} runs no lmcache server (LMCache lives inside vLLM there); use "
+            "--mode mp_native or redis_resp"
+        )
+    server = plan.lmcache_server.model_copy(
+        update={"argv": [*plan.lmcache_server.argv, *args.extra_arg]}
+    )
+    managed = ManagedLmcache(
+        settings.data_dir, python=args.lmcache_python or settings.lmcache_python
+    )
+    status = managed.start(
+        server,
+        env=server_environment(server.env, settings),
+        ready_timeout_s=args.ready_timeout_s,
+    )
+    emit(status, as_json=args.json, human=_describe_status)
+    return EXIT_OK
+
+
+def run_stop(args: argparse.Namespace, settings: Settings) -> int:
+    result = ManagedLmcache(settings.data_dir).stop(term_wait_s=args.wait_s)
+    emit(result, as_json=args.json, human=lambda r: r.reason or f"lmcache server {r.how}")
+    return EXIT_OK
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    status = ManagedLmcache(settings.data_dir).status()
+    emit(status, as_json=args.json, human=_describe_status)
+    return EXIT_OK if status.healthy else EXIT_UNAVAILABLE
+
+
+def _config_out(args: argparse.Namespace, settings: Settings) -> LmcacheConfigOut:
     facts = model_facts(
         hf_config=args.hf_config,
         model=args.model,
@@ -101,6 +187,7 @@ def run_config(args: argparse.Namespace, settings: Settings) -> int:
         kv_dtype=args.kv_dtype,
         vision=args.vision,
     )
+    write_yaml = getattr(args, "write_yaml", None)
     choices = LmcacheChoices(
         mode=args.mode,
         engine_url=args.engine_url or resolve_kv_target(settings).base_url,
@@ -111,16 +198,10 @@ def run_config(args: argparse.Namespace, settings: Settings) -> int:
         lmcache_port=args.lmcache_port,
         lmcache_http_port=args.lmcache_http_port,
         l1_size_gb=args.l1_size_gb,
-        config_file=str(args.write_yaml) if args.write_yaml else "lmcache.yaml",
+        config_file=str(write_yaml) if write_yaml else "lmcache.yaml",
     )
-    plan = build_plan(facts, choices)
     source = f"config.json at {args.hf_config}" if args.hf_config else "given facts"
-    out = LmcacheConfigOut(facts=facts, facts_source=source, plan=plan)
-    if args.write_yaml is not None and plan.lmcache_yaml is not None:
-        with args.write_yaml.open("x", encoding="utf-8") as handle:  # never overwrite
-            handle.write(plan.lmcache_yaml)
-    emit(out, as_json=args.json, human=_describe_config)
-    return EXIT_OK if plan.supported else EXIT_MISS
+    return LmcacheConfigOut(facts=facts, facts_source=source, plan=build_plan(facts, choices))
 
 
 def run_check(args: argparse.Namespace, settings: Settings) -> int:
@@ -170,6 +251,23 @@ def _describe_config(out: LmcacheConfigOut) -> str:
         lines += ["", "warnings:"] + [f"  - {w}" for w in plan.warnings]
     if plan.notes:
         lines += ["", "notes:"] + [f"  - {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def _describe_status(status: LmcacheStatus) -> str:
+    if not status.running:
+        return status.reason or "not running"
+    lines = [
+        f"lmcache server pid {status.pid}: {'healthy' if status.healthy else 'NOT healthy'}, "
+        f"vLLM connects to {status.rpc_url}, admin API {status.http_url}"
+    ]
+    if (report := status.report) is not None:
+        if report.l1_used_bytes is not None and report.l1_total_bytes is not None:
+            lines.append(f"  L1 {report.l1_used_bytes:,} of {report.l1_total_bytes:,} bytes")
+        for adapter in report.l2_adapters:
+            lines.append(f"  L2 adapter {adapter.index}: healthy={adapter.healthy}")
+    if status.reason:
+        lines.append(f"  {status.reason}")
     return "\n".join(lines)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import anyio
 from pydantic import ValidationError
@@ -25,15 +26,21 @@ from graph_kvcache_mcp.commands._common import (
     note,
 )
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.trace_log import append_traces
 from graph_kvcache_mcp.connectors.vllm_access import open_client
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.traces import Trace, TraceSummary
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError, describe_validation
 from graph_kvcache_mcp.services import vllm as vllm_service
+from graph_kvcache_mcp.services.vllm_restart_reuse import (
+    RestartReuseOut,
+    ReuseCall,
+    measure_restart_reuse,
+)
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -82,6 +89,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     start.add_argument("--dev-mode", action="store_true", help="VLLM_SERVER_DEV_MODE=1")
     start.add_argument(
+        "--kv-connector",
+        choices=get_args(KvConnector),
+        default="none",
+        help="external KV tier: engine (EngineKVConnector, CPU vLLM) or an LMCache mode",
+    )
+    start.add_argument(
         "--no-prompt-tokens-details",
         action="store_true",
         help="leave out --enable-prompt-tokens-details (cached tokens then come from /metrics)",
@@ -102,6 +115,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     start.add_argument("--ready-timeout-s", type=float, default=600.0)
     start.set_defaults(handler=run_start)
+
+    reuse = verbs.add_parser(
+        "restart-reuse",
+        parents=[parent],
+        help="cold call, restart vLLM, same call: KV reuse through the engine",
+    )
+    reuse.add_argument("--prompt-tokens", type=int, default=2048)
+    reuse.add_argument("--ready-timeout-s", type=float, default=600.0)
+    reuse.set_defaults(handler=run_restart_reuse)
 
     stop = verbs.add_parser("stop", parents=[parent], help="stop the vLLM we started")
     stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
@@ -177,6 +199,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     out = vllm_service.start(
         ManagedVllm(settings.data_dir, python=settings.vllm_python),
         launch,
+        env=engine_environment(settings) if launch.needs_engine_environment else None,
         ready_timeout_s=args.ready_timeout_s,
         progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
         calls_base_url=settings.vllm_base_url,
@@ -197,8 +220,42 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         prompt_tokens_details=not args.no_prompt_tokens_details,
         dev_mode=args.dev_mode,
+        kv_connector=args.kv_connector,
         extra_args=tuple(args.extra_arg),
     )
+
+
+def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
+    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    out = anyio.run(
+        partial(
+            measure_restart_reuse,
+            managed,
+            settings,
+            prompt_tokens=args.prompt_tokens,
+            env=engine_environment(settings),
+            ready_timeout_s=args.ready_timeout_s,
+            progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
+        )
+    )
+    emit(out, as_json=args.json, human=_describe_reuse)
+    return EXIT_OK
+
+
+def _describe_reuse(out: RestartReuseOut) -> str:
+    def ttft(call: ReuseCall) -> str:
+        return f"{call.ttft_s:.3f} s" if call.ttft_s is not None else "unknown"
+
+    lines = [
+        f"prompt {out.prompt_tokens} tokens; restart took {out.restart_s:.1f} s",
+        f"  cold:      TTFT {ttft(out.cold)}, cached {out.cold.cached_tokens}",
+        f"  restarted: TTFT {ttft(out.restarted)}, cached {out.restarted.cached_tokens} "
+        f"({out.restarted.external_hit_tokens} from the engine)",
+        f"  TTFT speed-up: {out.ttft_speedup}x; engine bytes stored {out.engine_bytes_stored}, "
+        f"loaded {out.engine_bytes_loaded}",
+    ]
+    lines += [f"  note: {n}" for n in out.notes]
+    return "\n".join(lines)
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
@@ -271,6 +328,7 @@ def describe_snapshot(snapshot: MetricsSnapshot) -> str:
         ("prefix cache queries (tokens)", show(snapshot.prefix_cache_queries_tokens)),
         ("prefix cache hits (tokens)", show(snapshot.prefix_cache_hits_tokens)),
         ("prefix cache hit rate", show(snapshot.prefix_cache_hit_rate)),
+        ("external cache queries (tokens)", show(snapshot.external_prefix_cache_queries_tokens)),
         ("external cache hits (tokens)", show(snapshot.external_prefix_cache_hits_tokens)),
         ("prompt tokens by source", show(snapshot.prompt_tokens_by_source)),
         ("kv cache usage", show(snapshot.kv_cache_usage_perc)),

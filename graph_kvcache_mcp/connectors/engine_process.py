@@ -14,7 +14,6 @@ fails (port taken, bad token), so a live pid proves nothing.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import time
@@ -35,7 +34,13 @@ from graph_kvcache_mcp.connectors.private_files import (
     private_dir,
     secret_file,
 )
-from graph_kvcache_mcp.connectors.process_control import StopHow, spawn_logged, stop_process, tail
+from graph_kvcache_mcp.connectors.process_control import (
+    StopHow,
+    inherited_environment,
+    spawn_logged,
+    stop_process,
+    tail,
+)
 from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
@@ -339,11 +344,7 @@ class ManagedEngine:
 
     def _environment(self, port: int, backend: Backend) -> dict[str, str]:
         signer = self._secret("signer_key", lambda: secrets.token_hex(16))
-        env = {
-            name: value
-            for name, value in os.environ.items()
-            if name in _INHERITED or name.startswith(_INHERITED_PREFIXES)
-        }
+        env = inherited_environment(_INHERITED, _INHERITED_PREFIXES)
         env.update(
             GRAPH_SERVICE_AUTH_SECRET=self._secret("auth_secret", new_secret),
             GRAPH_SERVICE_PERSIST_DIR=str(self.store_dir),

@@ -42,6 +42,19 @@ def resolve_kv_target(settings: Settings) -> KvTarget:
     return KvTarget(f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}", settings.kv_token, "default")
 
 
+def engine_environment(settings: Settings) -> dict[str, str]:
+    """What a process we launch (vLLM with the engine as its KV tier) needs to reach the engine
+    `settings` resolve to; holds the token, so it goes only into that process's environment."""
+    target = resolve_kv_target(settings)
+    env = {
+        "EPISTEMIC_GRAPH_KVCACHE_URL": target.base_url,
+        "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S": f"{settings.kv_timeout_s:g}",
+    }
+    if target.token is not None:
+        env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = target.token.get_secret_value()
+    return env
+
+
 def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
     return SyncKvClient(
         target.base_url,

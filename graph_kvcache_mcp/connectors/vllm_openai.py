@@ -266,6 +266,7 @@ class VllmClient:
             completion_tokens=usage.completion_tokens if usage else 0,
             prefix_cache_hit_tokens=hit_tokens,
             prefix_cache_miss_tokens=miss_tokens,
+            external_cache_hit_tokens=cached.external_tokens,
             cached_tokens_source=cached.source,
             latency_s=latency,
             ttft_s=answer.ttft_s,

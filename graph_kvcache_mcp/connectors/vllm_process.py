@@ -37,6 +37,7 @@ from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
 from graph_kvcache_mcp.connectors.vllm_health import last_log_line, vllm_reason
 from graph_kvcache_mcp.connectors.vllm_health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm_host import (
+    CONNECTOR_HINT,
     VLLM_HOST,
     check_vllm_importable,
     child_environment,
@@ -182,7 +183,14 @@ class ManagedVllm:
             return self._reuse_foreign(launch, wanted)
         check_vllm_importable(self.python)
         plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
-        return self._launch(launch, plan, env or {}, ready_timeout_s, note)
+        if launch.kv_connector == "engine":
+            check_vllm_importable(
+                self.python,
+                module="graph_kvcache_mcp",
+                hint=CONNECTOR_HINT,
+                env=child_environment(launch, env or {}),  # what vLLM itself will see
+            )
+        return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
 
     def stop(self, *, term_wait_s: float = 15.0) -> VllmStopResult:
         """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""
@@ -213,6 +221,42 @@ class ManagedVllm:
             leftover_pids=leftovers,
             data_dir=str(self.data_dir),
         )
+
+    def restart(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        progress: Progress | None = None,
+    ) -> VllmStatus:
+        """Stop our server and start the very same command again (flags, port, data dir).
+
+        The environment is not recorded (it may hold secrets): `env` is added to this process's
+        own, as for `start`.
+
+        Raises:
+            VllmProcessError: no server of ours runs, or the new one is not healthy in time.
+        """
+        state = self.running_state()
+        if state is None:
+            raise VllmProcessError(
+                f"no vLLM started from {self.data_dir} is running; start one with vllm_start"
+            )
+        self.stop()
+        launch = VllmLaunch(
+            model=state.model,
+            port=state.port,
+            served_model_name=state.served_model_name,
+            dev_mode=state.dev_mode,
+            prompt_tokens_details=state.prompt_tokens_details,
+        )
+        plan = LaunchPlan(
+            args=state.process.command[3:],  # after `python -m <entry module>`
+            platform=state.platform,
+            notes=state.notes,
+        )
+        note = progress or (lambda _elapsed, _total, _message: None)
+        return self._launch(launch, plan, env or {}, ready_timeout_s, note)
 
     def status(self, *, port: int | None = None) -> VllmStatus:
         """Our server's state; without one, whatever answers on `port` (reported, not owned)."""

@@ -278,6 +278,25 @@ def _general_warnings(
         )
 
 
+def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for LMCache's MP connector to an `lmcache server`."""
+    return {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_connector_module_path": MP_CONNECTOR_MODULE,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": f"tcp://{lmcache_host}",
+            "lmcache.mp.port": lmcache_port,
+            "lmcache.mp.hash_algorithm": "blake3",
+        },
+    }
+
+
+def inprocess_kv_transfer_config() -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for LMCache inside each vLLM worker."""
+    return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+
+
 def _mp(
     facts: ModelFacts,
     choices: LmcacheChoices,
@@ -342,16 +361,7 @@ def _mp(
         ],
         env=server_env,
     )
-    transfer: dict[str, Any] = {
-        "kv_connector": "LMCacheMPConnector",
-        "kv_connector_module_path": MP_CONNECTOR_MODULE,
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": {
-            "lmcache.mp.host": f"tcp://{choices.lmcache_host}",
-            "lmcache.mp.port": choices.lmcache_port,
-            "lmcache.mp.hash_algorithm": "blake3",
-        },
-    }
+    transfer = mp_kv_transfer_config(choices.lmcache_host, choices.lmcache_port)
     vllm = ProcessSpec(argv=_vllm_argv(facts, choices, transfer, block), env=dict(base_env))
     return LmcachePlan(
         mode=choices.mode,
@@ -375,10 +385,7 @@ def _inprocess(
     warnings: list[str],
     notes: list[str],
 ) -> LmcachePlan:
-    transfer: dict[str, Any] = {
-        "kv_connector": "LMCacheConnectorV1",
-        "kv_role": "kv_both",
-    }
+    transfer = inprocess_kv_transfer_config()
     env = {
         **base_env,
         "LMCACHE_CONFIG_FILE": choices.config_file,

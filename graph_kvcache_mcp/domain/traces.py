@@ -35,6 +35,16 @@ class Trace(BaseModel):
         ge=0,
         description="Prompt tokens computed for this call (prompt - hit); None if unknown.",
     )
+    external_cache_hit_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Of the hit, tokens a KV connector loaded from an external tier (the engine "
+        "via EngineKVConnector, LMCache): the vllm:external_prefix_cache_hits_total delta around "
+        "the call; None when not measured. The rest of the hit is vLLM's own prefix cache.",
+    )
+    external_bytes_read: int | None = Field(
+        None, ge=0, description="Engine bytes read for the external hit, when measured."
+    )
     cached_tokens_source: CachedTokensSource = Field(
         description="usage: the response said; metrics_delta: the server's counters moved by this "
         "much around the call; unavailable: neither could tell."
@@ -45,6 +55,14 @@ class Trace(BaseModel):
     finish_reason: str | None = None
     started_at: float | None = Field(None, description="Unix time the call started.")
     note: str | None = Field(None, description="Why the cache count is missing or approximate.")
+
+    @property
+    def local_cache_hit_tokens(self) -> int | None:
+        """Hit tokens from vLLM's own prefix cache: the hit less the external part, when both
+        are known."""
+        if self.prefix_cache_hit_tokens is None or self.external_cache_hit_tokens is None:
+            return None
+        return max(0, self.prefix_cache_hit_tokens - self.external_cache_hit_tokens)
 
     @property
     def hit_rate(self) -> float | None:
@@ -85,6 +103,11 @@ class TraceSummary(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens_saved: int = Field(description="Prompt tokens served from cache (known calls).")
+    tokens_saved_by_tier: dict[str, int] | None = Field(
+        None,
+        description="Saved tokens split into 'local' (vLLM's prefix cache) and 'external' (a KV "
+        "connector's tier), over the calls whose external part was measured; None if none was.",
+    )
     avg_prefix_cache_hit_rate: float | None = Field(
         None, description="Mean of the per-call hit rates over calls with cache info."
     )
@@ -125,6 +148,7 @@ def summarize(traces: Sequence[Trace]) -> TraceSummary:
         prompt_tokens=sum(t.prompt_tokens for t in traces),
         completion_tokens=sum(t.completion_tokens for t in traces),
         total_tokens_saved=saved,
+        tokens_saved_by_tier=_by_tier(known),
         avg_prefix_cache_hit_rate=sum(rates) / len(rates) if rates else None,
         token_hit_rate=saved / known_prompt if known_prompt else None,
         estimated_compute_saved_s=estimate.seconds if estimate else None,
@@ -134,6 +158,16 @@ def summarize(traces: Sequence[Trace]) -> TraceSummary:
         ttft_p50_s=percentile(ttfts, 50),
         note=note,
     )
+
+
+def _by_tier(known: Sequence[Trace]) -> dict[str, int] | None:
+    split = [t for t in known if t.local_cache_hit_tokens is not None]
+    if not split:
+        return None
+    return {
+        "local": sum(t.local_cache_hit_tokens or 0 for t in split),
+        "external": sum(t.external_cache_hit_tokens or 0 for t in split),
+    }
 
 
 def _compute_saved(known: Sequence[Trace], saved_tokens: int) -> ComputeSavedEstimate | None:

@@ -46,6 +46,9 @@ class CachedTokens(BaseModel):
     hit_tokens: int | None
     source: CachedTokensSource
     note: str | None = None
+    external_tokens: int | None = Field(
+        None, description="Of the hit, tokens a KV connector loaded; None when not measured."
+    )
 
 
 class MetricsWindow(BaseModel):
@@ -56,6 +59,9 @@ class MetricsWindow(BaseModel):
     prompt_tokens: int | None = Field(None, description="Move of vllm:prompt_tokens_total.")
     hits: int | None = Field(None, description="Move of vllm:prefix_cache_hits_total (tokens).")
     queries: int | None = Field(None, description="Move of vllm:prefix_cache_queries_total.")
+    external_hits: int | None = Field(
+        None, description="Move of vllm:external_prefix_cache_hits_total (a KV connector's loads)."
+    )
     block_size: int | None = None
 
     def exclusive_to(self, prompt_tokens: int) -> bool:
@@ -70,6 +76,7 @@ def metrics_window(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsWi
         prompt_tokens=moved.prompt_tokens,
         hits=moved.prefix_cache_hits_tokens,
         queries=moved.prefix_cache_queries_tokens,
+        external_hits=moved.external_prefix_cache_hits_tokens,
         block_size=after.cache_config.block_size if after.cache_config else None,
     )
 
@@ -97,8 +104,12 @@ def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
             f"{prompt_tokens}: other requests ran at the same time, so the hit count cannot be "
             "attributed"
         )
+    # vllm:prefix_cache_hits_total counts vLLM's own cache only; a KV connector's loads (the
+    # engine, LMCache) move the external counter instead, and belong to the call's hit too.
+    external = window.external_hits
     return CachedTokens(
-        hit_tokens=window.hits,
+        hit_tokens=window.hits + (external or 0),
+        external_tokens=external,
         source="metrics_delta",
         note="from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
         "--enable-prompt-tokens-details)",

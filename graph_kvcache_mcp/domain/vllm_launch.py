@@ -8,10 +8,16 @@ CPU backend needs or benefits from, and says why in `notes`.
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.lmcache_config import (
+    TELEMETRY_OFF,
+    inprocess_kv_transfer_config,
+    mp_kv_transfer_config,
+)
 from graph_kvcache_mcp.errors import ConfigError
 
 CPU_BLOCK_MULTIPLE = 32  # vLLM's CPU attention only takes block sizes that are multiples of 32
@@ -31,6 +37,20 @@ _OWNED_FLAGS = frozenset(
         "--enable-prompt-tokens-details",
     }
 )
+
+
+KvConnector = Literal["none", "engine", "mp_native", "redis_resp", "inprocess_plugin"]
+"""vLLM's external KV tier: none, the engine through `EngineKVConnector` (CPU vLLM), or one of
+the LMCache modes `lmcache config` plans (the vLLM side of `mp_native` and `redis_resp` is the
+same: LMCache's MP connector talking to an `lmcache server`)."""
+ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.connectors.vllm_kv_connector"
+ENGINE_ENV_NAMES = (
+    "EPISTEMIC_GRAPH_KVCACHE_URL",
+    "EPISTEMIC_GRAPH_KVCACHE_TOKEN",
+    "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S",
+)
+"""The environment through which vLLM's processes learn where the engine is (never flags: vLLM
+logs its kv_transfer_config)."""
 
 
 class Platform(BaseModel):
@@ -59,7 +79,18 @@ class VllmLaunch(BaseModel):
     enforce_eager: bool | None = None
     prompt_tokens_details: bool = True
     dev_mode: bool = Field(False, description="VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache etc.")
+    kv_connector: KvConnector = Field("none", description="External KV tier (see KvConnector).")
+    lmcache_host: str = Field("127.0.0.1", description="The lmcache server (MP modes).")
+    lmcache_port: int = Field(5555, ge=1, le=65535, description="The lmcache server's port.")
+    lmcache_config_file: str = Field(
+        "lmcache.yaml", description="LMCACHE_CONFIG_FILE for inprocess_plugin."
+    )
     extra_args: tuple[str, ...] = ()
+
+    @property
+    def needs_engine_environment(self) -> bool:
+        """vLLM's processes must be told the engine's URL and token (ENGINE_ENV_NAMES)."""
+        return self.kv_connector in {"engine", "inprocess_plugin"}
 
 
 class LaunchPlan(BaseModel):
@@ -70,6 +101,9 @@ class LaunchPlan(BaseModel):
     args: tuple[str, ...]
     platform: Platform
     notes: list[str]
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment the plan needs (never a secret)."
+    )
 
 
 _API_KEY_FLAG = "--api-key"
@@ -128,8 +162,68 @@ def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchP
             "without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details "
             "empty: cached tokens then come from /metrics deltas, or are reported unavailable"
         )
+    env: dict[str, str] = {}
+    if launch.kv_connector != "none":
+        args += _kv_connector_flags(launch, platform, env, notes)
     args += launch.extra_args
-    return LaunchPlan(args=tuple(args), platform=platform, notes=notes)
+    return LaunchPlan(
+        args=tuple(args),
+        platform=platform,
+        notes=notes,
+        env=env,
+    )
+
+
+def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
+    """vLLM's `--kv-transfer-config` for `launch.kv_connector` (None for "none")."""
+    match launch.kv_connector:
+        case "engine":
+            return {
+                "kv_connector": "EngineKVConnector",
+                "kv_connector_module_path": ENGINE_CONNECTOR_MODULE,
+                "kv_role": "kv_both",
+                # a block that vanished or fails its checksum is recomputed, never an error
+                "kv_load_failure_policy": "recompute",
+            }
+        case "mp_native" | "redis_resp":
+            return mp_kv_transfer_config(launch.lmcache_host, launch.lmcache_port)
+        case "inprocess_plugin":
+            return inprocess_kv_transfer_config()
+    return None
+
+
+def _kv_connector_flags(
+    launch: VllmLaunch, platform: Platform, env: dict[str, str], notes: list[str]
+) -> list[str]:
+    if any(arg.split("=", 1)[0] == "--kv-transfer-config" for arg in launch.extra_args):
+        raise ConfigError(
+            "extra_args repeat --kv-transfer-config, which kv_connector sets; drop one of them"
+        )
+    transfer = kv_transfer_config(launch)
+    if launch.kv_connector == "engine":
+        if platform.kind != "cpu":
+            raise ConfigError(
+                "kv_connector 'engine' (EngineKVConnector) moves CPU KV caches only; on a GPU "
+                "use kv_connector 'mp_native' with an lmcache server whose remote tier is the "
+                "engine (lmcache config / lmcache start)"
+            )
+        notes.append(
+            "--kv-transfer-config EngineKVConnector: the engine is vLLM's KV tier; vLLM's venv "
+            "needs this package (pip install --no-deps graph-kvcache-mcp) and gets the engine's "
+            "URL and token through its environment"
+        )
+    else:
+        # LMCache hashes prompts with Python's hash seed: every process must share it.
+        env.update({"PYTHONHASHSEED": "0", **TELEMETRY_OFF})
+        if launch.kv_connector == "inprocess_plugin":
+            env["LMCACHE_CONFIG_FILE"] = launch.lmcache_config_file
+        if platform.kind == "cpu":
+            notes.append(
+                "LMCache has no CPU connector (0.5.6): on CPU vLLM it falls back to recompute "
+                "and adds a lookup timeout to every request; use kv_connector 'engine' here"
+            )
+        notes.append(f"--kv-transfer-config {json.dumps(transfer)}")
+    return ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
 
 
 def _cpu_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:

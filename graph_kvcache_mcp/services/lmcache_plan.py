@@ -5,11 +5,16 @@ Shared by the `lmcache_config` tool and the `lmcache config` CLI so both return 
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.hf_config import read_hf_config
+from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache_model import (
     HybridFacts,
@@ -91,3 +96,27 @@ class LmcacheConfigOut(BaseModel):
 def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
     """The plan (a thin seam so tools and CLI share one call)."""
     return plan_lmcache(facts, choices)
+
+
+_REFERENCE = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
+
+
+def server_environment(
+    plan_env: Mapping[str, str], settings: Settings, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The plan's environment with its `${NAME}` references filled in for a real launch: the
+    engine token from the engine `settings` resolve to, anything else from `environ`; a reference
+    with no value is left out rather than passed on literally."""
+    source = os.environ if environ is None else environ
+    token = resolve_kv_target(settings).token
+    values = dict(source)
+    if token is not None:
+        values["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = token.get_secret_value()
+    env: dict[str, str] = {}
+    for name, value in plan_env.items():
+        match = _REFERENCE.match(value)
+        if match is None:
+            env[name] = value
+        elif match.group(1) in values:
+            env[name] = values[match.group(1)]
+    return env

@@ -8,7 +8,7 @@ The vLLM client is only a type here: openai loads when a client is first made, n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,17 +105,19 @@ def start(
     ready_timeout_s: float,
     progress: Progress | None = None,
     calls_base_url: str,
+    env: Mapping[str, str] | None = None,
 ) -> VllmStatusOut:
     """Ensure a vLLM runs as `launch` asks (reusing a healthy one); blocks until it answers.
 
     `tools_base_url` is the server's own URL (the caller then points its calls at it), else
-    `calls_base_url`, where calls went before.
+    `calls_base_url`, where calls went before. `env` is added to vLLM's environment (the
+    engine's URL and token for the engine KV connector).
 
     Raises:
         VllmProcessError: it could not be started (the log's telling line says why).
         ConfigError: the launch cannot work here (no vLLM in the interpreter, bad flags).
     """
-    status = managed.start(launch, ready_timeout_s=ready_timeout_s, progress=progress)
+    status = managed.start(launch, env=env, ready_timeout_s=ready_timeout_s, progress=progress)
     return VllmStatusOut.of(status, status.base_url or calls_base_url)
 
 

@@ -1,9 +1,10 @@
-"""LMCache tools (lmcache_*): generate LMCache + vLLM configuration for the engine tier, and check
-the LMCache adapter against the engine. Opt-in toolset "lmcache" (GRAPH_KVCACHE_TOOLSETS)."""
+"""LMCache tools (lmcache_*): generate LMCache + vLLM configuration for the engine tier, run the
+managed `lmcache server`, and check the LMCache adapter against the engine. Opt-in toolset
+"lmcache" (GRAPH_KVCACHE_TOOLSETS)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
@@ -12,20 +13,37 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
+from graph_kvcache_mcp.connectors.lmcache_process import (
+    LmcacheStatus,
+    LmcacheStopResult,
+    ManagedLmcache,
+)
 from graph_kvcache_mcp.domain.engine_limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE
 from graph_kvcache_mcp.domain.lmcache_model import KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, LmcacheProcessError
 from graph_kvcache_mcp.services.lmcache_check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,
     LmcacheCheckOut,
     run_lmcache_check,
 )
-from graph_kvcache_mcp.services.lmcache_plan import LmcacheConfigOut, build_plan, model_facts
-from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
+from graph_kvcache_mcp.services.lmcache_plan import (
+    LmcacheConfigOut,
+    build_plan,
+    model_facts,
+    server_environment,
+)
+from graph_kvcache_mcp.tools._common import (
+    READ_ONLY,
+    STARTS_PROCESS,
+    STOPS_PROCESS,
+    ToolSpec,
+    register_all,
+    state_of,
+)
 from graph_kvcache_mcp.tools.file_paths import hf_config_inside_roots
 
 TOOLSET = "lmcache"
@@ -97,6 +115,15 @@ async def lmcache_config(
         int, Field(ge=1, le=64, description="vLLM --tensor-parallel-size (KV per rank).")
     ] = 1,
     namespace: Namespace = DEFAULT_NAMESPACE,
+    lmcache_port: Annotated[
+        int, Field(ge=1, le=65535, description="The lmcache server's port (vLLM connects).")
+    ] = 5555,
+    lmcache_http_port: Annotated[
+        int, Field(ge=1, le=65535, description="The lmcache server's HTTP admin port.")
+    ] = 8080,
+    l1_size_gb: Annotated[
+        float, Field(gt=0, description="The lmcache server's L1 (host memory) size in GB.")
+    ] = 20.0,
 ) -> LmcacheConfigOut:
     """Generate LMCache + vLLM configuration that makes the engine LMCache's shared remote tier:
     the `lmcache server` command with its --l2-adapter JSON, the vLLM command with
@@ -131,6 +158,9 @@ async def lmcache_config(
             chunk_size=chunk_size,
             mamba_block_size=mamba_block_size,
             tensor_parallel_size=tensor_parallel_size,
+            lmcache_port=lmcache_port,
+            lmcache_http_port=lmcache_http_port,
+            l1_size_gb=l1_size_gb,
         )
         plan = build_plan(facts, choices)
     except ConfigError as exc:
@@ -173,9 +203,93 @@ async def lmcache_check(
         raise ToolError(f"{exc}. Fix the argument and call lmcache_check again.") from None
 
 
+async def lmcache_start(
+    ctx: Context[Any],
+    hf_config: Annotated[
+        str | None, Field(description="Local config.json (or model dir) to size the server.")
+    ] = None,
+    model: Annotated[str | None, Field(description="Model id, when no config.json.")] = None,
+    num_layers: Annotated[int | None, Field(ge=1, description="Attention layers.")] = None,
+    kv_heads: Annotated[int | None, Field(ge=1, description="KV heads (GQA).")] = None,
+    head_dim: Annotated[int | None, Field(ge=1, description="Head size.")] = None,
+    mode: Annotated[
+        Literal["mp_native", "redis_resp"],
+        Field(description="mp_native (our adapter to the engine) or redis_resp."),
+    ] = "mp_native",
+    engine_url: Annotated[
+        str | None, Field(description="Engine KV base URL; default: the engine this server uses.")
+    ] = None,
+    lmcache_port: Annotated[int, Field(ge=1024, le=65535, description="Server port.")] = 5555,
+    lmcache_http_port: Annotated[
+        int, Field(ge=1024, le=65535, description="HTTP admin port (/healthcheck, /status).")
+    ] = 8080,
+    l1_size_gb: Annotated[float, Field(gt=0, description="L1 size in GB.")] = 20.0,
+    extra_args: Annotated[
+        list[str] | None,
+        Field(description="More `lmcache server` flags, e.g. ['--no-l1-use-lazy']."),
+    ] = None,
+    ready_timeout_s: Annotated[
+        float, Field(gt=0, le=3600, description="Give up (and stop it) if not healthy by then.")
+    ] = 180.0,
+) -> LmcacheStatus:
+    """Start the `lmcache server` that lmcache_config plans (or reuse the one this data dir
+    already runs), from LMCache's venv (GRAPH_KVCACHE_LMCACHE_PYTHON), and return once its
+    /healthcheck answers healthy, with /status (L1 usage, each L2 adapter's health). vLLM then
+    connects with kv_connector mp_native (vllm_start). Stop it with lmcache_stop."""
+    settings = state_of(ctx).settings
+    planned = await lmcache_config(
+        ctx,
+        hf_config=hf_config,
+        model=model,
+        num_layers=num_layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        mode=mode,
+        engine_url=engine_url,
+        lmcache_port=lmcache_port,
+        lmcache_http_port=lmcache_http_port,
+        l1_size_gb=l1_size_gb,
+    )
+    server = planned.plan.lmcache_server
+    if server is None:
+        raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
+    server = server.model_copy(update={"argv": [*server.argv, *(extra_args or [])]})
+    managed = ManagedLmcache(settings.data_dir, python=settings.lmcache_python)
+    try:
+        return await anyio.to_thread.run_sync(
+            lambda: managed.start(
+                server,
+                env=server_environment(server.env, settings),
+                ready_timeout_s=ready_timeout_s,
+            )
+        )
+    except LmcacheProcessError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+async def lmcache_stop(
+    ctx: Context[Any],
+    wait_s: Annotated[float, Field(gt=0, le=120, description="SIGTERM grace before SIGKILL.")] = 15,
+) -> LmcacheStopResult:
+    """Stop the lmcache server this project started from its data dir (SIGTERM to its process
+    group, SIGKILL after wait_s). A server this project did not start is never signalled."""
+    managed = ManagedLmcache(state_of(ctx).settings.data_dir)
+    return await anyio.to_thread.run_sync(lambda: managed.stop(term_wait_s=wait_s))
+
+
+async def lmcache_status(ctx: Context[Any]) -> LmcacheStatus:
+    """Is the managed lmcache server running and healthy: its /healthcheck, and from /status its
+    L1 usage and each L2 adapter's health. running=false: start one with lmcache_start."""
+    managed = ManagedLmcache(state_of(ctx).settings.data_dir)
+    return await anyio.to_thread.run_sync(managed.status)
+
+
 SPECS = (
     ToolSpec(lmcache_config, "LMCache configuration for the engine tier", READ_ONLY),
     ToolSpec(lmcache_check, "Check the LMCache adapter against the engine", WRITES_TEST_PAGE),
+    ToolSpec(lmcache_start, "Start the managed lmcache server", STARTS_PROCESS),
+    ToolSpec(lmcache_stop, "Stop the managed lmcache server", STOPS_PROCESS),
+    ToolSpec(lmcache_status, "Status of the managed lmcache server", READ_ONLY),
 )
 
 

@@ -13,9 +13,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.vllm_process import Progress, VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel
 from graph_kvcache_mcp.errors import (
     ConfigError,
@@ -25,6 +26,7 @@ from graph_kvcache_mcp.errors import (
     VllmRequestError,
 )
 from graph_kvcache_mcp.services import vllm as vllm_service
+from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut, measure_restart_reuse
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -51,6 +53,11 @@ RESETS_CACHE = ToolAnnotations(
 # vllm_start accepts a hub id, which vLLM then downloads: it may reach beyond this machine.
 STARTS_DOWNLOADING = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+# A restart drops vLLM's prefix cache, and every run measures a new prompt: destructive, not
+# idempotent.
+RESTARTS_SERVER = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 
 Model = Annotated[
@@ -151,6 +158,10 @@ async def vllm_start(
         bool, Field(description="Dev mode, needed by vllm_reset_prefix_cache.")
     ] = False,
     extra_args: Annotated[list[str] | None, Field(description="More vLLM flags.")] = None,
+    kv_connector: Annotated[
+        KvConnector,
+        Field(description="External KV tier: engine (CPU), an LMCache mode, or none."),
+    ] = "none",
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
     ] = 600.0,
@@ -170,13 +181,16 @@ async def vllm_start(
             block_size=block_size,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             dev_mode=dev_mode,
+            kv_connector=kv_connector,
             extra_args=tuple(extra_args or ()),
         )
+        env = engine_environment(access.settings) if launch.needs_engine_environment else None
         out = await anyio.to_thread.run_sync(
             partial(
                 vllm_service.start,
                 access.managed,
                 launch,
+                env=env,
                 ready_timeout_s=ready_timeout_s,
                 progress=_progress_reporter(ctx),
                 calls_base_url=access.base_url,
@@ -264,6 +278,33 @@ def _progress_reporter(ctx: Context[Any]) -> Progress:
     return report
 
 
+async def vllm_restart_reuse(
+    ctx: Context[Any],
+    prompt_tokens: Annotated[
+        int, Field(ge=64, le=131072, description="About how long the test prompt is, in tokens.")
+    ] = 2048,
+    ready_timeout_s: Annotated[
+        float, Field(gt=0, le=3600, description="How long the restarted vLLM may take.")
+    ] = 600.0,
+) -> RestartReuseOut:
+    """On the managed vLLM started with kv_connector=engine: a long prompt cold, a vLLM
+    restart, the same prompt again. Returns both TTFTs, cached tokens by tier and engine
+    bytes. The restart drops vLLM's own cache and takes as long as a start."""
+    access = state_of(ctx).vllm
+    settings = access.settings
+    try:
+        return await measure_restart_reuse(
+            access.managed,
+            settings,
+            prompt_tokens=prompt_tokens,
+            env=engine_environment(settings),
+            ready_timeout_s=ready_timeout_s,
+            progress=_progress_reporter(ctx),
+        )
+    except (VllmProcessError, ConfigError) as exc:
+        raise ToolError(str(exc)) from exc
+
+
 SPECS = (
     ToolSpec(vllm_chat, "Chat with vLLM (with cache accounting)", CALLS_MODEL),
     ToolSpec(vllm_metrics, "vLLM prefix-cache metrics", READ_ONLY),
@@ -273,6 +314,7 @@ SPECS = (
     ToolSpec(vllm_start, "Start (or reuse) a vLLM server", STARTS_DOWNLOADING),
     ToolSpec(vllm_stop, "Stop the managed vLLM server", STOPS_PROCESS),
     ToolSpec(vllm_reset_prefix_cache, "Reset vLLM's prefix cache", RESETS_CACHE),
+    ToolSpec(vllm_restart_reuse, "Measure KV reuse across a vLLM restart", RESTARTS_SERVER),
 )
 
 

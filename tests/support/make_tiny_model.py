@@ -2,7 +2,11 @@
 
 Run it with the vLLM venv's interpreter (it needs torch, transformers and tokenizers):
 
-    .venv-vllm/bin/python tests/support/make_tiny_model.py OUT_DIR
+    .venv-vllm/bin/python tests/support/make_tiny_model.py OUT_DIR [--layers N --hidden H
+        --kv-heads K]
+
+(the size flags build a larger model for benchmarks whose prefill must dominate, e.g.
+`tools/bench_connector.py`; heads are always 64 wide).
 
 It trains a byte-level BPE tokenizer on local text (this interpreter's standard-library sources),
 gives it a chat template, and saves a 2-layer `LlamaForCausalLM` with random weights (hidden 128,
@@ -13,10 +17,12 @@ The output is written to a scratch sibling and renamed, so a half-built dir is n
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 VOCAB_SIZE = 4096
@@ -64,18 +70,25 @@ def build_tokenizer(out_dir: Path) -> int:
     return int(tokenizer.get_vocab_size())
 
 
-def build_model(out_dir: Path, vocab_size: int) -> None:
+@dataclass(frozen=True)
+class Size:
+    layers: int = 2
+    hidden: int = 128
+    kv_heads: int = 2
+
+
+def build_model(out_dir: Path, vocab_size: int, size: Size) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        hidden_size=size.hidden,
+        intermediate_size=2 * size.hidden,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.hidden // 64,
+        num_key_value_heads=size.kv_heads,
         head_dim=64,
         max_position_embeddings=4096,
         bos_token_id=1,
@@ -89,10 +102,14 @@ def build_model(out_dir: Path, vocab_size: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: make_tiny_model.py OUT_DIR", file=sys.stderr)
-        return 2
-    out_dir = Path(argv[0]).resolve()
+    parser = argparse.ArgumentParser(description="build a tiny random Llama for vLLM on CPU")
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--layers", type=int, default=Size.layers)
+    parser.add_argument("--hidden", type=int, default=Size.hidden)
+    parser.add_argument("--kv-heads", type=int, default=Size.kv_heads)
+    args = parser.parse_args(argv)
+    size = Size(args.layers, args.hidden, args.kv_heads)
+    out_dir = args.out_dir.resolve()
     if (out_dir / "config.json").exists():
         return 0
     # A per-process scratch dir: two test runs building at once must not share one.
@@ -100,7 +117,7 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     vocab_size = build_tokenizer(work)
-    build_model(work, vocab_size)
+    build_model(work, vocab_size, size)
     try:
         work.rename(out_dir)
     except OSError:

@@ -79,7 +79,7 @@ async def test_lmcache_check_passes_against_the_servers_engine(
     assert json.dumps(out.model_dump()).count(memory_engine.token.get_secret_value()) == 0
 
 
-async def test_the_lmcache_toolset_is_opt_in_and_read_only_drops_the_check(
+async def test_the_lmcache_toolset_is_opt_in_and_read_only_drops_the_writers(
     memory_engine: RunningEngine,
 ) -> None:
     assert "lmcache" not in DEFAULT_TOOLSETS
@@ -92,6 +92,6 @@ async def test_the_lmcache_toolset_is_opt_in_and_read_only_drops_the_check(
     assert not {"lmcache_config", "lmcache_check"} & names
     async with Client(build_server(read_only)) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"lmcache_config"}
+    assert set(tools) == {"lmcache_config", "lmcache_status"}
     assert tools["lmcache_config"].annotations is not None
     assert tools["lmcache_config"].annotations.read_only_hint is True

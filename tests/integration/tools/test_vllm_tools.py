@@ -28,7 +28,7 @@ from tests.support.peers import slow_peer
 from tests.support.vllm import BLOCK_SIZE, VLLM_PYTHON, RunningVllm, VllmServers
 from tests.support.vllm_peers import proxy_page_peer
 
-LIFECYCLE = {"vllm_start", "vllm_stop", "vllm_reset_prefix_cache"}
+LIFECYCLE = {"vllm_start", "vllm_stop", "vllm_reset_prefix_cache", "vllm_restart_reuse"}
 
 
 def tool_settings(server: RunningVllm, **extra: Any) -> Settings:
@@ -174,7 +174,7 @@ async def test_read_only_mode_keeps_chat_and_metrics_and_hides_lifecycle_tools(
         annotations = every[name].annotations
         assert annotations is not None and annotations.read_only_hint is False
     destructive = {name for name in LIFECYCLE if every[name].annotations.destructive_hint}  # type: ignore[union-attr]
-    assert destructive == {"vllm_stop", "vllm_reset_prefix_cache"}
+    assert destructive == {"vllm_stop", "vllm_reset_prefix_cache", "vllm_restart_reuse"}
 
 
 @MODES

@@ -110,3 +110,20 @@ def test_trace_lines_round_trip_and_bad_lines_are_numbered() -> None:
     traces, bad = parse_trace_lines(lines)
     assert traces == [good]
     assert bad == [3, 4]
+
+
+def test_a_hit_splits_into_local_and_external_tiers_only_when_the_external_part_is_known() -> None:
+    measured = Trace(
+        model="m",
+        prompt_tokens=900,
+        completion_tokens=1,
+        prefix_cache_hit_tokens=864,
+        external_cache_hit_tokens=800,
+        cached_tokens_source="usage",
+        latency_s=0.1,
+    )
+    unmeasured = measured.model_copy(update={"external_cache_hit_tokens": None})
+    assert (measured.local_cache_hit_tokens, unmeasured.local_cache_hit_tokens) == (64, None)
+    summary = summarize([measured, unmeasured])
+    assert summary.tokens_saved_by_tier == {"local": 64, "external": 800}
+    assert summarize([unmeasured]).tokens_saved_by_tier is None

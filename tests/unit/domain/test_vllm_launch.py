@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from graph_kvcache_mcp.domain.vllm_launch import (
@@ -94,3 +96,54 @@ def test_flags_that_only_share_the_api_prefix_are_kept() -> None:
         VllmLaunch(model="/m", extra_args=("--api-server-count", "1")), CPU, host="127.0.0.1"
     )
     assert plan.args[-2:] == ("--api-server-count", "1")
+
+
+def test_the_engine_connector_sets_the_transfer_config_and_recompute_on_load_failure() -> None:
+    launch = VllmLaunch(model="/m", kv_connector="engine")
+    plan = plan_launch(launch, CPU, host="127.0.0.1")
+    config = json.loads(flag_value(plan.args, "--kv-transfer-config"))
+    assert config == {
+        "kv_connector": "EngineKVConnector",
+        "kv_connector_module_path": "graph_kvcache_mcp.connectors.vllm_kv_connector",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+    }
+    assert launch.needs_engine_environment
+    assert plan.env == {}  # the engine's URL and token come from the caller, never the plan
+
+
+def test_the_engine_connector_is_refused_on_a_gpu_with_the_alternative_named() -> None:
+    with pytest.raises(ConfigError, match="mp_native"):
+        plan_launch(VllmLaunch(model="/m", kv_connector="engine"), GPU, host="127.0.0.1")
+
+
+@pytest.mark.parametrize("mode", ["mp_native", "redis_resp"])
+def test_lmcache_mp_modes_point_vllm_at_the_lmcache_server_with_a_shared_hash_seed(
+    mode: str,
+) -> None:
+    launch = VllmLaunch.model_validate({"model": "/m", "kv_connector": mode, "lmcache_port": 6001})
+    plan = plan_launch(launch, GPU, host="127.0.0.1")
+    config = json.loads(flag_value(plan.args, "--kv-transfer-config"))
+    assert config["kv_connector"] == "LMCacheMPConnector"
+    assert config["kv_connector_extra_config"]["lmcache.mp.port"] == 6001
+    assert plan.env["PYTHONHASHSEED"] == "0"
+    assert not launch.needs_engine_environment
+
+
+def test_the_inprocess_plugin_names_its_config_file_and_needs_the_engine_environment() -> None:
+    launch = VllmLaunch(model="/m", kv_connector="inprocess_plugin", lmcache_config_file="/c.yaml")
+    plan = plan_launch(launch, CPU, host="127.0.0.1")
+    assert json.loads(flag_value(plan.args, "--kv-transfer-config"))["kv_connector"] == (
+        "LMCacheConnectorV1"
+    )
+    assert plan.env["LMCACHE_CONFIG_FILE"] == "/c.yaml"
+    assert launch.needs_engine_environment
+    assert any("no CPU connector" in note for note in plan.notes)
+
+
+def test_a_kv_connector_and_a_hand_written_transfer_config_clash() -> None:
+    launch = VllmLaunch(
+        model="/m", kv_connector="engine", extra_args=("--kv-transfer-config", "{}")
+    )
+    with pytest.raises(ConfigError, match="--kv-transfer-config"):
+        plan_launch(launch, CPU, host="127.0.0.1")

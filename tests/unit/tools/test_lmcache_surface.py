@@ -24,6 +24,12 @@ async def test_the_lmcache_surface_matches_its_snapshot(read_only: bool, tmp_pat
 
 async def test_every_lmcache_tool_is_described_with_all_four_hints(tmp_path: Path) -> None:
     tools = await tools_of(Settings.build(data_dir=tmp_path, toolsets=("lmcache",)))
-    assert {tool["name"] for tool in tools} == {"lmcache_config", "lmcache_check"}
+    assert {tool["name"] for tool in tools} == {
+        "lmcache_config",
+        "lmcache_check",
+        "lmcache_start",
+        "lmcache_stop",
+        "lmcache_status",
+    }
     for tool in tools:
         assert_well_described(tool)

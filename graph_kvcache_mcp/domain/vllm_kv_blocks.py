@@ -1,0 +1,221 @@
+"""Keys and stored values for vLLM KV blocks kept in the engine. Pure: no I/O, no torch.
+
+A block key is a content-addressed chain, one key per full block of `block_size` tokens:
+
+    root      = sha256("vkv-root", scheme version, model identity digest, cache salt)
+    digest[i] = sha256("vkv-block", digest[i-1] (root for i = 0), the block's token ids)
+    key[i]    = "vkv1:" + hex(digest[i])
+
+so a key names the whole prefix up to and including its block, for one model identity: the same
+prefix on another vLLM process (or after a restart) gives the same keys; another model, dtype,
+geometry, block size or KV layout gives other keys.
+
+A stored value is self-describing and checksummed (see `encode_block`): a value written for another
+identity or geometry, cut short, or corrupted decodes to `Rejected(reason)`, never to bytes a
+caller could scatter into a KV cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+KEY_PREFIX = "vkv1:"
+KEY_SCHEME_VERSION = 1
+BLOB_MAGIC = b"GKVB"
+BLOB_FORMAT_VERSION = 1
+_PREFIX_STRUCT = struct.Struct(">4sBI")  # magic, format version, header length
+_MAX_HEADER_BYTES = 64 * 1024
+_TOKEN_STRUCT = "<%dq"  # token ids as little-endian int64, a fixed width whatever the vocab
+
+
+class KvModelIdentity(BaseModel):
+    """Everything that decides whether stored KV bytes fit a vLLM's KV cache.
+
+    Two processes share blocks exactly when their identities are equal. The served model name
+    stands for the weights: serve different weights under a different name.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    served_model: str = Field(min_length=1)
+    architecture: str
+    dtype: str = Field(description="Dtype of the KV cache entries (e.g. bfloat16).")
+    num_layers: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1, description="KV heads held by this rank.")
+    head_size: int = Field(ge=1)
+    head_size_v: int = Field(ge=1)
+    block_size: int = Field(ge=1, description="Tokens per block.")
+    page_bytes: int = Field(ge=1, description="Bytes of one layer's page for one block.")
+    layout: str = Field(description="KV layout, backend and kernel ISA (e.g. cpu:LBHNC:vec).")
+    tensor_parallel: str = Field("1/1", description="rank/size of the rank that holds the KV.")
+    vllm_version: str
+
+    @property
+    def digest(self) -> str:
+        """Hex sha256 over the scheme version and every field, in a canonical encoding."""
+        fields = {"scheme": KEY_SCHEME_VERSION, **self.model_dump()}
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def block_bytes(self) -> int:
+        """Payload bytes of one block: every layer's page."""
+        return self.num_layers * self.page_bytes
+
+
+GPU_ALTERNATIVE = (
+    "EngineKVConnector moves blocks of vLLM's CPU KV cache only. On a GPU use LMCache's MP "
+    "connector with the engine as its remote tier (graph-kvcache-mcp lmcache config, "
+    "vllm start --kv-connector mp_native); docs/vllm-connector.md says what a GPU build of "
+    "this connector would need"
+)
+
+
+def unsupported_setup(
+    *,
+    device: str,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    kv_cache_groups: int,
+    spec_kind: str,
+    sliding_window: int | None,
+) -> str | None:
+    """Why the connector must refuse this vLLM setup at start-up, or None when it handles it."""
+    if device != "cpu":
+        return f"the KV cache lives on {device!r}. {GPU_ALTERNATIVE}"
+    if tensor_parallel != 1 or pipeline_parallel != 1:
+        return (
+            "EngineKVConnector handles tensor and pipeline parallel size 1 only (each rank "
+            f"would need its own keys); this vLLM runs TP {tensor_parallel}, PP "
+            f"{pipeline_parallel}"
+        )
+    if kv_cache_groups != 1:
+        return f"EngineKVConnector handles one KV cache group; this model has {kv_cache_groups}"
+    if spec_kind != "FullAttentionSpec" or sliding_window:
+        return (
+            "EngineKVConnector handles full-attention KV caches; this model's is "
+            f"{spec_kind}{' with a sliding window' if sliding_window else ''}"
+        )
+    return None
+
+
+def chain_root(identity_digest: str, cache_salt: str | None = None) -> bytes:
+    """The parent of a prompt's first block."""
+    salt = (cache_salt or "").encode()
+    return hashlib.sha256(
+        b"vkv-root\0%d\0%s\0%d\0%s"
+        % (KEY_SCHEME_VERSION, identity_digest.encode(), len(salt), salt)
+    ).digest()
+
+
+def block_digests(root: bytes, token_ids: Sequence[int], block_size: int) -> list[bytes]:
+    """One chained digest per full block of `token_ids`; a partial tail block gets none."""
+    digests: list[bytes] = []
+    parent = root
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        block = token_ids[start : start + block_size]
+        tokens = struct.pack(_TOKEN_STRUCT % len(block), *block)
+        parent = hashlib.sha256(b"vkv-block\0" + parent + tokens).digest()
+        digests.append(parent)
+    return digests
+
+
+def block_keys(
+    identity_digest: str,
+    token_ids: Sequence[int],
+    block_size: int,
+    *,
+    cache_salt: str | None = None,
+) -> list[str]:
+    """The engine keys of every full block of `token_ids`, in order."""
+    root = chain_root(identity_digest, cache_salt)
+    return [KEY_PREFIX + digest.hex() for digest in block_digests(root, token_ids, block_size)]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A stored value that must not be loaded; `reason` says why (for logs and tests)."""
+
+    reason: str
+
+
+def encode_block(
+    key: str, identity: KvModelIdentity, payload: bytes | Sequence[bytes | memoryview]
+) -> bytes:
+    """The value stored under `key`: a short header that names what the payload is, then it.
+
+    Layout: `GKVB`, format version (u8), header length (u32, big-endian), a JSON header (key,
+    identity digest, shape, dtype, layout, payload length, sha256 of the payload), the payload
+    (every layer's page for the block, layer-major, exactly as the KV cache holds it). The
+    payload may come in parts (one page per layer): they are hashed and joined in one copy.
+    """
+    parts = [payload] if isinstance(payload, bytes) else list(payload)
+    digest = hashlib.sha256()
+    size = 0
+    for part in parts:
+        digest.update(part)
+        size += memoryview(part).nbytes
+    header = json.dumps(
+        {
+            "key": key,
+            "identity": identity.digest,
+            "shape": _shape(identity),
+            "dtype": identity.dtype,
+            "layout": identity.layout,
+            "payload_bytes": size,
+            "sha256": digest.hexdigest(),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+    prefix = _PREFIX_STRUCT.pack(BLOB_MAGIC, BLOB_FORMAT_VERSION, len(header))
+    return b"".join([prefix, header, *parts])
+
+
+def decode_block(value: bytes, key: str, identity: KvModelIdentity) -> memoryview | Rejected:
+    """The payload of a value stored under `key` for `identity`, or why it cannot be used."""
+    view = memoryview(value)
+    if len(view) < _PREFIX_STRUCT.size:
+        return Rejected(f"value of {len(view)} bytes is too short to be a KV block")
+    magic, version, header_len = _PREFIX_STRUCT.unpack_from(view)
+    if magic != BLOB_MAGIC:
+        return Rejected("value is not a KV block (bad magic)")
+    if version != BLOB_FORMAT_VERSION:
+        return Rejected(f"KV block format {version} is not {BLOB_FORMAT_VERSION}")
+    start = _PREFIX_STRUCT.size
+    if header_len > _MAX_HEADER_BYTES or start + header_len > len(view):
+        return Rejected("KV block header length is out of range")
+    try:
+        header = json.loads(bytes(view[start : start + header_len]))
+    except ValueError:
+        return Rejected("KV block header is not JSON")
+    if not isinstance(header, dict):
+        return Rejected("KV block header is not an object")
+    payload = view[start + header_len :]
+    expected = {
+        "key": key,
+        "identity": identity.digest,
+        "shape": _shape(identity),
+        "dtype": identity.dtype,
+        "layout": identity.layout,
+        "payload_bytes": identity.block_bytes,
+    }
+    for field, wanted in expected.items():
+        if header.get(field) != wanted:
+            return Rejected(f"KV block {field} is {header.get(field)!r}, expected {wanted!r}")
+    if len(payload) != identity.block_bytes:
+        return Rejected(f"KV block payload is {len(payload)} bytes, not {identity.block_bytes}")
+    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        return Rejected("KV block payload does not match its checksum")
+    return payload
+
+
+def _shape(identity: KvModelIdentity) -> list[int]:
+    """[layers, page bytes]: the payload's shape as the header records it."""
+    return [identity.num_layers, identity.page_bytes]

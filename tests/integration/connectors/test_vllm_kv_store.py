@@ -1,0 +1,132 @@
+"""The vLLM connector's view of the engine: bounded, never-raising lookups, reads and writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.connectors.vllm_kv_store import EngineBlockStore
+from graph_kvcache_mcp.errors import ConfigError
+from tests.support.engines import RunningEngine
+from tests.support.peers import garbage_peer, slow_peer
+
+
+def _store(
+    url: str, engine: RunningEngine | None = None, timeout_s: float = 2.0
+) -> EngineBlockStore:
+    token = engine.token if engine is not None else None
+    client = SyncKvClient(url, token, timeout_s=timeout_s)
+    return EngineBlockStore(client, timeout_s=timeout_s, concurrency=4)
+
+
+def _keys(count: int) -> list[str]:
+    run = uuid.uuid4().hex
+    return [f"vkv1:test-{run}-{i}" for i in range(count)]
+
+
+def test_count_present_is_the_leading_run_of_stored_keys(memory_engine: RunningEngine) -> None:
+    keys = _keys(40)
+    with memory_engine.sync_client() as client:
+        client.put_many([(key, b"v") for key in keys[:35] if key != keys[20]])
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        assert store.count_present(keys) == 20
+        assert store.count_present(keys[:20]) == 20
+        assert store.count_present(keys[21:]) == 14
+    finally:
+        store.close()
+
+
+def test_saved_blocks_are_uploaded_in_the_background_and_fetched_back(
+    memory_engine: RunningEngine,
+) -> None:
+    keys = _keys(3)
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        store.save_later([(key, key.encode() * 100) for key in keys[:2]])
+        assert store.flush(10.0)
+        assert store.fetch(keys) == [keys[0].encode() * 100, keys[1].encode() * 100, None]
+    finally:
+        store.close()
+
+
+def test_a_stopped_engine_is_a_miss_and_later_calls_skip_it(own_engine: RunningEngine) -> None:
+    store = _store(own_engine.base_url, own_engine)
+    own_engine.managed.stop(term_wait_s=5.0)
+    try:
+        assert store.count_present(_keys(5)) == 0
+        assert store.fetch(_keys(2)) == [None, None]
+        store.save_later([(_keys(1)[0], b"x")])  # dropped, not raised
+        assert store.flush(5.0)
+    finally:
+        store.close()
+
+
+def test_a_hung_engine_costs_one_timeout_then_answers_miss_at_once() -> None:
+    with slow_peer(hold_s=10.0) as url:
+        store = _store(url, timeout_s=0.5)
+        try:
+            began = time.monotonic()
+            assert store.count_present(_keys(20)) == 0
+            first = time.monotonic() - began
+            began = time.monotonic()
+            assert store.fetch(_keys(3)) == [None, None, None]
+            second = time.monotonic() - began
+        finally:
+            store.close(flush_timeout_s=0.1)
+    assert first < 2.0  # the KV timeout bounds the whole batch, not each request
+    assert second < 0.1
+
+
+def test_a_peer_answering_garbage_is_a_miss() -> None:
+    with garbage_peer() as url:
+        store = _store(url)
+        try:
+            assert store.count_present(_keys(3)) == 0
+            assert store.fetch(_keys(1)) == [None]
+        finally:
+            store.close(flush_timeout_s=0.1)
+
+
+def test_the_engine_comes_from_the_environment_and_a_bad_url_is_refused() -> None:
+    store = EngineBlockStore.from_environment(
+        {
+            "EPISTEMIC_GRAPH_KVCACHE_URL": "http://127.0.0.1:9555",
+            "EPISTEMIC_GRAPH_KVCACHE_TOKEN": "s3cr3t-token",
+        }
+    )
+    try:
+        assert store.client.base_url == "http://127.0.0.1:9555"
+        assert "s3cr3t" not in repr(store) + repr(store.client)
+    finally:
+        store.close()
+    with pytest.raises(ConfigError, match="EPISTEMIC_GRAPH_KVCACHE_URL"):
+        EngineBlockStore.from_environment({"EPISTEMIC_GRAPH_KVCACHE_URL": "http://10.1.2.3:9"})
+
+
+def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
+    """vLLM's venv gets the package with --no-deps: no mcp, openai, httpx or platformdirs."""
+    probe = (
+        "import sys\n"
+        "import graph_kvcache_mcp.connectors.vllm_kv_store\n"
+        "import graph_kvcache_mcp.domain.vllm_kv_plan\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    third_party = set(done.stdout.split()) - set(sys.stdlib_module_names) - {"graph_kvcache_mcp"}
+    third_party = {name for name in third_party if not name.startswith("_")}
+    assert third_party <= {
+        "anyio",
+        "sniffio",
+        "idna",
+        "pydantic",
+        "pydantic_core",
+        "typing_extensions",
+        "typing_inspection",
+        "annotated_types",
+    }

