@@ -29,7 +29,8 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.trace_log import append_traces
 from graph_kvcache_mcp.connectors.vllm_access import open_client
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmLogs, VllmStopResult
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.traces import Trace, TraceSummary
 from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch

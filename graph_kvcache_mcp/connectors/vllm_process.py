@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
-from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.ports import port_in_use
 from graph_kvcache_mcp.connectors.private_files import exclusive, narrow_tree, private_dir
@@ -33,7 +32,7 @@ from graph_kvcache_mcp.connectors.process_control import (
     tail,
 )
 from graph_kvcache_mcp.connectors.process_identity import describe_listener, is_ours
-from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
+from graph_kvcache_mcp.connectors.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm_health import last_log_line, vllm_reason
 from graph_kvcache_mcp.connectors.vllm_health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm_host import (
@@ -42,6 +41,12 @@ from graph_kvcache_mcp.connectors.vllm_host import (
     check_vllm_importable,
     child_environment,
     detect_platform,
+)
+from graph_kvcache_mcp.connectors.vllm_state import (
+    VllmLogs,
+    VllmState,
+    VllmStatus,
+    VllmStopResult,
 )
 from graph_kvcache_mcp.domain.vllm_launch import (
     LaunchPlan,
@@ -56,67 +61,6 @@ DEFAULT_READY_TIMEOUT_S = 600.0
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 # progress(elapsed_s, deadline_s, message)
 Progress = Callable[[float, float, str], None]
-
-
-class VllmState(ProcessState):
-    """`state.json`: the server we started. Holds no secret (the environment is not recorded)."""
-
-    host: str
-    port: int
-    base_url: str
-    model: str
-    served_model_name: str
-    platform: Platform
-    notes: list[str]
-    dev_mode: bool
-    prompt_tokens_details: bool
-
-
-class VllmStatus(BaseModel):
-    """What `vllm status` / `vllm start` report."""
-
-    model_config = ConfigDict(frozen=True)
-
-    running: bool
-    reachable: bool = False
-    managed_by_us: bool = False
-    reused: bool = False
-    pid: int | None = None
-    port: int | None = None
-    base_url: str | None = Field(None, description="OpenAI base URL (…/v1).")
-    model: str | None = None
-    served_models: list[str] = Field(default_factory=list)
-    platform: Platform | None = None
-    notes: list[str] = Field(default_factory=list, description="Why these flags were chosen.")
-    dev_mode: bool | None = None
-    prompt_tokens_details: bool | None = None
-    uptime_s: float | None = None
-    startup_s: float | None = Field(None, description="Launch to healthy, for a fresh start.")
-    log_path: str | None = None
-    data_dir: str
-    reason: str | None = None
-
-
-class VllmStopResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    stopped: bool
-    how: str = Field(description="terminated | killed | not_running")
-    pid: int | None = None
-    leftover_pids: list[int] = Field(
-        default_factory=list, description="Processes of its group still alive after the stop."
-    )
-    data_dir: str
-    reason: str | None = None
-
-
-class VllmLogs(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    log_path: str
-    exists: bool
-    lines: int
-    text: str
 
 
 class ManagedVllm:

@@ -13,12 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graph_kvcache_mcp.connectors.trace_log import read_traces
-from graph_kvcache_mcp.connectors.vllm_process import (
-    ManagedVllm,
-    Progress,
-    VllmLogs,
-    VllmStopResult,
-)
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, summarize

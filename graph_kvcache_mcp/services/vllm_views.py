@@ -10,7 +10,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.vllm_process import VllmLogs, VllmStatus, VllmStopResult
+from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStatus, VllmStopResult
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.traces import Trace, TraceSummary
 from graph_kvcache_mcp.domain.vllm_chat import ChatResult, PrefixCacheReset

@@ -14,7 +14,8 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from graph_kvcache_mcp.connectors.kv_open import engine_environment
-from graph_kvcache_mcp.connectors.vllm_process import Progress, VllmLogs, VllmStopResult
+from graph_kvcache_mcp.connectors.vllm_process import Progress
+from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
 from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel

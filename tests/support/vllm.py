@@ -24,7 +24,8 @@ import pytest
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmStatus
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm_state import VllmStatus
 from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch
 from tests.support.engines import require_in_ci
 

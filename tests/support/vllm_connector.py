@@ -21,7 +21,8 @@ import httpx
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_open import engine_environment
 from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, VllmStatus
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm_state import VllmStatus
 from graph_kvcache_mcp.domain.vllm_kv_blocks import block_keys
 from graph_kvcache_mcp.domain.vllm_metrics import parse_snapshot
 from tests.support.engines import RunningEngine
