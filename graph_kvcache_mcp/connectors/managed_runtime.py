@@ -23,7 +23,7 @@ class ManagedRuntime(BaseModel):
 
 def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
     """The running vLLM we started from `data_dir` (checked by pid and start time), else None."""
-    state = ManagedVllm(data_dir).running_state()
+    state = ManagedVllm(data_dir, tidy=False).running_state()  # a diagnosis changes nothing
     if state is None:
         return None
     return ManagedRuntime(

@@ -67,7 +67,9 @@ class VllmAccess:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.base_url = settings.vllm_base_url
-        self.managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
+        self.managed = ManagedVllm(
+            settings.data_dir, python=settings.vllm_python, tidy=not settings.read_only
+        )
         self.traces: deque[Trace] = deque(maxlen=SESSION_TRACES)
         self._lease: _Lease | None = None
         self._closing = False

@@ -66,8 +66,12 @@ Progress = Callable[[float, float, str], None]
 class ManagedVllm:
     """Start, find, check and stop the vLLM server that belongs to one data dir."""
 
-    def __init__(self, data_dir: Path, *, python: Path | str | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, python: Path | str | None = None, tidy: bool = True
+    ) -> None:
         self.data_dir = data_dir.expanduser().resolve()
+        self.tidy = tidy
+        """Remove a stale state record when one is found (a read-only server leaves it)."""
         self.home = self.data_dir / "vllm"
         self.state_path = self.home / "state.json"
         self.state_file = StateFile(self.state_path, VllmState)
@@ -83,8 +87,9 @@ class ManagedVllm:
         return self.state_file.read()
 
     def running_state(self) -> VllmState | None:
-        """The recorded server when it is still the process we started; clears a stale record."""
-        return self.state_file.read_live()
+        """The recorded server when it is still the process we started; clears a stale record
+        unless this manager was made not to tidy (read-only)."""
+        return self.state_file.read_live(tidy=self.tidy)
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.process_identity import ProcessRecord
+from graph_kvcache_mcp.connectors.vllm_state import VllmState
+from graph_kvcache_mcp.domain.vllm_launch import Platform
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut
+from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, b64, call_error, call_ok, fresh_key, write_counters
@@ -77,3 +86,40 @@ async def test_read_only_kv_get_points_to_the_cli_for_large_values(
         )
     note = out["results"][0]["note"]
     assert "graph-kvcache-mcp kv get" in note and "kv_save" not in note
+
+
+@pytest.mark.parametrize(("read_only", "kept"), [(True, True), (False, False)])
+async def test_only_a_writable_server_removes_a_stale_vllm_record(
+    tmp_path: Path, read_only: bool, kept: bool
+) -> None:
+    """vllm_status finds the recorded vLLM gone: a read-only server reports it and changes
+    nothing on disk; a writable one tidies the stale record away."""
+    record = ProcessRecord(  # a pid that exited: the record is stale
+        pid=_exited_pid(), start_ticks=1, command=("python",), started_at=0.0, log_path="x"
+    )
+    state = VllmState(
+        process=record,
+        host="127.0.0.1",
+        port=free_port(),
+        base_url="http://127.0.0.1:1/v1",
+        model="m",
+        served_model_name="m",
+        platform=Platform(kind="cpu", detail="test"),
+        notes=[],
+        dev_mode=False,
+        prompt_tokens_details=True,
+    )
+    state_path = tmp_path / "vllm" / "state.json"
+    state_path.parent.mkdir(mode=0o700)
+    state_path.write_text(state.model_dump_json())
+    settings = Settings.build(data_dir=tmp_path, toolsets=("vllm",), read_only=read_only)
+    async with Client(build_server(settings)) as client:
+        status = VllmStatusOut.model_validate(await call_ok(client, "vllm_status", {}))
+    assert not status.running
+    assert state_path.exists() is kept
+
+
+def _exited_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)
+    return child.pid
