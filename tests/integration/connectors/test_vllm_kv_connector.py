@@ -135,6 +135,7 @@ async def test_vllm_restart_reuse_reports_the_restarted_call_served_from_the_eng
         )
         async with Client(build_server(settings)) as client:
             result = await client.call_tool("vllm_restart_reuse", {"prompt_tokens": 400})
+    assert not result.is_error, result.content
     out = RestartReuseOut.model_validate(result.structured_content)
     whole_blocks = (out.prompt_tokens - 1) // 32 * 32
     assert out.cold.cached_tokens == 0
