@@ -182,6 +182,7 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 "blocks of a layout it does not understand"
             )
         self._pages = pages
+        _allow_amx_tiles()
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         metadata = self._get_connector_metadata()
@@ -256,6 +257,19 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             logger.exception("EngineKVConnector: could not write loaded blocks; recomputing")
             good = []
         self._load_errors.update(load.block_ids[len(good) :])
+
+
+def _allow_amx_tiles() -> None:
+    """Ask Linux for AMX tile state for this worker process, where the CPU has AMX.
+
+    vLLM's CPU attention runs AMX kernels for bf16 KV in 32-token blocks, and a process may only
+    execute AMX instructions once it has asked for the tile state (arch_prctl XCOMP_PERM). vLLM
+    relies on an earlier bf16 matmul having asked; with this connector the first forward pass of
+    a fresh process can already attend over loaded context, and then died of SIGILL in
+    `cpu_attention_with_kv_cache` (seen on restarts, intermittently). Asking twice is harmless.
+    """
+    if torch.cpu._is_amx_tile_supported() and not torch.cpu._init_amx():
+        logger.warning("EngineKVConnector: the OS refused AMX tile state to this process")
 
 
 def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:
