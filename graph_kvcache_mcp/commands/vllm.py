@@ -343,6 +343,20 @@ def describe_snapshot(snapshot: MetricsSnapshot) -> str:
         config = snapshot.cache_config
         rows.append(("block size", show(config.block_size)))
         rows.append(("prefix caching", show(config.enable_prefix_caching)))
+    if snapshot.engine_kv_loaded_bytes is not None:  # vLLM runs EngineKVConnector
+        rows.append(
+            (
+                "engine KV loaded / saved",
+                f"{snapshot.engine_kv_loaded_blocks} blocks, {snapshot.engine_kv_loaded_bytes} B"
+                f" / {snapshot.engine_kv_saved_blocks} blocks, {snapshot.engine_kv_saved_bytes} B",
+            )
+        )
+        rows.append(
+            (
+                "engine KV failed loads / dropped saves",
+                f"{snapshot.engine_kv_load_failed_blocks} / {snapshot.engine_kv_dropped_blocks}",
+            )
+        )
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 

@@ -37,6 +37,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from graph_kvcache_mcp.connectors.vllm_kv_pages import PagedKvCache
+from graph_kvcache_mcp.connectors.vllm_kv_stats import EngineKVPromMetrics, EngineKVStats
 from graph_kvcache_mcp.connectors.vllm_kv_store import EngineBlockStore, logger
 from graph_kvcache_mcp.domain.vllm_kv_blocks import (
     KvModelIdentity,
@@ -54,6 +55,10 @@ from graph_kvcache_mcp.domain.vllm_kv_plan import (
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+    )
     from vllm.forward_context import ForwardContext
     from vllm.v1.attention.backend import AttentionMetadata
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -227,6 +232,28 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def shutdown(self) -> None:
         self.store.close()
 
+    # --- stats (worker side; vLLM carries them to its /metrics) ------------------------------
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        counts = self.store.tally.take()
+        return EngineKVStats(data=dict(counts)) if counts else None
+
+    @classmethod
+    def build_kv_connector_stats(
+        cls, data: dict[str, Any] | None = None
+    ) -> KVConnectorStats | None:
+        return EngineKVStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type[Any], type[Any]],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> KVConnectorPromMetrics | None:
+        return EngineKVPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _require_pages(self) -> PagedKvCache:
@@ -238,9 +265,10 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         """Load the longest good run of `load`'s blocks; report the rest for recompute."""
         pages = self._require_pages()
         good: list[memoryview] = []
+        read_bytes = 0
         for key, value in zip(load.keys, self.store.fetch(load.keys), strict=True):
             decoded = decode_block(value, key, self.identity) if value is not None else None
-            if not isinstance(decoded, memoryview):
+            if value is None or not isinstance(decoded, memoryview):
                 why = decoded.reason if isinstance(decoded, Rejected) else "missing or unreadable"
                 logger.warning(
                     "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
@@ -251,12 +279,17 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 )
                 break
             good.append(decoded)
+            read_bytes += len(value)
         try:
             pages.write_blocks(load.block_ids[: len(good)], good)
         except Exception:
             logger.exception("EngineKVConnector: could not write loaded blocks; recomputing")
-            good = []
-        self._load_errors.update(load.block_ids[len(good) :])
+            good, read_bytes = [], 0
+        failed = load.block_ids[len(good) :]
+        self._load_errors.update(failed)
+        self.store.tally.add(
+            loaded_blocks=len(good), loaded_bytes=read_bytes, load_failed_blocks=len(failed)
+        )
 
 
 def _allow_amx_tiles() -> None:

@@ -40,10 +40,38 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
+class TransferTally:
+    """Transfer counts (names from `domain.engine_kv_counters`) added by the forward pass and the
+    upload thread, taken once per vLLM step for its connector stats (`vllm_kv_stats`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, amount in counts.items():
+                if amount:
+                    self._counts[name] = self._counts.get(name, 0) + amount
+
+    def take(self) -> dict[str, int]:
+        """Everything counted since the last take (empty when nothing was)."""
+        with self._lock:
+            taken, self._counts = self._counts, {}
+        return taken
+
+
 class EngineBlockStore:
     """Block reads and writes against one engine, bounded in time and never raising."""
 
-    def __init__(self, client: SyncKvClient, *, timeout_s: float, concurrency: int) -> None:
+    def __init__(
+        self,
+        client: SyncKvClient,
+        *,
+        timeout_s: float,
+        concurrency: int,
+        tally: TransferTally | None = None,
+    ) -> None:
         self.client = client
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="engine-kv")
@@ -53,6 +81,7 @@ class EngineBlockStore:
             concurrency, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
         )
         self._quiet_until = 0.0
+        self.tally = tally or TransferTally()
         self._lock = threading.Lock()
         self._saves: queue.Queue[list[tuple[str, bytes]] | None] = queue.Queue()
         self._pending_bytes = 0
@@ -105,6 +134,7 @@ class EngineBlockStore:
         with self._lock:
             if self._quiet() or self._pending_bytes + size > MAX_PENDING_SAVE_BYTES:
                 logger.debug("engine KV: dropped %d blocks (engine down or behind)", len(items))
+                self.tally.add(dropped_blocks=len(items))
                 return
             self._pending_bytes += size
             self._idle.clear()
@@ -185,13 +215,23 @@ class EngineBlockStore:
 
     def _upload(self, items: list[tuple[str, bytes]]) -> None:
         if self._quiet():
+            self.tally.add(dropped_blocks=len(items))
             return
         deadline = time.monotonic() + max(self.timeout_s, 15.0)
         outcomes = self._run_all(
             lambda item: self.client.put(*item), items, deadline, "save", pool=self._upload_pool
         )
-        stored = sum(isinstance(o, Stored) and o.stored_new for o in outcomes)
-        logger.debug("engine KV: saved %d new of %d blocks", stored, len(items))
+        # Stored but not new: another instance saved the same block first (first writer wins).
+        new = [len(value) for (_, value), o in zip(items, outcomes, strict=True) if _new(o)]
+        acked = sum(isinstance(o, Stored) for o in outcomes)
+        self.tally.add(
+            saved_blocks=len(new), saved_bytes=sum(new), dropped_blocks=len(items) - acked
+        )
+        logger.debug("engine KV: saved %d new of %d blocks", len(new), len(items))
+
+
+def _new(outcome: object) -> bool:
+    return isinstance(outcome, Stored) and outcome.stored_new
 
 
 def _lower_thread_priority() -> None:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.engine_kv_counters import COUNTERS as ENGINE_KV_COUNTERS
+from graph_kvcache_mcp.domain.engine_kv_counters import sample_name
 from graph_kvcache_mcp.errors import GraphKvcacheError
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 TTFT = "vllm:time_to_first_token_seconds"
 CACHE_CONFIG = "vllm:cache_config_info"
+# EngineKVConnector's own counters, when vLLM runs with it: sample name → snapshot field.
+ENGINE_KV_FIELDS = {sample_name(name): f"engine_kv_{name}" for name in ENGINE_KV_COUNTERS}
 
 _COUNTERS = (
     PREFIX_QUERIES,
@@ -49,6 +53,7 @@ _COUNTERS = (
     PROMPT_TOKENS,
     PROMPT_TOKENS_CACHED,
     GENERATION_TOKENS,
+    *ENGINE_KV_FIELDS,
 )
 _BY_SOURCE = (PROMPT_BY_SOURCE, CACHED_BY_SOURCE)
 _GAUGES = (KV_USAGE, RUNNING, WAITING)
@@ -136,6 +141,15 @@ class MetricsSnapshot(BaseModel):
         description="Cumulative (le, count) pairs of the TTFT histogram's finite buckets.",
     )
     cache_config: CacheConfig | None = None
+    # EngineKVConnector's transfers (graph_kvcache:engine_kv_*_total); None without it.
+    engine_kv_loaded_blocks: int | None = None
+    engine_kv_loaded_bytes: int | None = Field(
+        None, description="Engine bytes the connector read for the blocks it loaded."
+    )
+    engine_kv_load_failed_blocks: int | None = None
+    engine_kv_saved_blocks: int | None = None
+    engine_kv_saved_bytes: int | None = None
+    engine_kv_dropped_blocks: int | None = None
     scraped_at: float | None = Field(None, description="Unix time of the scrape (set by I/O).")
 
 
@@ -156,6 +170,12 @@ class MetricsDelta(BaseModel):
     generation_tokens: int | None = None
     requests_with_first_token: int | None = None
     ttft: TtftSummary | None = None
+    engine_kv_loaded_blocks: int | None = None
+    engine_kv_loaded_bytes: int | None = None
+    engine_kv_load_failed_blocks: int | None = None
+    engine_kv_saved_blocks: int | None = None
+    engine_kv_saved_bytes: int | None = None
+    engine_kv_dropped_blocks: int | None = None
     kv_cache_usage_perc: float | None = Field(None, description="Gauge, as of the later snapshot.")
     requests_running: int | None = None
     requests_waiting: int | None = None
@@ -311,6 +331,7 @@ class _Accumulator:
             ttft=_ttft(buckets, self.ttft_sum, self.ttft_count),
             ttft_buckets=buckets,
             cache_config=self._cache_config(),
+            **{field: _int(self.counters.get(name)) for name, field in ENGINE_KV_FIELDS.items()},
         )
 
     def _cache_config(self) -> CacheConfig | None:
@@ -340,6 +361,7 @@ def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelta:
         "prompt_tokens",
         "prompt_tokens_cached",
         "generation_tokens",
+        *ENGINE_KV_FIELDS.values(),
     )
     moved: dict[str, int | None] = {}
     reset = False

@@ -15,7 +15,13 @@ from graph_kvcache_mcp.domain.vllm_metrics import (
     relevant_lines,
     snapshot_from_families,
 )
-from tests.support.expositions import CAPTURED_MODEL, captured, drop_families, widen
+from tests.support.expositions import (
+    CAPTURED_MODEL,
+    captured,
+    drop_families,
+    widen,
+    with_external_tier,
+)
 
 
 def full_parse(text: str, model: str | None) -> MetricsSnapshot:
@@ -61,6 +67,23 @@ def test_captured_exposition_reads_as_the_counters_vllm_reported() -> None:
 def test_filtered_parse_equals_a_full_parse_of_the_capture(model: str | None) -> None:
     text = captured()
     assert parse_snapshot(text, model) == full_parse(text, model)
+
+
+def test_engine_kv_connector_counters_are_read_and_move_in_a_delta() -> None:
+    text = with_external_tier(captured(), queries=900, hits=768, engine_bytes=589_824)
+    before = parse_snapshot(text, CAPTURED_MODEL)
+    assert before == full_parse(text, CAPTURED_MODEL)
+    assert (before.external_prefix_cache_hits_tokens, before.engine_kv_loaded_bytes) == (
+        768,
+        589_824,
+    )
+    after = parse_snapshot(widen(text, [(CAPTURED_MODEL, "0", 3)]), CAPTURED_MODEL)
+    moved = delta(before, after)
+    assert (moved.external_prefix_cache_hits_tokens, moved.engine_kv_loaded_bytes) == (
+        2 * 768,
+        2 * 589_824,
+    )
+    assert parse_snapshot(captured(), CAPTURED_MODEL).engine_kv_loaded_bytes is None
 
 
 def test_several_models_and_engines_are_kept_apart_and_engines_summed() -> None:
