@@ -1,7 +1,9 @@
 """A call's cached tokens: from the answer's usage, else from vLLM's /metrics around the call.
 
 The meter learns whether the server reports cached tokens in its answers
-(`--enable-prompt-tokens-details`), and reads /metrics around a call only while it does not.
+(`--enable-prompt-tokens-details`) and whether it runs a KV connector (an external tier), and reads
+/metrics around a call while answers do not report cached tokens, or while there is a tier split
+to measure: the answer's count is local plus external, and only /metrics tells them apart.
 vLLM publishes a request's stats a moment after it answers, so the snapshot after a call is
 polled until `vllm:prompt_tokens_total` has moved by at least the call's prompt tokens, or
 `SETTLE_S` has passed. Chat and the bundle reuse measurement both use this one wait;
@@ -20,6 +22,7 @@ from graph_kvcache_mcp.domain.vllm_chat import (
     from_usage,
     from_window,
     metrics_window,
+    split_by_tier,
     unattributed,
 )
 from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
@@ -38,11 +41,12 @@ class CacheMeter:
         self.fallback = fallback
         self.settle_s = settle_s
         self.usage_reports_cached: bool | None = None  # learned from the answers
+        self.external_tier: bool | None = None  # learned from /metrics windows
 
     async def before_call(self, model: str) -> MetricsSnapshot | None:
-        """A snapshot to diff against later, taken only while answers do not report cached
-        tokens themselves (and the /metrics fallback is on)."""
-        if not self.fallback or self.usage_reports_cached:
+        """A snapshot to diff against later (while the /metrics fallback is on), unless answers
+        report cached tokens themselves and the server is known to have no external tier."""
+        if not self.fallback or (self.usage_reports_cached and self.external_tier is False):
             return None
         return await self.snapshot(model)
 
@@ -59,7 +63,11 @@ class CacheMeter:
         `before`, else unknown with the reason."""
         if reported is not None:
             self.usage_reports_cached = True
-            return from_usage(reported)
+            cached = from_usage(reported)
+            if before is None:
+                return cached
+            window = await self.window(model, before, prompt_tokens)
+            return cached if window is None else split_by_tier(cached, window, prompt_tokens)
         self.usage_reports_cached = False
         if not answered_usage:
             return unattributed("the response carried no usage block")
@@ -107,4 +115,8 @@ class CacheMeter:
     ) -> MetricsWindow | None:
         """What the counters did from `before` until they show the call; None when unreadable."""
         after = await self.settled(model, before, prompt_tokens)
-        return None if after is None else metrics_window(before, after)
+        if after is None:
+            return None
+        window = metrics_window(before, after)
+        self.external_tier = window.external_tier
+        return window

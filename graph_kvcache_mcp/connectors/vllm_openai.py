@@ -267,6 +267,7 @@ class VllmClient:
             prefix_cache_hit_tokens=hit_tokens,
             prefix_cache_miss_tokens=miss_tokens,
             external_cache_hit_tokens=cached.external_tokens,
+            external_bytes_read=cached.external_bytes,
             cached_tokens_source=cached.source,
             latency_s=latency,
             ttft_s=answer.ttft_s,

@@ -40,10 +40,14 @@ class Trace(BaseModel):
         ge=0,
         description="Of the hit, tokens a KV connector loaded from an external tier (the engine "
         "via EngineKVConnector, LMCache): the vllm:external_prefix_cache_hits_total delta around "
-        "the call; None when not measured. The rest of the hit is vLLM's own prefix cache.",
+        "the call, when no other request ran; None when not measured or no connector runs. The "
+        "rest of the hit is vLLM's own prefix cache.",
     )
     external_bytes_read: int | None = Field(
-        None, ge=0, description="Engine bytes read for the external hit, when measured."
+        None,
+        ge=0,
+        description="Engine bytes EngineKVConnector read for the external hit (the "
+        "graph_kvcache:engine_kv_loaded_bytes_total delta); None when not measured.",
     )
     cached_tokens_source: CachedTokensSource = Field(
         description="usage: the response said; metrics_delta: the server's counters moved by this "

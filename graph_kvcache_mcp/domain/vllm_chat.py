@@ -7,6 +7,12 @@ The cached-token count of a call comes, in order of trust, from
    trusted only when `vllm:prompt_tokens_total` moved by exactly this call's prompt tokens: when
    other requests moved the counters too, the hits cannot be told apart;
 3. nowhere (`"unavailable"`, with a note). Never 0 for "unknown".
+
+Where vLLM runs with a KV connector (an external tier: the engine through EngineKVConnector,
+LMCache), the hit is split by tier from the same /metrics window: the move of
+`vllm:external_prefix_cache_hits_total` is the connector's part, and with EngineKVConnector the move
+of `graph_kvcache:engine_kv_loaded_bytes_total` is what it read from the engine. That split is
+trusted, like the metrics-delta source, only when the window saw this call alone.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ class CachedTokens(BaseModel):
     external_tokens: int | None = Field(
         None, description="Of the hit, tokens a KV connector loaded; None when not measured."
     )
+    external_bytes: int | None = Field(
+        None, description="Engine bytes EngineKVConnector read for them; None when not measured."
+    )
 
 
 class MetricsWindow(BaseModel):
@@ -61,6 +70,14 @@ class MetricsWindow(BaseModel):
     queries: int | None = Field(None, description="Move of vllm:prefix_cache_queries_total.")
     external_hits: int | None = Field(
         None, description="Move of vllm:external_prefix_cache_hits_total (a KV connector's loads)."
+    )
+    engine_bytes_read: int | None = Field(
+        None, description="Move of graph_kvcache:engine_kv_loaded_bytes_total (EngineKVConnector)."
+    )
+    external_tier: bool = Field(
+        False,
+        description="The server runs a KV connector: its external queries have moved since it "
+        "started, or it exports EngineKVConnector's counters.",
     )
     block_size: int | None = None
 
@@ -77,6 +94,11 @@ def metrics_window(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsWi
         hits=moved.prefix_cache_hits_tokens,
         queries=moved.prefix_cache_queries_tokens,
         external_hits=moved.external_prefix_cache_hits_tokens,
+        engine_bytes_read=moved.engine_kv_loaded_bytes,
+        # vLLM exports the external counters with or without a connector, but only a connector
+        # moves them: every request it admits queries the external tier.
+        external_tier=bool(after.external_prefix_cache_queries_tokens)
+        or after.engine_kv_loaded_bytes is not None,
         block_size=after.cache_config.block_size if after.cache_config else None,
     )
 
@@ -110,7 +132,26 @@ def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
     return CachedTokens(
         hit_tokens=window.hits + (external or 0),
         external_tokens=external,
+        external_bytes=window.engine_bytes_read,
         source="metrics_delta",
         note="from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
         "--enable-prompt-tokens-details)",
+    )
+
+
+def split_by_tier(cached: CachedTokens, window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
+    """`cached` (reported by the answer) with its external part from the window around the call,
+    when the server has an external tier and only this call moved its counters."""
+    if not window.external_tier or window.external_hits is None:
+        return cached
+    if window.prompt_tokens is None or not window.exclusive_to(prompt_tokens):
+        return cached.model_copy(
+            update={
+                "note": f"/metrics counted {window.prompt_tokens} prompt tokens during this call "
+                f"of {prompt_tokens}: other requests ran at the same time, so the hit cannot be "
+                "split between vLLM's prefix cache and the KV connector's tier"
+            }
+        )
+    return cached.model_copy(
+        update={"external_tokens": window.external_hits, "external_bytes": window.engine_bytes_read}
     )

@@ -25,8 +25,6 @@ from graph_kvcache_mcp.connectors.vllm_access import open_client
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import VllmProcessError
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
@@ -48,6 +46,12 @@ class ReuseCall(BaseModel):
         description="Of those, loaded by the KV connector (vllm:external_prefix_cache_hits_total "
         "delta); the rest came from vLLM's own prefix cache."
     )
+    engine_bytes_read: int | None = Field(
+        None,
+        description="Engine bytes the connector read for them "
+        "(graph_kvcache:engine_kv_loaded_bytes_total delta).",
+    )
+    note: str | None = Field(None, description="Why a figure is missing, from the call's trace.")
 
 
 class RestartReuseOut(BaseModel):
@@ -66,8 +70,8 @@ class RestartReuseOut(BaseModel):
     engine_bytes_stored: int | None = None
     engine_bytes_loaded: int | None = Field(
         None,
-        description="Estimated engine bytes the restarted call read: its external hit in blocks "
-        "times the bytes per stored block.",
+        description="Engine bytes the restarted call read, as EngineKVConnector counted them in "
+        "vLLM's /metrics.",
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -114,21 +118,14 @@ async def measure_restart_reuse(
         restart_s = time.monotonic() - began
         async with open_client(settings, base_url=state.base_url) as client:
             restarted = await _call(client, prompt, model)
-            snapshot = await _snapshot(client, model)
     finally:
         kv.close()
     blocks, stored = _stored(before, after)
-    block_size = (
-        snapshot.cache_config.block_size
-        if isinstance(snapshot, MetricsSnapshot) and snapshot.cache_config is not None
-        else None
-    )
-    loaded = None
-    if blocks and stored and block_size and restarted.external_hit_tokens is not None:
-        loaded = restarted.external_hit_tokens // block_size * (stored // blocks)
-    else:
+    if restarted.external_hit_tokens and restarted.engine_bytes_read is None:
         notes.append(
-            "engine bytes loaded are unknown: the engine's stats or vLLM's block size are missing"
+            "engine bytes loaded are unknown: vLLM's /metrics has no "
+            "graph_kvcache:engine_kv_loaded_bytes_total (is vLLM's copy of graph-kvcache-mcp "
+            "older than this one?)"
         )
     if not restarted.external_hit_tokens:
         notes.append(
@@ -148,7 +145,7 @@ async def measure_restart_reuse(
         restart_s=round(restart_s, 3),
         engine_blocks_stored=blocks,
         engine_bytes_stored=stored,
-        engine_bytes_loaded=loaded,
+        engine_bytes_loaded=restarted.engine_bytes_read,
         notes=notes,
     )
 
@@ -163,39 +160,20 @@ async def _prompt_of(client: VllmClient, model: str, tokens: int) -> str:
 
 
 async def _call(client: VllmClient, prompt: str, model: str) -> ReuseCall:
-    before = await _snapshot(client, model)
+    """One streamed call; its trace splits the hit by tier (the client reads /metrics around
+    it while vLLM runs a KV connector)."""
     result = await client.complete(prompt, model=model, max_tokens=1, stream=True)
     if isinstance(result, Unavailable):
         raise VllmProcessError(f"vLLM does not answer: {result.reason}")
-    return _figures(result, before, await _snapshot(client, model))
-
-
-async def _snapshot(client: VllmClient, model: str) -> MetricsSnapshot | Unavailable:
-    try:
-        return await client.metrics.snapshot(model)
-    except UnknownModel as exc:
-        return Unavailable(str(exc))
-
-
-def _figures(
-    result: ChatResult,
-    before: MetricsSnapshot | Unavailable,
-    after: MetricsSnapshot | Unavailable,
-) -> ReuseCall:
-    external = None
-    if isinstance(before, MetricsSnapshot) and isinstance(after, MetricsSnapshot):
-        first, last = (
-            before.external_prefix_cache_hits_tokens,
-            after.external_prefix_cache_hits_tokens,
-        )
-        external = last - (first or 0) if last is not None else None
     trace = result.trace
     return ReuseCall(
         ttft_s=trace.ttft_s,
         latency_s=trace.latency_s,
         prompt_tokens=trace.prompt_tokens,
         cached_tokens=trace.prefix_cache_hit_tokens,
-        external_hit_tokens=external,
+        external_hit_tokens=trace.external_cache_hit_tokens,
+        engine_bytes_read=trace.external_bytes_read,
+        note=trace.note,
     )
 
 

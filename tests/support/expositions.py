@@ -54,3 +54,25 @@ def drop_families(text: str, prefixes: Iterable[str]) -> str:
         if not name.startswith(names):
             kept.append(line)
     return "\n".join(kept) + "\n"
+
+
+def with_external_tier(text: str, *, queries: int, hits: int, engine_bytes: int | None) -> str:
+    """The capture as a vLLM with a KV connector would export it: the external counters at
+    `queries` / `hits`, and (when `engine_bytes` is given) EngineKVConnector's loaded-bytes
+    counter, labelled like the captured model's other series."""
+    labels = f'{{engine="0",{_MODEL_LABEL}}}'
+    out = text.replace(
+        f"vllm:external_prefix_cache_queries_total{labels} 0.0",
+        f"vllm:external_prefix_cache_queries_total{labels} {float(queries)!r}",
+    ).replace(
+        f"vllm:external_prefix_cache_hits_total{labels} 0.0",
+        f"vllm:external_prefix_cache_hits_total{labels} {float(hits)!r}",
+    )
+    if engine_bytes is not None:
+        name = "graph_kvcache:engine_kv_loaded_bytes"
+        out += (
+            f"# HELP {name}_total Engine bytes read for the KV blocks EngineKVConnector loaded.\n"
+            f"# TYPE {name}_total counter\n"
+            f"{name}_total{labels} {float(engine_bytes)!r}\n"
+        )
+    return out

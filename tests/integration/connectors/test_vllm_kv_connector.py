@@ -141,9 +141,16 @@ async def test_vllm_restart_reuse_reports_the_restarted_call_served_from_the_eng
     assert out.cold.cached_tokens == 0
     assert out.restarted.cached_tokens == out.restarted.external_hit_tokens == whole_blocks
     assert out.engine_blocks_stored is not None and out.engine_blocks_stored >= whole_blocks // 32
-    kv_bytes = whole_blocks * 2 * 2 * 2 * 64 * 2  # tokens x layers x K,V x heads x dim x bf16
+    # Measured by the connector's own counter in vLLM's /metrics, around the restarted call.
+    assert out.engine_bytes_loaded == out.restarted.engine_bytes_read
     assert out.engine_bytes_loaded is not None
-    assert kv_bytes <= out.engine_bytes_loaded <= kv_bytes * 1.05
+    assert _kv_bytes(whole_blocks) <= out.engine_bytes_loaded <= _kv_bytes(whole_blocks) * 1.05
+    assert out.cold.engine_bytes_read == 0
+
+
+def _kv_bytes(tokens: int) -> int:
+    """The tiny model's KV for `tokens`: layers x K,V x heads x head size x 2 bytes (bf16)."""
+    return tokens * 2 * 2 * 2 * 64 * 2
 
 
 async def test_traces_from_metrics_count_engine_loads_as_external_hits(
@@ -175,6 +182,8 @@ async def test_traces_from_metrics_count_engine_loads_as_external_hits(
     assert (cold.trace.prefix_cache_hit_tokens, cold.trace.external_cache_hit_tokens) == (0, 0)
     assert warm.trace.prefix_cache_hit_tokens == warm.trace.external_cache_hit_tokens == whole
     assert warm.trace.local_cache_hit_tokens == 0
+    assert warm.trace.external_bytes_read is not None
+    assert _kv_bytes(whole) <= warm.trace.external_bytes_read <= _kv_bytes(whole) * 1.05
 
 
 def _stored_blocks(kv: SyncKvClient) -> int:

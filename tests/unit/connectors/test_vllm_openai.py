@@ -18,7 +18,7 @@ from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm_chat import ChatResult
 from graph_kvcache_mcp.domain.vllm_metrics import parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
-from tests.support.expositions import CAPTURED_MODEL, captured, widen
+from tests.support.expositions import CAPTURED_MODEL, captured, widen, with_external_tier
 
 BASE_URL = "http://127.0.0.1:8000/v1"
 ROOT = "http://127.0.0.1:8000"
@@ -202,21 +202,70 @@ async def test_no_cache_attribution_when_other_traffic_moved_the_counters() -> N
     assert trace.note is not None and "other requests ran at the same time" in trace.note
 
 
-async def test_usage_details_win_and_metrics_are_then_no_longer_read() -> None:
-    seen: list[str] = []
+def usage_server(
+    prompt_tokens: int, cached: int, seen: list[str], *, exposition: str | None = None
+) -> Handler:
+    """A vLLM double that reports cached tokens in usage and whose /metrics counters grow by what
+    `exposition` (default: the capture) holds with every answered call, so each call's window
+    moves by exactly that much."""
 
     def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request.url.path)
         if request.url.path == "/metrics":
-            return httpx2.Response(200, text=captured())
-        return httpx2.Response(200, json=completion(64, cached=32))
+            factor = 1 + seen.count("/v1/chat/completions")
+            text = exposition if exposition is not None else captured()
+            return httpx2.Response(200, text=widen(text, [(CAPTURED_MODEL, "0", factor)]))
+        return httpx2.Response(200, json=completion(prompt_tokens, cached=cached))
 
+    return handler
+
+
+async def test_usage_details_win_and_metrics_stop_once_no_external_tier_shows() -> None:
+    assert CAPTURED.prompt_tokens is not None
+    seen: list[str] = []
+    handler = usage_server(CAPTURED.prompt_tokens, 32, seen)
     async with client_of(handler) as client:
         first = await client.chat(QUESTION, model=CAPTURED_MODEL, max_tokens=1)
+        scrapes_for_first = seen.count("/metrics")
         second = await client.chat(QUESTION, model=CAPTURED_MODEL, max_tokens=1)
     assert isinstance(first, ChatResult) and isinstance(second, ChatResult)
     assert (second.trace.cached_tokens_source, second.trace.prefix_cache_hit_tokens) == (
         "usage",
         32,
     )
-    assert seen.count("/metrics") == 1  # before the first call only, while it was not yet known
+    # Around the first call only, to learn that no KV connector moves the external counters.
+    assert scrapes_for_first == 2
+    assert seen.count("/metrics") == 2
+    assert second.trace.external_cache_hit_tokens is None
+
+
+async def test_usage_hits_are_split_by_tier_when_a_kv_connector_moves_the_counters() -> None:
+    assert CAPTURED.prompt_tokens is not None and CAPTURED.prefix_cache_hits_tokens is not None
+    tiered = with_external_tier(captured(), queries=1200, hits=1024, engine_bytes=786_432)
+    reported = CAPTURED.prefix_cache_hits_tokens + 1024  # usage counts local plus external
+    seen: list[str] = []
+    handler = usage_server(CAPTURED.prompt_tokens, reported, seen, exposition=tiered)
+    async with client_of(handler) as client:
+        first = await client.chat(QUESTION, model=CAPTURED_MODEL, max_tokens=1)
+        second = await client.chat(QUESTION, model=CAPTURED_MODEL, max_tokens=1)
+    assert isinstance(first, ChatResult) and isinstance(second, ChatResult)
+    trace = first.trace
+    assert trace.cached_tokens_source == "usage"
+    assert (trace.prefix_cache_hit_tokens, trace.external_cache_hit_tokens) == (reported, 1024)
+    assert trace.local_cache_hit_tokens == CAPTURED.prefix_cache_hits_tokens
+    assert trace.external_bytes_read == 786_432
+    assert seen.count("/metrics") >= 4  # the tier keeps the meter reading around every call
+
+
+async def test_no_tier_split_when_other_traffic_moved_the_counters() -> None:
+    assert CAPTURED.prompt_tokens is not None
+    tiered = with_external_tier(captured(), queries=1200, hits=1024, engine_bytes=None)
+    seen: list[str] = []
+    this_call = CAPTURED.prompt_tokens - 100  # the counters moved by 100 tokens more than this
+    handler = usage_server(this_call, 500, seen, exposition=tiered)
+    outcome = await chat_outcome(handler)
+    assert isinstance(outcome, ChatResult)
+    trace = outcome.trace
+    assert (trace.cached_tokens_source, trace.prefix_cache_hit_tokens) == ("usage", 500)
+    assert (trace.external_cache_hit_tokens, trace.external_bytes_read) == (None, None)
+    assert trace.note is not None and "cannot be split" in trace.note
