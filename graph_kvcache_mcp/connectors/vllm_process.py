@@ -180,8 +180,8 @@ class ManagedVllm:
     ) -> VllmStatus:
         """Stop our server and start the very same command again (flags, port, data dir).
 
-        The environment is not recorded (it may hold secrets): `env` is added to this process's
-        own, as for `start`.
+        Of the environment only the plan's own part is recorded (the rest may hold secrets):
+        the restart gets that again, with `env` added to this process's own, as for `start`.
 
         Raises:
             VllmProcessError: no server of ours runs, or the new one is not healthy in time.
@@ -203,9 +203,10 @@ class ManagedVllm:
             args=state.process.command[3:],  # after `python -m <entry module>`
             platform=state.platform,
             notes=state.notes,
+            env=state.plan_env,
         )
         note = progress or (lambda _elapsed, _total, _message: None)
-        return self._launch(launch, plan, env or {}, ready_timeout_s, note)
+        return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
 
     def status(self, *, port: int | None = None) -> VllmStatus:
         """Our server's state; without one, whatever answers on `port` (reported, not owned)."""
@@ -328,6 +329,7 @@ class ManagedVllm:
             served_model_name=launch.served_model_name or launch.model,
             platform=plan.platform,
             notes=plan.notes,
+            plan_env=dict(plan.env),
             dev_mode=launch.dev_mode,
             prompt_tokens_details=launch.prompt_tokens_details,
         )

@@ -21,6 +21,11 @@ class VllmState(ProcessState):
     notes: list[str]
     dev_mode: bool
     prompt_tokens_details: bool
+    plan_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="The launch plan's own environment (never a secret), which a restart must "
+        "give the new process again, e.g. PYTHONHASHSEED for the LMCache connectors.",
+    )
 
 
 class VllmStatus(BaseModel):

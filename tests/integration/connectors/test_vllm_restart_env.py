@@ -1,0 +1,44 @@
+"""What `ManagedVllm.restart` gives the new process: the plan's own environment again.
+
+vLLM itself is a stand-in here (`tests.support.vllm_stand_in`, a test double): the rule is about
+the environment our lifecycle code builds, and a real CPU vLLM start would cost a minute each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from tests.support.vllm import VLLM_CPU
+from tests.support.vllm_stand_in import stand_in_vllm
+
+
+def test_a_restart_passes_the_plans_own_environment_to_the_new_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The import probe runs with our own environment, the server with what the plan builds.
+    monkeypatch.setenv("PYTHONPATH", stand_in_vllm(tmp_path))
+    record = tmp_path / "environments.jsonl"
+    managed = ManagedVllm(tmp_path / "data", python=sys.executable)
+    launch = VllmLaunch(
+        model="stand-in", served_model_name="stand-in", port=free_port(), kv_connector="mp_native"
+    )
+    env = {
+        "STAND_IN_RECORD": str(record),
+        "STAND_IN_RECORD_NAMES": "PYTHONHASHSEED",
+    }
+    try:
+        started = managed.start(launch, env=env, ready_timeout_s=30, platform=VLLM_CPU)
+        restarted = managed.restart(env=env, ready_timeout_s=30)
+    finally:
+        managed.stop(term_wait_s=5.0)
+    assert started.pid != restarted.pid
+    seen = [json.loads(line) for line in record.read_text().splitlines()]
+    # LMCache hashes prompts with Python's hash seed: a restart without it would miss every key.
+    assert seen == [{"PYTHONHASHSEED": "0"}, {"PYTHONHASHSEED": "0"}]
