@@ -67,10 +67,9 @@ class LmcacheAccess:
                         server, env=env, ready_timeout_s=ready_timeout_s, runs_until_stop=False
                     )
                 )
-            except BaseException:
+            except Exception:  # cancelled, the start may have worked: keep the lease until exit
                 if took:
-                    with anyio.CancelScope(shield=True):
-                        await self._lease.release(stop_if_last=False)
+                    await self._lease.release(stop_if_last=False)
                 raise
 
     async def stop(self, *, force: bool = False, term_wait_s: float = 15.0) -> LmcacheStopResult:
