@@ -77,6 +77,7 @@ class Settings(BaseModel):
     engine_backend: Literal["durable", "memory"] = "durable"
     start_engine: bool = False
     keep_engine: bool = False
+    """Leave the managed engine, and the managed lmcache server, running on exit."""
 
     read_only: bool = False
     toolsets: tuple[str, ...] = DEFAULT_TOOLSETS

@@ -12,6 +12,7 @@ import anyio
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_access import KvAccess
+from graph_kvcache_mcp.connectors.lmcache_access import LmcacheAccess
 from graph_kvcache_mcp.connectors.vllm_access import VllmAccess
 from graph_kvcache_mcp.domain.kv_stats import EngineStats
 from graph_kvcache_mcp.services.bundles import BundleCounters
@@ -53,6 +54,7 @@ class AppState:
     settings: Settings
     kv: KvAccess = field(init=False)
     vllm: VllmAccess = field(init=False)
+    lmcache: LmcacheAccess = field(init=False)
     bundles: BundleCounters = field(default_factory=BundleCounters)
     kv_snapshots: Snapshots[EngineStats] = field(default_factory=lambda: Snapshots("kv"))
     vllm_snapshots: Snapshots[MetricsSnapshot] = field(default_factory=lambda: Snapshots("vllm"))
@@ -63,6 +65,7 @@ class AppState:
     def __post_init__(self) -> None:
         self.kv = KvAccess(self.settings)
         self.vllm = VllmAccess(self.settings)
+        self.lmcache = LmcacheAccess(self.settings)
         self.closed = anyio.Event()
 
     async def startup(self) -> None:
@@ -70,6 +73,7 @@ class AppState:
 
     async def aclose(self) -> None:
         await self.vllm.aclose()
+        await self.lmcache.aclose()  # before the engine: the server's L2 adapter writes to it
         await self.kv.aclose()
 
 

@@ -90,11 +90,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--ready-timeout-s", type=float, default=180.0)
     start.set_defaults(handler=run_start)
 
-    stop = verbs.add_parser("stop", parents=[parent], help="stop the lmcache server we started")
+    stop = verbs.add_parser(
+        "stop",
+        parents=[parent],
+        help="stop the lmcache server we started, even while sessions use it",
+    )
     stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
     stop.set_defaults(handler=run_stop)
 
-    status = verbs.add_parser("status", parents=[parent], help="health, L1 usage, L2 adapters")
+    status = verbs.add_parser(
+        "status", parents=[parent], help="health, L1 usage, L2 adapters, which sessions use it"
+    )
     status.set_defaults(handler=run_status)
 
     check = verbs.add_parser(
@@ -261,6 +267,13 @@ def _describe_status(status: LmcacheStatus) -> str:
         f"lmcache server pid {status.pid}: {'healthy' if status.healthy else 'NOT healthy'}, "
         f"vLLM connects to {status.rpc_url}, admin API {status.http_url}"
     ]
+    until = (
+        "until `lmcache stop`"
+        if status.runs_until_stop
+        else "until the last session using it exits"
+    )
+    sessions = ", ".join(f"pid {lease.pid}" for lease in status.leases) or "none"
+    lines.append(f"  runs {until}; sessions {sessions}")
     if (report := status.report) is not None:
         if report.l1_used_bytes is not None and report.l1_total_bytes is not None:
             lines.append(f"  L1 {report.l1_used_bytes:,} of {report.l1_total_bytes:,} bytes")

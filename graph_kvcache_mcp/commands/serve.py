@@ -101,7 +101,7 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         "--keep-engine",
         action="store_true",
         default=None,
-        help="leave a managed engine this server started running when it exits",
+        help="leave the managed engine (and lmcache server) running when this server exits",
     )
 
 

@@ -4,7 +4,8 @@
 start time of that process. A lease is live while that very process runs; one whose process is
 gone, or whose pid now belongs to another process, is stale and removed by whoever looks next
 (a starting session, `engine status`). The engine's manager stops the engine when the last live
-lease is dropped, unless the engine was started to run until `engine stop`.
+lease is dropped, unless the engine was started to run until `engine stop` (`lease_rules`). The
+managed `lmcache server` keeps its leases the same way under `<data dir>/lmcache/leases/`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from graph_kvcache_mcp.errors import ConfigError
 
 
 class Lease(BaseModel):
-    """A server session's claim on the engine."""
+    """A server session's claim on a managed process (the engine, the lmcache server)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
 from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
+from graph_kvcache_mcp.connectors.lease_rules import LeasedState, keep_until_stop, release_lease
 from graph_kvcache_mcp.connectors.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.private_files import (
     exclusive,
@@ -41,7 +42,7 @@ from graph_kvcache_mcp.connectors.process_control import (
     stop_process,
     tail,
 )
-from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
+from graph_kvcache_mcp.connectors.state_file import StateFile
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -70,18 +71,13 @@ _INHERITED = (
 _INHERITED_PREFIXES = ("LC_",)
 
 
-class EngineState(ProcessState):
+class EngineState(LeasedState):
     """`state.json`: the engine we started. Holds no secret."""
 
     port: int
     backend: Backend
     base_url: str
     data_dir: str
-    runs_until_stop: bool = Field(
-        True,
-        description="Started by `engine start` (or a library caller): only `engine stop` ends it. "
-        "False: started by a server session; the last session to drop its lease stops it.",
-    )
 
 
 class EngineStatus(BaseModel):
@@ -223,9 +219,9 @@ class ManagedEngine:
             status = self.status()
             if status.reachable:
                 note(f"engine already running (pid {state.process.pid}, port {state.port})")
-                if runs_until_stop and not state.runs_until_stop:
+                if runs_until_stop:
                     # `engine start` on a session's engine: from now on it runs until `engine stop`.
-                    self.state_file.write(state.model_copy(update={"runs_until_stop": True}))
+                    keep_until_stop(self.state_file, state)
                     status = status.model_copy(update={"runs_until_stop": True})
                 return status.model_copy(update={"reused": True})
             raise EngineProcessError(
@@ -274,13 +270,13 @@ class ManagedEngine:
         Returns the stop's result when the engine was stopped, else None.
         """
         with self._exclusive():
-            self.leases.drop(lease)
-            if not stop_if_last or self.leases.live():
-                return None
-            state = self.running_state()
-            if state is None or state.runs_until_stop:
-                return None
-            return self._stop(term_wait_s)
+            return release_lease(
+                self.leases,
+                lease,
+                stop_if_last=stop_if_last,
+                running=self.running_state,
+                stop=lambda: self._stop(term_wait_s),
+            )
 
     def _stop(self, term_wait_s: float) -> EngineStopResult:
         state = self.running_state()

@@ -36,6 +36,7 @@ from graph_kvcache_mcp.connectors.engine_process import (
 )
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.connectors.kv_open import KvTarget, sync_client_for
+from graph_kvcache_mcp.connectors.lease_rules import SessionLease, stop_refusal
 from graph_kvcache_mcp.connectors.process_identity import is_ours
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError, GraphKvcacheError
@@ -87,7 +88,7 @@ class KvAccess:
         self.engine = ManagedEngine(settings.data_dir)
         self._client: KvClient | None = None
         self._binding: _Binding | None = None
-        self._lease: Path | None = None
+        self._lease = SessionLease(self.engine)
         self._started_pid: int | None = None
         self._restarts = 0
         self._stopped_by_tool = False
@@ -117,8 +118,8 @@ class KvAccess:
             source=self.source,
             base_url=self._client.base_url if self._client is not None else self.settings.kv_url,
             started_pid=self._started_pid,
-            holds_lease=self._lease is not None,
-            stops_on_exit=self._lease is not None
+            holds_lease=self._lease.held,
+            stops_on_exit=self._lease.held
             and not runs_until_stop
             and not self.settings.keep_engine,
             restarts=self._restarts,
@@ -186,8 +187,8 @@ class KvAccess:
                 return EngineStopResult(
                     stopped=False, how="not_running", data_dir=str(self.engine.data_dir)
                 )
-            if not force:
-                self._refuse_stop(state, await self._other_holders())
+            if not force and (refusal := await self._stop_refusal(state)) is not None:
+                raise EngineProcessError(refusal)
             await self._drop_client()
             await self._release_lease(stop_if_last=False)
             result = await anyio.to_thread.run_sync(self.engine.stop)
@@ -273,10 +274,9 @@ class KvAccess:
         return await self._point_at(state.base_url)
 
     async def _start_locked(self, *, backend: Backend | None, port: int | None) -> EngineStatus:
-        if self._lease is None:
-            # Taken before the start: a session exiting meanwhile sees this lease and leaves the
-            # engine running (release and start are serialized on the engine's lock).
-            self._lease = await anyio.to_thread.run_sync(self.engine.leases.take)
+        # Taken before the start: a session exiting meanwhile sees this lease and leaves the
+        # engine running (release and start are serialized on the engine's lock).
+        await self._lease.take()
         status = await anyio.to_thread.run_sync(
             lambda: self.engine.start(
                 backend=backend or self.settings.engine_backend,
@@ -328,34 +328,17 @@ class KvAccess:
             await client.aclose()
 
     async def _release_lease(self, *, stop_if_last: bool) -> EngineStopResult | None:
-        lease, self._lease = self._lease, None
         self._binding = None
-        if lease is None:
-            return None
-        return await anyio.to_thread.run_sync(
-            lambda: self.engine.release(lease, stop_if_last=stop_if_last)
+        return await self._lease.release(stop_if_last=stop_if_last)
+
+    async def _stop_refusal(self, state: EngineState) -> str | None:
+        return stop_refusal(
+            state,
+            await self._lease.others(),
+            what=f"the engine in {self.engine.data_dir}",
+            stop_command="graph-kvcache-mcp engine stop",
+            afterwards=" (a session still using it starts it again on its next KV call)",
         )
-
-    async def _other_holders(self) -> list[int]:
-        live = await anyio.to_thread.run_sync(self.engine.leases.live)
-        return sorted({lease.pid for path, lease in live.items() if path != self._lease})
-
-    def _refuse_stop(self, state: EngineState, others: list[int]) -> None:
-        if state.runs_until_stop:
-            raise EngineProcessError(
-                f"the engine in {self.engine.data_dir} (pid {state.process.pid}) was not started "
-                "by a server session: it was started with `graph-kvcache-mcp engine start` (or "
-                "by a library caller) and runs until `graph-kvcache-mcp engine stop`; pass "
-                "force=true to stop it anyway"
-            )
-        if others:
-            pids = ", ".join(str(pid) for pid in others)
-            raise EngineProcessError(
-                f"the engine in {self.engine.data_dir} (pid {state.process.pid}) is in use by "
-                f"{len(others)} other server session(s) (pid {pids}); it stops by itself when "
-                "the last of them exits. Pass force=true to stop it now (a session still using "
-                "it starts it again on its next KV call)"
-            )
 
     def _refuse_when_configured(self, verb: str) -> None:
         if self.settings.kv_url is not None:

@@ -1,10 +1,13 @@
 """The managed `lmcache server`: start it from a plan, report it, stop only what we started.
 
-Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports) and
-`lmcache.log`. The server runs in its own session from the interpreter of LMCache's venv
+Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports),
+`lmcache.log` and `leases/` (one file per server session using the server, see `engine_leases`).
+The server runs in its own session from the interpreter of LMCache's venv
 (`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m lmcache.cli.main server ...`;
-readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port. Start and
-stop hold `<home>/lifecycle.lock`, so two callers never interleave.
+readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port. Start, stop
+and release hold `<home>/lifecycle.lock`, so two callers never interleave. A server started by a
+session stops when the last session holding a lease releases it (`lease_rules`); one started by
+`lmcache start` runs until `lmcache stop`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
+from graph_kvcache_mcp.connectors.lease_rules import LeasedState, keep_until_stop, release_lease
 from graph_kvcache_mcp.connectors.ports import port_in_use
 from graph_kvcache_mcp.connectors.private_files import exclusive, private_dir
 from graph_kvcache_mcp.connectors.process_control import (
@@ -30,7 +35,7 @@ from graph_kvcache_mcp.connectors.process_control import (
     stop_process,
     tail,
 )
-from graph_kvcache_mcp.connectors.state_file import ProcessState, StateFile
+from graph_kvcache_mcp.connectors.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm_host import STACK_INHERITED, STACK_INHERITED_PREFIXES
 from graph_kvcache_mcp.domain.lmcache_config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache_status import LmcacheServerReport, report_from_status
@@ -46,7 +51,7 @@ INSTALL_HINT = (
 )
 
 
-class LmcacheState(ProcessState):
+class LmcacheState(LeasedState):
     """`state.json`: the server we started. Holds no secret."""
 
     host: str
@@ -73,6 +78,14 @@ class LmcacheStatus(BaseModel):
     log_path: str | None = None
     data_dir: str
     reason: str | None = None
+    runs_until_stop: bool | None = Field(
+        None,
+        description="True: runs until `lmcache stop`; false: stops when the last session using "
+        "it exits.",
+    )
+    leases: list[Lease] = Field(
+        default_factory=list, description="Live server sessions using this server."
+    )
 
 
 class LmcacheStopResult(BaseModel):
@@ -94,6 +107,7 @@ class ManagedLmcache:
         self.state_file = StateFile(self.home / "state.json", LmcacheState)
         self.log_path = self.home / "lmcache.log"
         self.python = str(python) if python else sys.executable
+        self.leases = Leases(self.home / "leases")
 
     def __repr__(self) -> str:
         return f"ManagedLmcache({str(self.data_dir)!r})"
@@ -104,11 +118,15 @@ class ManagedLmcache:
         *,
         env: Mapping[str, str],
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        runs_until_stop: bool = True,
     ) -> LmcacheStatus:
         """Ensure the planned server runs; reuse ours when it already does.
 
         `server` is the plan's `lmcache_server` (argv from `lmcache ...`); `env` is the
-        environment with real values (the plan's holds `${...}` references).
+        environment with real values (the plan's holds `${...}` references). A new server
+        records `runs_until_stop`: server sessions pass False, so the last session to release
+        it stops it (`release`); otherwise only `stop` ends it, and reusing a session's server
+        with True marks it so.
 
         Raises:
             LmcacheProcessError: LMCache missing, a port held by something else, or the server
@@ -122,6 +140,8 @@ class ManagedLmcache:
                         f"an lmcache server started from {self.data_dir} already runs (pid "
                         f"{state.process.pid}, port {state.port}); stop it first with lmcache_stop"
                     )
+                if runs_until_stop:
+                    state = keep_until_stop(self.state_file, state)
                 return self._status_of(state).model_copy(update={"reused": True})
             for taken in (port, http_port):
                 if port_in_use(LMCACHE_HOST, taken):
@@ -130,41 +150,69 @@ class ManagedLmcache:
                         "start; it was left alone. Choose other ports"
                     )
             self._check_importable()
-            return self._launch(server, env, port, http_port, ready_timeout_s)
+            return self._launch(server, env, port, http_port, ready_timeout_s, runs_until_stop)
 
     def stop(self, *, term_wait_s: float = 15.0) -> LmcacheStopResult:
         """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""
         with self._exclusive():
-            state = self.state_file.read_live()
-            if state is None:
-                return LmcacheStopResult(
-                    stopped=False,
-                    how="not_running",
-                    data_dir=str(self.data_dir),
-                    reason=f"no lmcache server started from {self.data_dir} is running; nothing "
-                    "was signalled",
-                )
-            how = stop_process(state.process, term_wait_s=term_wait_s)
-            self.state_file.clear()
-            return LmcacheStopResult(
-                stopped=how != "not_running",
-                how=how,
-                pid=state.process.pid,
-                data_dir=str(self.data_dir),
+            return self._stop(term_wait_s)
+
+    def release(
+        self, lease: Path, *, stop_if_last: bool, term_wait_s: float = 15.0
+    ) -> LmcacheStopResult | None:
+        """Drop a session's lease; stop the server when that was the last live lease, it was
+        started by a session (not to run until `lmcache stop`) and `stop_if_last` allows it.
+
+        Returns the stop's result when the server was stopped, else None.
+        """
+        with self._exclusive():
+            return release_lease(
+                self.leases,
+                lease,
+                stop_if_last=stop_if_last,
+                running=self.running_state,
+                stop=lambda: self._stop(term_wait_s),
             )
 
-    def status(self) -> LmcacheStatus:
-        state = self.state_file.read_live()
+    def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
+        """The recorded server when it is still the process we started; a stale record is
+        cleared when `tidy` (read-only callers leave everything as it is)."""
+        return self.state_file.read_live(tidy=tidy)
+
+    def status(self, *, tidy: bool = True) -> LmcacheStatus:
+        """Whether our server runs and is healthy, with /status and the live leases; stale
+        records and leases are removed on the way when `tidy`."""
+        state = self.running_state(tidy=tidy)
         if state is None:
             return LmcacheStatus(
                 running=False,
                 data_dir=str(self.data_dir),
+                leases=list(self.leases.live(tidy=tidy).values()),
                 reason=f"no managed lmcache server runs for {self.data_dir}; start one with "
                 "lmcache_start (CLI: graph-kvcache-mcp lmcache start)",
             )
-        return self._status_of(state)
+        return self._status_of(state, tidy=tidy)
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _stop(self, term_wait_s: float) -> LmcacheStopResult:
+        state = self.running_state()
+        if state is None:
+            return LmcacheStopResult(
+                stopped=False,
+                how="not_running",
+                data_dir=str(self.data_dir),
+                reason=f"no lmcache server started from {self.data_dir} is running; nothing "
+                "was signalled",
+            )
+        how = stop_process(state.process, term_wait_s=term_wait_s)
+        self.state_file.clear()
+        return LmcacheStopResult(
+            stopped=how != "not_running",
+            how=how,
+            pid=state.process.pid,
+            data_dir=str(self.data_dir),
+        )
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -198,6 +246,7 @@ class ManagedLmcache:
         port: int,
         http_port: int,
         ready_timeout_s: float,
+        runs_until_stop: bool,
     ) -> LmcacheStatus:
         command = (self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
@@ -215,6 +264,7 @@ class ManagedLmcache:
             port=port,
             http_port=http_port,
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
+            runs_until_stop=runs_until_stop,
         )
         self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, began)
@@ -246,7 +296,7 @@ class ManagedLmcache:
             f"{_last_words(self.log_path)} (log: {self.log_path})"
         )
 
-    def _status_of(self, state: LmcacheState) -> LmcacheStatus:
+    def _status_of(self, state: LmcacheState, *, tidy: bool = True) -> LmcacheStatus:
         health = _get_json(state.http_url + "/healthcheck")
         status = _get_json(state.http_url + "/status")
         healthy = health.get("status") == "healthy"
@@ -262,6 +312,8 @@ class ManagedLmcache:
             log_path=state.process.log_path,
             data_dir=str(self.data_dir),
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",
+            runs_until_stop=state.runs_until_stop,
+            leases=list(self.leases.live(tidy=tidy).values()),
         )
 
 

@@ -13,11 +13,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.connectors.lmcache_process import (
-    LmcacheStatus,
-    LmcacheStopResult,
-    ManagedLmcache,
-)
+from graph_kvcache_mcp.connectors.lmcache_access import LmcacheAccess
+from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStatus, LmcacheStopResult
 from graph_kvcache_mcp.domain.engine_limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE
@@ -52,6 +49,19 @@ TOOLSET = "lmcache"
 WRITES_TEST_PAGE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
+
+
+class LmcacheStatusOut(LmcacheStatus):
+    """The managed server's status, plus whether this session holds a lease on it."""
+
+    holds_lease: bool = Field(
+        False, description="True while this server session uses the lmcache server (a lease)."
+    )
+
+    @classmethod
+    def build(cls, status: LmcacheStatus, access: LmcacheAccess) -> LmcacheStatusOut:
+        return cls(**status.model_dump(), holds_lease=access.holds_lease)
+
 
 Namespace = Annotated[
     str,
@@ -231,12 +241,14 @@ async def lmcache_start(
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Give up (and stop it) if not healthy by then.")
     ] = 180.0,
-) -> LmcacheStatus:
+) -> LmcacheStatusOut:
     """Start the `lmcache server` that lmcache_config plans (or reuse the one this data dir
     already runs), from LMCache's venv (GRAPH_KVCACHE_LMCACHE_PYTHON), and return once its
     /healthcheck answers healthy, with /status (L1 usage, each L2 adapter's health). vLLM then
-    connects with kv_connector mp_native (vllm_start). Stop it with lmcache_stop."""
-    settings = state_of(ctx).settings
+    connects with kv_connector mp_native (vllm_start). This session holds a lease: the server
+    stops when the last session using it exits (unless --keep-engine)."""
+    access = state_of(ctx).lmcache
+    settings = access.settings
     planned = await lmcache_config(
         ctx,
         hf_config=hf_config,
@@ -254,34 +266,39 @@ async def lmcache_start(
     if server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
     server = server.model_copy(update={"argv": [*server.argv, *(extra_args or [])]})
-    managed = ManagedLmcache(settings.data_dir, python=settings.lmcache_python)
     try:
-        return await anyio.to_thread.run_sync(
-            lambda: managed.start(
-                server,
-                env=server_environment(server.env, settings),
-                ready_timeout_s=ready_timeout_s,
-            )
+        status = await access.start(
+            server,
+            env=server_environment(server.env, settings),
+            ready_timeout_s=ready_timeout_s,
         )
     except LmcacheProcessError as exc:
         raise ToolError(str(exc)) from exc
+    return LmcacheStatusOut.build(status, access)
 
 
 async def lmcache_stop(
     ctx: Context[Any],
     wait_s: Annotated[float, Field(gt=0, le=120, description="SIGTERM grace before SIGKILL.")] = 15,
+    force: Annotated[
+        bool, Field(description="Also stop a server other sessions use or the CLI started.")
+    ] = False,
 ) -> LmcacheStopResult:
     """Stop the lmcache server this project started from its data dir (SIGTERM to its process
-    group, SIGKILL after wait_s). A server this project did not start is never signalled."""
-    managed = ManagedLmcache(state_of(ctx).settings.data_dir)
-    return await anyio.to_thread.run_sync(lambda: managed.stop(term_wait_s=wait_s))
+    group, SIGKILL after wait_s). Without force it refuses while other sessions hold leases or
+    when the CLI started it. A server this project did not start is never signalled."""
+    try:
+        return await state_of(ctx).lmcache.stop(force=force, term_wait_s=wait_s)
+    except LmcacheProcessError as exc:
+        raise ToolError(str(exc)) from exc
 
 
-async def lmcache_status(ctx: Context[Any]) -> LmcacheStatus:
+async def lmcache_status(ctx: Context[Any]) -> LmcacheStatusOut:
     """Is the managed lmcache server running and healthy: its /healthcheck, and from /status its
-    L1 usage and each L2 adapter's health. running=false: start one with lmcache_start."""
-    managed = ManagedLmcache(state_of(ctx).settings.data_dir)
-    return await anyio.to_thread.run_sync(managed.status)
+    L1 usage and each L2 adapter's health, plus the sessions holding leases on it.
+    running=false: start one with lmcache_start."""
+    access = state_of(ctx).lmcache
+    return LmcacheStatusOut.build(await access.status(), access)
 
 
 SPECS = (

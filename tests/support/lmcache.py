@@ -80,6 +80,18 @@ def run_lmcache(
     )
 
 
+def cpu_server_flags() -> list[str]:
+    """`lmcache server` flags for test machines: small eager L1, metrics on a free port, and the
+    CPU transfer path."""
+    return [
+        "--no-l1-use-lazy",
+        "--prometheus-port",
+        str(free_port()),
+        "--supported-transfer-mode",
+        "auto",
+    ]
+
+
 @dataclass(frozen=True)
 class LmcacheServer:
     rpc_url: str

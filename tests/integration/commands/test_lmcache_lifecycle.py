@@ -15,7 +15,7 @@ from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStatus, LmcacheS
 from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from tests.support.engines import RunningEngine
-from tests.support.lmcache import require_lmcache
+from tests.support.lmcache import cpu_server_flags, require_lmcache
 
 pytestmark = pytest.mark.lmcache
 
@@ -23,10 +23,7 @@ MODEL = ["--model", "test-model", "--num-layers", "2", "--kv-heads", "2", "--hea
 
 
 def _cpu_server_args() -> list[str]:
-    """Small eager L1, metrics on a free port, and the CPU transfer path (test machines)."""
-    extra = ["--no-l1-use-lazy", "--prometheus-port", str(free_port())]
-    extra += ["--supported-transfer-mode", "auto"]
-    return [f"--extra-arg={arg}" for arg in extra]
+    return [f"--extra-arg={arg}" for arg in cpu_server_flags()]
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -95,8 +92,6 @@ async def test_the_lmcache_tools_start_report_and_stop_the_server(
         toolsets=("lmcache",),
         lmcache_python=require_lmcache().parent / "python",
     )
-    extra = ["--no-l1-use-lazy", "--prometheus-port", str(free_port())]
-    extra += ["--supported-transfer-mode", "auto"]
     async with Client(build_server(settings)) as client:
         before = await client.call_tool("lmcache_status", {})
         started = await client.call_tool(
@@ -109,7 +104,7 @@ async def test_the_lmcache_tools_start_report_and_stop_the_server(
                 "lmcache_port": free_port(),
                 "lmcache_http_port": free_port(),
                 "l1_size_gb": 0.1,
-                "extra_args": extra,
+                "extra_args": cpu_server_flags(),
             },
         )
         stopped = await client.call_tool("lmcache_stop", {})

@@ -11,7 +11,10 @@ from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine_leases import Lease
+from graph_kvcache_mcp.connectors.lmcache_process import LmcacheState, ManagedLmcache
 from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.private_files import write_private
 from graph_kvcache_mcp.connectors.process_identity import ProcessRecord
 from graph_kvcache_mcp.connectors.vllm_state import VllmState
 from graph_kvcache_mcp.domain.vllm_launch import Platform
@@ -19,6 +22,7 @@ from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut
 from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
+from graph_kvcache_mcp.tools.lmcache import LmcacheStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, b64, call_error, call_ok, fresh_key, write_counters
 
@@ -117,6 +121,30 @@ async def test_only_a_writable_server_removes_a_stale_vllm_record(
         status = VllmStatusOut.model_validate(await call_ok(client, "vllm_status", {}))
     assert not status.running
     assert state_path.exists() is kept
+
+
+@pytest.mark.parametrize(("read_only", "kept"), [(True, True), (False, False)])
+async def test_only_a_writable_server_removes_a_stale_lmcache_record_and_lease(
+    tmp_path: Path, read_only: bool, kept: bool
+) -> None:
+    """lmcache_status finds the recorded server and a session's lease stale: a read-only server
+    reports it and changes nothing on disk; a writable one tidies both away."""
+    pid = _exited_pid()
+    record = ProcessRecord(
+        pid=pid, start_ticks=1, command=("python",), started_at=0.0, log_path="x"
+    )
+    state = LmcacheState(
+        process=record, host="127.0.0.1", port=1, http_port=2, http_url="http://127.0.0.1:2"
+    )
+    managed = ManagedLmcache(tmp_path)
+    managed.state_file.write(state)
+    lease = managed.leases.directory / f"{pid}-gone.json"
+    write_private(lease, Lease(pid=pid, start_ticks=1, taken_at=0.0).model_dump_json())
+    settings = Settings.build(data_dir=tmp_path, toolsets=("lmcache",), read_only=read_only)
+    async with Client(build_server(settings)) as client:
+        status = LmcacheStatusOut.model_validate(await call_ok(client, "lmcache_status", {}))
+    assert (status.running, status.leases, status.holds_lease) == (False, [], False)
+    assert managed.state_file.path.exists() is kept and lease.exists() is kept
 
 
 def _exited_pid() -> int:
