@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
 from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.lease_rules import LeasedState, keep_until_stop, release_lease
+from graph_kvcache_mcp.connectors.lease_rules import LeasedLifecycle, LeasedState, keep_until_stop
 from graph_kvcache_mcp.connectors.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.private_files import (
     exclusive,
@@ -134,8 +134,10 @@ def engine_binary() -> Path:
     return path
 
 
-class ManagedEngine:
+class ManagedEngine(LeasedLifecycle[EngineStopResult]):
     """Start, find, check and stop the engine that lives under one data dir."""
+
+    TERM_WAIT_S = 10.0
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.expanduser().resolve()
@@ -255,28 +257,6 @@ class ManagedEngine:
         self._wait_ready(process, state, ready_timeout_s, note)
         note(f"engine ready at {state.base_url}")
         return self.status()
-
-    def stop(self, *, term_wait_s: float = 10.0) -> EngineStopResult:
-        """SIGTERM the engine we started, SIGKILL after `term_wait_s`; never anything else."""
-        with self._exclusive():
-            return self._stop(term_wait_s)
-
-    def release(
-        self, lease: Path, *, stop_if_last: bool, term_wait_s: float = 10.0
-    ) -> EngineStopResult | None:
-        """Drop a session's lease; stop the engine when that was the last live lease, it was
-        started by a session (not to run until `engine stop`) and `stop_if_last` allows it.
-
-        Returns the stop's result when the engine was stopped, else None.
-        """
-        with self._exclusive():
-            return release_lease(
-                self.leases,
-                lease,
-                stop_if_last=stop_if_last,
-                running=self.running_state,
-                stop=lambda: self._stop(term_wait_s),
-            )
 
     def _stop(self, term_wait_s: float) -> EngineStopResult:
         state = self.running_state()

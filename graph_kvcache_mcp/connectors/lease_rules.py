@@ -9,6 +9,7 @@ managers call `release_lease` under their lifecycle lock; a session keeps its `S
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -86,6 +87,47 @@ def stop_refusal(
             f"force=true to stop it now{afterwards}"
         )
     return None
+
+
+class LeasedLifecycle(Generic[R]):
+    """`stop` and `release` for a manager whose process server sessions hold leases on.
+
+    The manager supplies `leases`, `running_state`, `_exclusive` (its lifecycle lock) and
+    `_stop` (the signalling, under that lock), and sets `TERM_WAIT_S`.
+    """
+
+    TERM_WAIT_S: float
+    leases: Leases
+
+    def running_state(self, *, tidy: bool = True) -> LeasedState | None:
+        raise NotImplementedError
+
+    def _exclusive(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _stop(self, term_wait_s: float) -> R:
+        raise NotImplementedError
+
+    def stop(self, *, term_wait_s: float | None = None) -> R:
+        """SIGTERM the process we started (its process group), SIGKILL after `term_wait_s`;
+        never anything else."""
+        with self._exclusive():
+            return self._stop(self.TERM_WAIT_S if term_wait_s is None else term_wait_s)
+
+    def release(self, lease: Path, *, stop_if_last: bool) -> R | None:
+        """Drop a session's lease; stop the process when that was the last live lease, it was
+        started by a session (not to run until its `stop` command) and `stop_if_last` allows it.
+
+        Returns the stop's result when the process was stopped, else None.
+        """
+        with self._exclusive():
+            return release_lease(
+                self.leases,
+                lease,
+                stop_if_last=stop_if_last,
+                running=self.running_state,
+                stop=lambda: self._stop(self.TERM_WAIT_S),
+            )
 
 
 class LeasedManager(Protocol[R_co]):

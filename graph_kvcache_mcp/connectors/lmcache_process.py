@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
-from graph_kvcache_mcp.connectors.lease_rules import LeasedState, keep_until_stop, release_lease
+from graph_kvcache_mcp.connectors.lease_rules import LeasedLifecycle, LeasedState, keep_until_stop
 from graph_kvcache_mcp.connectors.ports import port_in_use
 from graph_kvcache_mcp.connectors.private_files import exclusive, private_dir
 from graph_kvcache_mcp.connectors.process_control import (
@@ -98,8 +98,10 @@ class LmcacheStopResult(BaseModel):
     reason: str | None = None
 
 
-class ManagedLmcache:
+class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
     """Start, find, check and stop the `lmcache server` that belongs to one data dir."""
+
+    TERM_WAIT_S = 15.0
 
     def __init__(self, data_dir: Path, *, python: Path | str | None = None) -> None:
         self.data_dir = data_dir.expanduser().resolve()
@@ -151,28 +153,6 @@ class ManagedLmcache:
                     )
             self._check_importable()
             return self._launch(server, env, port, http_port, ready_timeout_s, runs_until_stop)
-
-    def stop(self, *, term_wait_s: float = 15.0) -> LmcacheStopResult:
-        """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""
-        with self._exclusive():
-            return self._stop(term_wait_s)
-
-    def release(
-        self, lease: Path, *, stop_if_last: bool, term_wait_s: float = 15.0
-    ) -> LmcacheStopResult | None:
-        """Drop a session's lease; stop the server when that was the last live lease, it was
-        started by a session (not to run until `lmcache stop`) and `stop_if_last` allows it.
-
-        Returns the stop's result when the server was stopped, else None.
-        """
-        with self._exclusive():
-            return release_lease(
-                self.leases,
-                lease,
-                stop_if_last=stop_if_last,
-                running=self.running_state,
-                stop=lambda: self._stop(term_wait_s),
-            )
 
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
         """The recorded server when it is still the process we started; a stale record is
