@@ -1,5 +1,6 @@
 """How the vLLM this data dir manages was started: its KV connector (from the recorded command)
-and its PYTHONHASHSEED (from the process's environment, read for that one name only)."""
+and its PYTHONHASHSEED (from the process's environment, read for that one name only); and the
+PYTHONHASHSEED of the managed `lmcache server`, read the same way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from graph_kvcache_mcp.connectors.lmcache_process import ManagedLmcache
 from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
 
 KV_TRANSFER_FLAG = "--kv-transfer-config"
@@ -31,6 +33,15 @@ def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
         kv_connector=kv_connector_of(state.process.command),
         hash_seed=environment_value(state.process.pid, "PYTHONHASHSEED"),
     )
+
+
+def managed_lmcache_hash_seed(data_dir: Path, http_url: str) -> str | None:
+    """PYTHONHASHSEED of the `lmcache server` we started from `data_dir`, when it is the one at
+    `http_url`; None otherwise (another server's environment is not ours to read)."""
+    state = ManagedLmcache(data_dir).running_state(tidy=False)  # a diagnosis changes nothing
+    if state is None or state.http_url.rstrip("/") != http_url.rstrip("/"):
+        return None
+    return environment_value(state.process.pid, "PYTHONHASHSEED")
 
 
 def environment_value(pid: int, name: str) -> str | None:

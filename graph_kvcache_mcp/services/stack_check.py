@@ -7,6 +7,7 @@ probe call (one token) to see whether its usage carries prompt_tokens_details. S
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
@@ -15,7 +16,10 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.kv_http import KvClient
 from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.lmcache_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.managed_runtime import managed_vllm_runtime
+from graph_kvcache_mcp.connectors.managed_runtime import (
+    managed_lmcache_hash_seed,
+    managed_vllm_runtime,
+)
 from graph_kvcache_mcp.connectors.vllm_metrics import server_root
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
@@ -55,7 +59,9 @@ async def check_stack(
         ).url
     engine = await engine_facts(settings)
     served = await vllm_facts(settings, vllm, model=model, shared=shared_prefix_tokens)
-    lmcache = None if lmcache_url is None else await lmcache_facts(lmcache_url)
+    lmcache = (
+        None if lmcache_url is None else await lmcache_facts(lmcache_url, settings.data_dir)
+    )
     return stack_findings(engine, served, lmcache)
 
 
@@ -136,14 +142,16 @@ async def vllm_facts(
     )
 
 
-async def lmcache_facts(http_url: str) -> LmcacheFacts:
+async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
     async with LmcacheHttp(http_url) as lmcache:
         status = await lmcache.status()
     if isinstance(status, Unavailable):
         return LmcacheFacts(target=lmcache.http_url, reachable=False, reason=status.reason)
+    seed = await anyio.to_thread.run_sync(managed_lmcache_hash_seed, data_dir, lmcache.http_url)
     return LmcacheFacts(
         target=lmcache.http_url,
         reachable=True,
         version=status.version,
         unhealthy_l2=status.unhealthy_l2,
+        hash_seed=seed,
     )

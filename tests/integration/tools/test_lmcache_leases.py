@@ -15,6 +15,7 @@ from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine_leases import Lease
 from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStopResult, ManagedLmcache
+from graph_kvcache_mcp.connectors.managed_runtime import managed_lmcache_hash_seed
 from graph_kvcache_mcp.connectors.ports import free_port
 from graph_kvcache_mcp.connectors.private_files import write_private
 from graph_kvcache_mcp.connectors.process_identity import is_ours
@@ -77,6 +78,9 @@ async def test_the_last_session_out_stops_the_server_sessions_started(
                     await call_ok(second, "lmcache_start", args)
                 )
             after_first = managed.status()
+            assert started.http_url is not None
+            seed = managed_lmcache_hash_seed(tmp_path, started.http_url)
+            elsewhere = managed_lmcache_hash_seed(tmp_path, "http://127.0.0.1:1")
             async with Client(build_server(settings)) as third:
                 await call_ok(third, "lmcache_start", args)
                 refused = await call_error(third, "lmcache_stop", {})
@@ -92,6 +96,8 @@ async def test_the_last_session_out_stops_the_server_sessions_started(
     assert (reused.reused, reused.pid, len(reused.leases)) == (True, started.pid, 2)
     assert after_first.healthy and after_first.pid == started.pid
     assert len(after_first.leases) == 1  # the second session's
+    # diagnose_stack compares it with vLLM's: read from our server's environment, no other's.
+    assert (seed, elsewhere) == ("0", None)
     assert "1 other server session(s)" in refused and "force=true" in refused
     assert third_after.running and not third_after.holds_lease
     assert state is not None and state.process.pid == started.pid
