@@ -92,9 +92,11 @@ class LmcacheAccess:
                     stop_command="graph-kvcache-mcp lmcache stop",
                     afterwards=" (vLLM instances connected to it lose their LMCache tier)",
                 )
+            held = self._lease.held
             await self._lease.release(stop_if_last=False)
             if refusal is not None:
-                raise LmcacheProcessError(f"{refusal}. This session no longer holds a lease on it.")
+                dropped = " This session no longer holds a lease on it." if held else ""
+                raise LmcacheProcessError(f"{refusal}.{dropped}")
             return await anyio.to_thread.run_sync(
                 lambda: self.managed.stop(term_wait_s=term_wait_s)
             )
