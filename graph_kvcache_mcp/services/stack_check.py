@@ -59,9 +59,7 @@ async def check_stack(
         ).url
     engine = await engine_facts(settings)
     served = await vllm_facts(settings, vllm, model=model, shared=shared_prefix_tokens)
-    lmcache = (
-        None if lmcache_url is None else await lmcache_facts(lmcache_url, settings.data_dir)
-    )
+    lmcache = None if lmcache_url is None else await lmcache_facts(lmcache_url, settings.data_dir)
     return stack_findings(engine, served, lmcache)
 
 
