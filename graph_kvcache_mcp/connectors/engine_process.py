@@ -36,6 +36,8 @@ from graph_kvcache_mcp.connectors.private_files import (
     secret_file,
 )
 from graph_kvcache_mcp.connectors.process_control import (
+    OS_INHERITED,
+    OS_INHERITED_PREFIXES,
     StopHow,
     inherited_environment,
     spawn_logged,
@@ -57,18 +59,7 @@ Progress = Callable[[str], None]
 
 # What the engine process may inherit from us: what the OS and its runtime need, nothing else.
 # Everything the engine itself reads is set explicitly in `ManagedEngine._environment`.
-_INHERITED = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "TZ",
-    "TMPDIR",
-    "RUST_LOG",
-    "RUST_BACKTRACE",
-)
-_INHERITED_PREFIXES = ("LC_",)
+_INHERITED = OS_INHERITED | {"RUST_LOG", "RUST_BACKTRACE"}
 
 
 class EngineState(LeasedState):
@@ -320,7 +311,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
 
     def _environment(self, port: int, backend: Backend) -> dict[str, str]:
         signer = self._secret("signer_key", lambda: secrets.token_hex(16))
-        env = inherited_environment(_INHERITED, _INHERITED_PREFIXES)
+        env = inherited_environment(_INHERITED, OS_INHERITED_PREFIXES)
         env.update(
             GRAPH_SERVICE_AUTH_SECRET=self._secret("auth_secret", new_secret),
             GRAPH_SERVICE_PERSIST_DIR=str(self.store_dir),

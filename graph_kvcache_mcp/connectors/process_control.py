@@ -28,6 +28,11 @@ CHILD_UMASK = 0o077
 StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
 
 
+# What every child process may inherit from us, whatever it is: the OS basics its runtime needs.
+OS_INHERITED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR"})
+OS_INHERITED_PREFIXES = ("LC_",)
+
+
 def inherited_environment(names: Collection[str], prefixes: tuple[str, ...]) -> dict[str, str]:
     """The part of this process's environment a child may see: `names` and `prefixes` only, so
     no secret of ours reaches it by accident."""

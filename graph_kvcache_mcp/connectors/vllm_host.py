@@ -8,7 +8,11 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.process_control import inherited_environment
+from graph_kvcache_mcp.connectors.process_control import (
+    OS_INHERITED,
+    OS_INHERITED_PREFIXES,
+    inherited_environment,
+)
 from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch, parse_nvidia_smi
 from graph_kvcache_mcp.errors import VllmProcessError
 
@@ -78,15 +82,8 @@ def check_vllm_importable(
 # (torch, CUDA, Hugging Face, LMCache, the CPU backend's preloads) read. Our own secrets (the
 # engine token, the HTTP token, the bundle secret) match none of them. VLLM_API_KEY passes: it is
 # the key set for vLLM itself, which the vllm_* tools send as well.
-STACK_INHERITED = frozenset(
+STACK_INHERITED = OS_INHERITED | frozenset(
     {
-        "PATH",
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "LANG",
-        "TZ",
-        "TMPDIR",
         "LD_LIBRARY_PATH",
         "LD_PRELOAD",
         "PYTHONPATH",
@@ -98,7 +95,7 @@ STACK_INHERITED = frozenset(
     }
 )
 STACK_INHERITED_PREFIXES = (
-    "LC_",
+    *OS_INHERITED_PREFIXES,
     "VLLM_",
     "CUDA_",
     "NVIDIA_",
