@@ -115,17 +115,8 @@ def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
     """The call's hits as the move of the server's counters, when only this call moved them."""
     if window.prompt_tokens is None or window.hits is None:
         return unattributed("the server's /metrics lacks the prefix-cache counters")
-    if window.prompt_tokens < prompt_tokens:
-        return unattributed(
-            f"/metrics had counted {window.prompt_tokens} of this call's {prompt_tokens} prompt "
-            "tokens when the wait for it ended, so the hit count cannot be attributed"
-        )
-    if not window.exclusive_to(prompt_tokens):
-        return unattributed(
-            f"/metrics counted {window.prompt_tokens} prompt tokens during this call of "
-            f"{prompt_tokens}: other requests ran at the same time, so the hit count cannot be "
-            "attributed"
-        )
+    if (why := _not_this_call_alone(window, prompt_tokens)) is not None:
+        return unattributed(f"{why}, so the hit count cannot be attributed")
     # vllm:prefix_cache_hits_total counts vLLM's own cache only; a KV connector's loads (the
     # engine, LMCache) move the external counter instead, and belong to the call's hit too.
     external = window.external_hits
@@ -144,14 +135,30 @@ def split_by_tier(cached: CachedTokens, window: MetricsWindow, prompt_tokens: in
     when the server has an external tier and only this call moved its counters."""
     if not window.external_tier or window.external_hits is None:
         return cached
-    if window.prompt_tokens is None or not window.exclusive_to(prompt_tokens):
-        return cached.model_copy(
-            update={
-                "note": f"/metrics counted {window.prompt_tokens} prompt tokens during this call "
-                f"of {prompt_tokens}: other requests ran at the same time, so the hit cannot be "
-                "split between vLLM's prefix cache and the KV connector's tier"
-            }
+    if (why := _not_this_call_alone(window, prompt_tokens)) is not None:
+        note = (
+            f"{why}, so the hit cannot be split between vLLM's prefix cache and the KV "
+            "connector's tier"
         )
+        return cached.model_copy(update={"note": note})
     return cached.model_copy(
         update={"external_tokens": window.external_hits, "external_bytes": window.engine_bytes_read}
     )
+
+
+def _not_this_call_alone(window: MetricsWindow, prompt_tokens: int) -> str | None:
+    """Why the window's moves cannot be credited to a call of `prompt_tokens` alone; None when
+    they can (the prompt-token counter moved by exactly this call)."""
+    if window.prompt_tokens is None:
+        return "the server's /metrics lacks vllm:prompt_tokens_total"
+    if window.prompt_tokens < prompt_tokens:
+        return (
+            f"/metrics had counted {window.prompt_tokens} of this call's {prompt_tokens} prompt "
+            "tokens when the wait for it ended"
+        )
+    if not window.exclusive_to(prompt_tokens):
+        return (
+            f"/metrics counted {window.prompt_tokens} prompt tokens during this call of "
+            f"{prompt_tokens}: other requests ran at the same time"
+        )
+    return None
