@@ -20,6 +20,7 @@ from tests.support.mcp_calls import b64, call_ok, fresh_key
 from tests.support.processes import (
     clean_env,
     engine_gone,
+    engine_session,
     running_engine_state,
     venv_script,
     wait_until,
@@ -75,24 +76,9 @@ async def test_a_session_that_exits_leaves_the_engine_to_the_other_and_the_last_
 
 def _kill_a_session_that_started_the_engine(data_dir: Path) -> int:
     """Run a stdio session that starts the engine, SIGKILL it; returns its pid."""
-    victim = subprocess.Popen(
-        [str(venv_script("graph-kvcache-mcp")), "--start-engine", "--data-dir", str(data_dir)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=clean_env(),
-    )
-    try:
-        wait_until(
-            lambda: running_engine_state(data_dir) is not None,
-            timeout_s=30,
-            what="--start-engine to start the engine",
-        )
+    with engine_session(data_dir) as victim:
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
-    finally:
-        if victim.stdin is not None:
-            victim.stdin.close()
     return victim.pid
 
 

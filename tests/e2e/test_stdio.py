@@ -4,7 +4,6 @@ embedded engine's lifecycle when the host disconnects or signals the server."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 from mcp import Client, StdioServerParameters
@@ -15,8 +14,8 @@ from graph_kvcache_mcp.tools.engine import EngineStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, call_ok
 from tests.support.processes import (
-    clean_env,
     engine_gone,
+    engine_session,
     running_engine_state,
     venv_script,
     wait_until,
@@ -61,31 +60,12 @@ async def test_embedded_engine_is_stopped_when_the_host_disconnects(tmp_path: Pa
 
 
 def test_sigterm_to_the_server_stops_the_engine_it_started(tmp_path: Path) -> None:
-    server = subprocess.Popen(
-        [str(venv_script("graph-kvcache-mcp")), "--start-engine", "--data-dir", str(tmp_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=clean_env(),
-    )
-    try:
-        wait_until(
-            lambda: running_engine_state(tmp_path) is not None,
-            timeout_s=30,
-            what="--start-engine to start the engine",
-        )
+    with engine_session(tmp_path) as server:
         state = running_engine_state(tmp_path)
         assert state is not None
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=20) == 0
         wait_until(lambda: engine_gone(state), timeout_s=5, what="the engine to stop")
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-        for stream in (server.stdin, server.stdout, server.stderr):
-            if stream is not None:
-                stream.close()
 
 
 async def test_keep_engine_leaves_the_engine_running_for_the_next_session(tmp_path: Path) -> None:

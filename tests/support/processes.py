@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.engine_process import EngineState, ManagedEngine
@@ -46,6 +48,32 @@ def running_engine_state(data_dir: Path) -> EngineState | None:
 
 def engine_gone(state: EngineState) -> bool:
     return not is_ours(state.process)
+
+
+@contextmanager
+def engine_session(data_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A stdio server session run with `--start-engine` (its stdin held open, so it stays up),
+    yielded once its engine runs; killed if still alive, and its stdin closed, on exit."""
+    session = subprocess.Popen(
+        [str(venv_script("graph-kvcache-mcp")), "--start-engine", "--data-dir", str(data_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=clean_env(),
+    )
+    try:
+        wait_until(
+            lambda: running_engine_state(data_dir) is not None,
+            timeout_s=30,
+            what="--start-engine to start the engine",
+        )
+        yield session
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+        if session.stdin is not None:
+            session.stdin.close()
 
 
 # Known values for secrets a child process must never receive (tests set them, then look).
