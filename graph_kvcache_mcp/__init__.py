@@ -1,6 +1,6 @@
 """graph-kvcache-mcp: drive and inspect an LLM KV-cache stack from agents, scripts and the shell."""
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Presence, Stored, Unavailable
 from graph_kvcache_mcp.errors import (
     ConfigError,

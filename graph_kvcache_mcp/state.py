@@ -11,14 +11,14 @@ from weakref import WeakKeyDictionary
 import anyio
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_access import KvAccess
-from graph_kvcache_mcp.connectors.lmcache_access import LmcacheAccess
-from graph_kvcache_mcp.connectors.vllm_access import VllmAccess
-from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
+from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.services.bundles import BundleCounters
 
 if TYPE_CHECKING:
-    from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot
+    from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
 
 T = TypeVar("T")
 SNAPSHOTS_KEPT = 32

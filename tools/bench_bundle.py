@@ -20,8 +20,8 @@ from pathlib import Path
 
 import anyio
 
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.domain.bundle import (
     BundleParams,
     BundleRequest,

@@ -26,9 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support has the model builder and the vLLM helpers
 
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine  # noqa: E402
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient  # noqa: E402
-from graph_kvcache_mcp.domain.kv_stats import EngineStats  # noqa: E402
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient  # noqa: E402
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine  # noqa: E402
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats  # noqa: E402
 from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
 from tests.support.processes import wait_until  # noqa: E402

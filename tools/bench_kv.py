@@ -24,8 +24,8 @@ import anyio
 from epistemic_graph.kvcache import KvCacheConfig, RemoteKVConnector
 from pydantic import SecretStr
 
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 
 BLOCK = 256 * 1024
 BATCH = 64

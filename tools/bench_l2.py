@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from epistemic_graph.kvcache import RemoteKVL2Connector
 
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.lmcache_l2 import EngineL2Client
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.plugins.lmcache.l2 import EngineL2Client
 
 GOAL = 2.0
 

@@ -24,8 +24,8 @@ import anyio
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.domain.latency import percentile
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_views import KvGetManyOut, KvGetOut

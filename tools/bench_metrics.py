@@ -21,7 +21,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from graph_kvcache_mcp.domain.vllm_metrics import (
+from graph_kvcache_mcp.domain.vllm.metrics import (
     MetricsSnapshot,
     parse_snapshot,
     relevant_lines,

@@ -20,7 +20,7 @@ import sys
 import anyio
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.services.bundle_reuse import ReuseReport, measure_bundle_reuse, reuse_table
 
 

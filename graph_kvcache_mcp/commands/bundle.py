@@ -25,11 +25,11 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_open import open_kv_client
-from graph_kvcache_mcp.connectors.vllm_access import open_client
-from graph_kvcache_mcp.connectors.vllm_tokens import token_counter_for
+from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
+from graph_kvcache_mcp.connectors.vllm.access import open_client
+from graph_kvcache_mcp.connectors.vllm.tokens import token_counter_for
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE, Bundle, ChatMessage
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidValue, VllmRequestError
 from graph_kvcache_mcp.services.bundle_reuse import measure_bundle_reuse, reuse_table

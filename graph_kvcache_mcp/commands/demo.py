@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_async
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 
 if TYPE_CHECKING:
     from mcp import Client

@@ -16,10 +16,10 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
-from graph_kvcache_mcp.connectors.vllm_access import open_client
-from graph_kvcache_mcp.domain.kv_budget import KvBudget
-from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.connectors.vllm.access import open_client
+from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss

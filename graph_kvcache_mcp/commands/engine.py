@@ -12,7 +12,7 @@ from graph_kvcache_mcp.commands._common import (
     note,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import (
+from graph_kvcache_mcp.connectors.engine.process import (
     EngineStatus,
     EngineStopResult,
     ManagedEngine,

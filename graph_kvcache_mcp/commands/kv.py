@@ -15,7 +15,7 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_open import open_kv_client
+from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.domain.outcomes import Hit
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut, probe_kv
 from graph_kvcache_mcp.services.kv_views import KvExistsOut, KvGetOut, KvPutOut, KvStatsOut

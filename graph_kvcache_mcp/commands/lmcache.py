@@ -17,15 +17,15 @@ from graph_kvcache_mcp.commands._common import (
     emit,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStatus, ManagedLmcache
-from graph_kvcache_mcp.domain.lmcache_config import MODES, LmcacheChoices
-from graph_kvcache_mcp.domain.lmcache_keys import (
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.domain.lmcache.config import MODES, LmcacheChoices
+from graph_kvcache_mcp.domain.lmcache.keys import (
     DEFAULT_NAMESPACE,
     KEY_SCHEME_VERSION,
     engine_key,
 )
-from graph_kvcache_mcp.domain.lmcache_model import KvKind
+from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.lmcache_check import (
     DEFAULT_PAGE_BYTES,

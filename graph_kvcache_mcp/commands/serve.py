@@ -22,8 +22,8 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
-from graph_kvcache_mcp.connectors.http_token import TOKEN_ENV, http_token
-from graph_kvcache_mcp.connectors.ports import port_in_use
+from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
+from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.state import live_state
 
 if TYPE_CHECKING:

@@ -26,15 +26,15 @@ from graph_kvcache_mcp.commands._common import (
     note,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_open import engine_environment
-from graph_kvcache_mcp.connectors.trace_log import append_traces
-from graph_kvcache_mcp.connectors.vllm_access import open_client
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStopResult
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.files.trace_log import append_traces
+from graph_kvcache_mcp.connectors.vllm.access import open_client
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
-from graph_kvcache_mcp.domain.traces import Trace, TraceSummary
-from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
+from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, UnknownModel
+from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError, describe_validation
 from graph_kvcache_mcp.services import vllm as vllm_service
 from graph_kvcache_mcp.services.vllm_restart_reuse import (

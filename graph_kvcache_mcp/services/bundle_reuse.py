@@ -30,10 +30,10 @@ from graph_kvcache_mcp.domain.bundle import (
 from graph_kvcache_mcp.domain.bundle.synthetic import QUERY, synthetic_evidence
 from graph_kvcache_mcp.domain.latency import percentile
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult, MetricsWindow
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult, MetricsWindow
 
 if TYPE_CHECKING:  # the client (and openai) load on the first call, not with the server
-    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 Progress = Callable[[int, int, str], Awaitable[None]]
 """(calls done, calls in total, message)."""

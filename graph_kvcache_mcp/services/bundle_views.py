@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.domain.bundle import Bundle, ChatMessage, Rejected, SelectedItem
 from graph_kvcache_mcp.domain.bundle.compiled import PPM
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
-from graph_kvcache_mcp.domain.traces import Trace
+from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.services.bundles import BundleChat, CacheState, CompileResult
 
 

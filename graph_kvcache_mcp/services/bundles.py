@@ -20,7 +20,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -37,12 +37,12 @@ from graph_kvcache_mcp.domain.bundle import (
     encode_bundle,
 )
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
-from graph_kvcache_mcp.domain.traces import Trace
-from graph_kvcache_mcp.domain.vllm_chat import DEFAULT_MAX_TOKENS
+from graph_kvcache_mcp.domain.vllm.chat import DEFAULT_MAX_TOKENS
+from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.errors import InvalidValue, describe_validation
 
 if TYPE_CHECKING:  # the vLLM client (and openai) load on first use, not with the server
-    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 CacheState = Literal["hit", "miss", "unavailable", "off"]
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graph_kvcache_mcp.connectors.hf_config import read_hf_config
-from graph_kvcache_mcp.domain.kv_budget import KvBudget, kv_budget
+from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, kv_budget
 
 
 def budget_for(

@@ -12,7 +12,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.domain.latency import percentile
 from graph_kvcache_mcp.domain.outcomes import Hit, Stored, Unavailable
 

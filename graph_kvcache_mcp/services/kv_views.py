@@ -7,7 +7,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
-from graph_kvcache_mcp.domain.kv_stats import ClientCounters, EngineStats, KvStatsReport
+from graph_kvcache_mcp.domain.engine.kv_stats import ClientCounters, EngineStats, KvStatsReport
 from graph_kvcache_mcp.domain.outcomes import (
     Hit,
     Miss,

@@ -24,10 +24,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from graph_kvcache_mcp.connectors.lmcache_l2 import EngineL2Client, wait_for_completion
-from graph_kvcache_mcp.domain.kv_stats import EngineStats, stats_delta
-from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE, engine_key
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
+from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, engine_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.plugins.lmcache.l2 import EngineL2Client, wait_for_completion
 
 DEFAULT_PAGE_BYTES = 256 * 1024
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.hf_config import read_hf_config
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, LmcachePlan, plan_lmcache
-from graph_kvcache_mcp.domain.lmcache_model import (
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache.model import (
     HybridFacts,
     KvKind,
     ModelFacts,

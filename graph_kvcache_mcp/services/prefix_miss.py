@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graph_kvcache_mcp.connectors.vllm_routes import ChatTokens
+from graph_kvcache_mcp.connectors.vllm.routes import ChatTokens
 from graph_kvcache_mcp.domain.bundle import ChatMessage
-from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.prefix_diff import (
+from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
     Cause,
     Divergence,
     classify,
@@ -26,10 +25,11 @@ from graph_kvcache_mcp.domain.prefix_diff import (
     predicted_cached_tokens,
     role_at,
 )
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
-    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 EXCERPT_BEFORE, EXCERPT_AFTER = 6, 10  # tokens decoded around the divergence
 VERIFY_MAX_TOKENS = 1

@@ -13,29 +13,29 @@ from typing import TYPE_CHECKING
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import KvClient
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target, sync_client_for
-from graph_kvcache_mcp.connectors.lmcache_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.managed_runtime import (
+from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.stack.runtime import (
     managed_lmcache_hash_seed,
     managed_vllm_runtime,
 )
-from graph_kvcache_mcp.connectors.vllm_metrics import server_root
+from graph_kvcache_mcp.connectors.vllm.metrics import server_root
 from graph_kvcache_mcp.domain.bundle import ChatMessage
-from graph_kvcache_mcp.domain.endpoints import approve_http_url
-from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.stack_findings import (
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     EngineFacts,
     LmcacheFacts,
     StackDiagnosis,
     VllmFacts,
     stack_findings,
 )
-from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel, count_preemptions, parse_snapshot
+from graph_kvcache_mcp.domain.endpoints import approve_http_url
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
-    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 PROBE = [ChatMessage(role="user", content="ping")]
 

@@ -12,15 +12,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graph_kvcache_mcp.connectors.trace_log import read_traces
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, Progress
-from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStopResult
+from graph_kvcache_mcp.connectors.files.trace_log import read_traces
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.traces import Trace, summarize
-from graph_kvcache_mcp.domain.vllm_chat import DEFAULT_MAX_TOKENS
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.chat import DEFAULT_MAX_TOKENS
+from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
 from graph_kvcache_mcp.errors import InvalidValue
 from graph_kvcache_mcp.services.vllm_views import (
     MAX_BAD_LINES_SHOWN,
@@ -32,7 +32,7 @@ from graph_kvcache_mcp.services.vllm_views import (
 )
 
 if TYPE_CHECKING:
-    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 
 def conversation(

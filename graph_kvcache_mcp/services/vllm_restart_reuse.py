@@ -19,16 +19,16 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target, sync_client_for
-from graph_kvcache_mcp.connectors.vllm_access import open_client
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm, Progress
-from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
+from graph_kvcache_mcp.connectors.vllm.access import open_client
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
-    from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 FILLER = "The quick brown fox jumps over the lazy dog while the river keeps running. "
 SAVE_SETTLE_S = 1.0

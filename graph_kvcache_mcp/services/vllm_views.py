@@ -10,11 +10,11 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStatus, VllmStopResult
+from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStatus, VllmStopResult
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.traces import Trace, TraceSummary
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult, PrefixCacheReset
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsDelta, MetricsSnapshot
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
+from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
 
 MAX_BAD_LINES_SHOWN = 50
 

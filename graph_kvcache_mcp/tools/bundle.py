@@ -13,7 +13,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.vllm_tokens import token_counter_for
+from graph_kvcache_mcp.connectors.vllm.tokens import token_counter_for
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -22,7 +22,7 @@ from graph_kvcache_mcp.domain.bundle import (
     ScoreWeights,
 )
 from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue, VllmRequestError
 from graph_kvcache_mcp.services import bundles as bundle_service

@@ -13,9 +13,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from graph_kvcache_mcp.services.kv_views import DEFAULT_INLINE_CAP_BYTES, KEPT_FIRST_NOTE

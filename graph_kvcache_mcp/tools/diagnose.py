@@ -10,8 +10,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.domain.kv_budget import KvBudget
-from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss

@@ -13,8 +13,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.engine_process import EngineStatus, EngineStopResult
-from graph_kvcache_mcp.connectors.kv_access import KvAccess
+from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.engine.process import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,

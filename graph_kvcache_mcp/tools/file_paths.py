@@ -18,8 +18,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import NoBackChannelError
 from mcp.types import ListRootsRequest, ListRootsResult
 
-from graph_kvcache_mcp.connectors.file_access import read_regular_file
-from graph_kvcache_mcp.connectors.hf_config import config_file_of
+from graph_kvcache_mcp.connectors.files.access import read_regular_file
+from graph_kvcache_mcp.connectors.files.hf_config import config_file_of
 from graph_kvcache_mcp.domain.file_roots import (
     FROM_CLIENT,
     FROM_SETTING,

@@ -15,11 +15,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.file_access import create_exclusive
-from graph_kvcache_mcp.connectors.kv_access import KvAccess
-from graph_kvcache_mcp.connectors.kv_http import KvClient
-from graph_kvcache_mcp.domain.keys import check_key
-from graph_kvcache_mcp.domain.kv_stats import EngineStats, stats_delta
+from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.files.access import create_exclusive
+from graph_kvcache_mcp.domain.engine.keys import check_key
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut, ProbeCheck, probe_kv
 from graph_kvcache_mcp.services.kv_views import (

@@ -10,7 +10,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.kv_access import KvAccess
+from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.services.kv_views import KvStatsOut
 from graph_kvcache_mcp.state import live_state
 

@@ -14,13 +14,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from graph_kvcache_mcp.domain.blobs import decode_b64_strict
-from graph_kvcache_mcp.domain.engine_limits import (
+from graph_kvcache_mcp.domain.engine.keys import check_key
+from graph_kvcache_mcp.domain.engine.limits import (
     DURABLE_MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
     MEMORY_MAX_KEY_BYTES,
     check_value,
 )
-from graph_kvcache_mcp.domain.keys import check_key
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from graph_kvcache_mcp.tools.file_paths import read_inside_roots
 

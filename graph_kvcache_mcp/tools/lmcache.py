@@ -12,13 +12,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.connectors.lmcache_access import LmcacheAccess
-from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStatus, LmcacheStopResult
-from graph_kvcache_mcp.domain.engine_limits import VALUE_CAP_BYTES
-from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, Mode
-from graph_kvcache_mcp.domain.lmcache_keys import DEFAULT_NAMESPACE
-from graph_kvcache_mcp.domain.lmcache_model import KvKind
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode
+from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
+from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, LmcacheProcessError
 from graph_kvcache_mcp.services.lmcache_check import (

@@ -13,12 +13,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from graph_kvcache_mcp.connectors.kv_open import engine_environment
-from graph_kvcache_mcp.connectors.vllm_process import Progress
-from graph_kvcache_mcp.connectors.vllm_state import VllmLogs, VllmStopResult
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.vllm.process import Progress
+from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
-from graph_kvcache_mcp.domain.vllm_launch import KvConnector, VllmLaunch
-from graph_kvcache_mcp.domain.vllm_metrics import UnknownModel
+from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
+from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import (
     ConfigError,
     FileRefused,

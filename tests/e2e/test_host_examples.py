@@ -16,7 +16,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
+from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from tests.support.processes import REPO, clean_env, venv_script, wait_until
 
 EXAMPLES = REPO / "examples"

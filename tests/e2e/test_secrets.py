@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from tests.support.http_server import http_server
 from tests.support.mcp_calls import b64, fresh_key
 from tests.support.vllm import (

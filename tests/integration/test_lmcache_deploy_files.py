@@ -54,11 +54,11 @@ def test_lmcache_loads_the_generated_yaml_and_adapter_json(tmp_path: Path) -> No
     assert loaded["remote_storage_plugins"] == ["graphkv"]
     extra = loaded["extra_config"]
     assert extra["remote_storage_plugin.graphkv.module_path"] == (
-        "graph_kvcache_mcp.connectors.lmcache_remote"
+        "graph_kvcache_mcp.plugins.lmcache.remote"
     )
     assert extra["remote_storage_plugin.graphkv.class_name"] == "EngineRemoteConnector"
     assert extra["graphkv.base_url"] == "http://127.0.0.1:9130"
     assert loaded["pre_caching_hash_algorithm"] == "sha256_cbor"
     module, class_name, params, capacity = loaded["adapter"]
-    assert (module, class_name) == ("graph_kvcache_mcp.connectors.lmcache_l2", "EngineL2Client")
+    assert (module, class_name) == ("graph_kvcache_mcp.plugins.lmcache.l2", "EngineL2Client")
     assert params["base_url"] == "http://127.0.0.1:9130" and capacity == 0

@@ -12,8 +12,8 @@ import pytest
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import Backend, ManagedEngine
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.process import Backend, ManagedEngine
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
+from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from tests.support.processes import clean_env, venv_script, wait_until
 
 

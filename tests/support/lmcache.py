@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.domain.kv_stats import EngineStats
-from graph_kvcache_mcp.domain.lmcache_config import LmcacheChoices, plan_lmcache
-from graph_kvcache_mcp.domain.lmcache_model import ModelFacts
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.engines import RunningEngine, require_in_ci
 
 REPO = Path(__file__).resolve().parents[2]
 LMCACHE_BIN = REPO / ".venv-lmcache" / "bin" / "lmcache"
-ADAPTER_MODULE = "graph_kvcache_mcp.connectors.lmcache_l2"
+ADAPTER_MODULE = "graph_kvcache_mcp.plugins.lmcache.l2"
 ADAPTER_CLASS = "EngineL2Client"
 TEST_MODEL = ModelFacts(name="test-model", attention_layers=2, kv_heads=2, head_dim=64)
 """Matches the KV shape the server bench registers: 256-token chunks of 256 KiB."""

@@ -37,7 +37,7 @@ def main(base_url: str, namespace: str) -> dict[str, Any]:
             "remote_storage_plugins": [PLUGIN],
             "extra_config": {
                 f"remote_storage_plugin.{PLUGIN}.module_path": (
-                    "graph_kvcache_mcp.connectors.lmcache_remote"
+                    "graph_kvcache_mcp.plugins.lmcache.remote"
                 ),
                 f"remote_storage_plugin.{PLUGIN}.class_name": "EngineRemoteConnector",
                 "graphkv.base_url": base_url,

@@ -10,8 +10,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])

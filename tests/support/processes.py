@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.engine_process import EngineState, ManagedEngine
-from graph_kvcache_mcp.connectors.process_identity import is_ours
+from graph_kvcache_mcp.connectors.engine.process import EngineState, ManagedEngine
+from graph_kvcache_mcp.connectors.processes.identity import is_ours
 
 REPO = Path(__file__).resolve().parents[2]
 

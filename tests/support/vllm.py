@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm_state import VllmStatus
-from graph_kvcache_mcp.domain.vllm_launch import Platform, VllmLaunch
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
+from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from tests.support.engines import require_in_ci
 
 REPO = Path(__file__).resolve().parents[2]

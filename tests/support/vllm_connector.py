@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_open import engine_environment
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm_state import VllmStatus
-from graph_kvcache_mcp.domain.vllm_kv_blocks import block_keys
-from graph_kvcache_mcp.domain.vllm_metrics import parse_snapshot
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
+from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
+from graph_kvcache_mcp.domain.vllm.metrics import parse_snapshot
 from tests.support.engines import RunningEngine
 from tests.support.vllm import (
     MODEL_NAME,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_process import ENTRY_MODULE
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.process import ENTRY_MODULE
 from tests.support.vllm import (
     BLOCK_SIZE,
     MODEL_NAME,

@@ -19,7 +19,7 @@ build_parser()
 build_server(Settings.build())
 AppState(Settings.build())
 print("before", "openai" in sys.modules)
-from graph_kvcache_mcp.connectors.vllm_access import open_client
+from graph_kvcache_mcp.connectors.vllm.access import open_client
 open_client(Settings.build())
 print("after", "openai" in sys.modules)
 """

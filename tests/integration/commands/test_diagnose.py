@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from tests.support.vllm import tiny_model_dir
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
-from graph_kvcache_mcp.domain.lmcache_keys import engine_key
+from graph_kvcache_mcp.domain.lmcache.keys import engine_key
 from tests.support.engines import RunningEngine
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "lmcache"

@@ -11,8 +11,8 @@ from mcp import Client
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStatus, LmcacheStopResult
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from tests.support.engines import RunningEngine
 from tests.support.lmcache import cpu_server_flags, require_lmcache

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.engine_process import EngineState, ManagedEngine
-from graph_kvcache_mcp.connectors.process_identity import ProcessRecord, start_ticks
+from graph_kvcache_mcp.connectors.engine.process import EngineState, ManagedEngine
+from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord, start_ticks
 from graph_kvcache_mcp.errors import EngineProcessError
 from tests.support.engines import RunningEngine
 

@@ -20,7 +20,7 @@ import anyio.to_thread
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Unavailable
 from graph_kvcache_mcp.server import build_server
 from tests.support.engines import RunningEngine

@@ -10,9 +10,9 @@ import threading
 import pytest
 from pydantic import SecretStr
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
-from graph_kvcache_mcp.connectors.process_control import wait_gone
-from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.processes.control import wait_gone
+from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Presence, Stored, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from tests.support.engines import RunningEngine

@@ -8,10 +8,10 @@ import socket
 import pytest
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_wire import Deadline
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.kv_open import resolve_kv_target
-from graph_kvcache_mcp.domain.engine_limits import (
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.wire import Deadline
+from graph_kvcache_mcp.domain.engine.limits import (
     KV_ROUTE_PREFIX,
     MAX_KEY_BYTES,
     MAX_REQUEST_TARGET_BYTES,
@@ -31,7 +31,7 @@ def _key_of(size: int) -> str:
 def test_a_binary_search_on_the_real_engine_finds_each_backends_key_limit(
     engine: RunningEngine,
 ) -> None:
-    """Measures the figure domain/engine_limits.py records, bypassing the client's own check: the
+    """Measures the figure domain/engine/limits.py records, bypassing the client's own check: the
     longest key a fresh PUT stores and a GET returns, searched over every length the request target
     allows; one byte more is refused by the engine itself (400 memory, 500 durable)."""
     with engine.sync_client() as client:

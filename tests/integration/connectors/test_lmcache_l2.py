@@ -17,15 +17,15 @@ from contextlib import contextmanager
 
 import pytest
 
-from graph_kvcache_mcp.connectors.lmcache_l2 import (
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.lmcache.keys import engine_key
+from graph_kvcache_mcp.domain.outcomes import Hit
+from graph_kvcache_mcp.plugins.lmcache.l2 import (
     Completion,
     EngineL2Client,
     wait_for_completion,
 )
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.domain.engine_limits import MAX_VALUE_BYTES
-from graph_kvcache_mcp.domain.lmcache_keys import engine_key
-from graph_kvcache_mcp.domain.outcomes import Hit
 from tests.support.engines import RunningEngine
 from tests.support.peers import loopback_peer
 

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from graph_kvcache_mcp.connectors import lmcache_remote
-from graph_kvcache_mcp.domain.lmcache_keys import engine_key
+from graph_kvcache_mcp.domain.lmcache.keys import engine_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Stored
 from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.plugins.lmcache import remote as lmcache_remote
 from tests.support.engines import RunningEngine
 from tests.support.lmcache import REPO, engine_stats, lmcache_env, require_lmcache
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from tests.support.engines import RunningEngine
 from tests.support.lmcache import (
     adapter_json,

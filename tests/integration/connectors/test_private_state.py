@@ -11,8 +11,8 @@ from mcp import Client
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from tests.support.mcp_calls import call_error, call_ok
 from tests.support.processes import SECRETS, environ_of, modes_under, wider_than_private

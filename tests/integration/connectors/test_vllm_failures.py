@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import anyio.to_thread
 
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.peers import garbage_peer, slow_peer

@@ -15,12 +15,12 @@ import pytest
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.bundle import ChatMessage
-from graph_kvcache_mcp.domain.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Presence
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
 from tests.support.engines import RunningEngine, running_engine

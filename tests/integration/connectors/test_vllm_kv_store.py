@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.vllm_kv_store import EngineBlockStore
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from tests.support.engines import RunningEngine
 from tests.support.peers import garbage_peer, slow_peer
 
@@ -113,8 +113,8 @@ def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
     """vLLM's venv gets the package with --no-deps: no mcp, openai, httpx or platformdirs."""
     probe = (
         "import sys\n"
-        "import graph_kvcache_mcp.connectors.vllm_kv_store\n"
-        "import graph_kvcache_mcp.domain.vllm_kv_plan\n"
+        "import graph_kvcache_mcp.plugins.vllm_kv.store\n"
+        "import graph_kvcache_mcp.domain.vllm.kv_plan\n"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

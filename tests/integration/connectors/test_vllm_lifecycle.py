@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm_state import VllmStatus
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
 from tests.support.processes import SECRETS, environ_of, modes_under, wider_than_private
 from tests.support.vllm import (
     READY_TIMEOUT_S,

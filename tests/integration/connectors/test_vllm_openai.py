@@ -8,13 +8,13 @@ import anyio
 import pytest
 from pydantic import SecretStr
 
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_metrics import VllmMetricsClient
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.errors import VllmRequestError
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
 

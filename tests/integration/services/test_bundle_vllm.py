@@ -6,7 +6,7 @@ import secrets
 
 import pytest
 
-from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
+from graph_kvcache_mcp.connectors.vllm.tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import Bundle
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.services.bundle_reuse import measure_bundle_reuse

@@ -5,10 +5,10 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
-from graph_kvcache_mcp.connectors.vllm_tokens import VllmTokenCounter
+from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+from graph_kvcache_mcp.connectors.vllm.tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import (
     Bundle,
     BundleRequest,
@@ -16,7 +16,7 @@ from graph_kvcache_mcp.domain.bundle import (
     Rejected,
     bundle_key,
 )
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
 from graph_kvcache_mcp.services.bundles import BundleCounters, compile_cached, load_bundle
 from tests.support.bundles import corpus, request

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from graph_kvcache_mcp.connectors.local_chat_tokens import LocalChatTokenizer
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
+from graph_kvcache_mcp.domain.diagnosis.prefix_diff import CauseKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.prefix_diff import CauseKind
 from graph_kvcache_mcp.services.prefix_miss import explain_miss
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
 

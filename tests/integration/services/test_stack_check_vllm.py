@@ -12,9 +12,9 @@ import pytest
 from mcp import Client
 
 from graph_kvcache_mcp.cli import main
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.bundle import ChatMessage
-from graph_kvcache_mcp.domain.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.stack_check import check_stack
 from tests.support.engines import RunningEngine

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.vllm_restart_reuse import measure_restart_reuse
 

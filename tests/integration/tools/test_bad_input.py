@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from graph_kvcache_mcp.domain.engine_limits import (
+from graph_kvcache_mcp.domain.engine.limits import (
     DURABLE_MAX_KEY_BYTES,
     LONGEST_KEY_BYTES,
     MAX_VALUE_BYTES,

@@ -9,7 +9,7 @@ from typing import Any
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.bundle_views import (

@@ -9,7 +9,7 @@ from pathlib import Path
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.ports import free_port
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
 from tests.support.engines import RunningEngine

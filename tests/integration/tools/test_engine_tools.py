@@ -9,10 +9,10 @@ from pathlib import Path
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import EngineStopResult, ManagedEngine
-from graph_kvcache_mcp.connectors.kv_access import STOPPED_BY_TOOL
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.process_identity import is_ours
+from graph_kvcache_mcp.connectors.engine.access import STOPPED_BY_TOOL
+from graph_kvcache_mcp.connectors.engine.process import EngineStopResult, ManagedEngine
+from graph_kvcache_mcp.connectors.processes.identity import is_ours
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_views import KvStatsOut
 from graph_kvcache_mcp.tools.engine import EngineStatusOut

@@ -16,7 +16,7 @@ from mcp.types import ListRootsResult, Root
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV
-from graph_kvcache_mcp.domain.traces import Trace
+from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.server import build_server
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, call_error, call_ok, fresh_key

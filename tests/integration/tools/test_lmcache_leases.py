@@ -13,12 +13,12 @@ from mcp import Client
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_leases import Lease
-from graph_kvcache_mcp.connectors.lmcache_process import LmcacheStopResult, ManagedLmcache
-from graph_kvcache_mcp.connectors.managed_runtime import managed_lmcache_hash_seed
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.private_files import write_private
-from graph_kvcache_mcp.connectors.process_identity import is_ours
+from graph_kvcache_mcp.connectors.files.private import write_private
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStopResult, ManagedLmcache
+from graph_kvcache_mcp.connectors.processes.identity import is_ours
+from graph_kvcache_mcp.connectors.processes.leases import Lease
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.stack.runtime import managed_lmcache_hash_seed
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.tools.lmcache import LmcacheStatusOut
 from tests.support.engines import RunningEngine

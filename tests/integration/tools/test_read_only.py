@@ -11,13 +11,13 @@ from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_leases import Lease
-from graph_kvcache_mcp.connectors.lmcache_process import LmcacheState, ManagedLmcache
-from graph_kvcache_mcp.connectors.ports import free_port
-from graph_kvcache_mcp.connectors.private_files import write_private
-from graph_kvcache_mcp.connectors.process_identity import ProcessRecord
-from graph_kvcache_mcp.connectors.vllm_state import VllmState
-from graph_kvcache_mcp.domain.vllm_launch import Platform
+from graph_kvcache_mcp.connectors.files.private import write_private
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
+from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord
+from graph_kvcache_mcp.connectors.processes.leases import Lease
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.vllm.state import VllmState
+from graph_kvcache_mcp.domain.vllm.launch import Platform
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut
 from graph_kvcache_mcp.services.vllm_views import VllmStatusOut

@@ -13,7 +13,7 @@ from mcp import Client
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.state import AppState
 from tests.support.engines import RunningEngine

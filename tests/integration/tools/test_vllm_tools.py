@@ -11,11 +11,11 @@ import pytest
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.ports import free_port, port_in_use
-from graph_kvcache_mcp.connectors.trace_log import append_traces
-from graph_kvcache_mcp.connectors.vllm_process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm_state import VllmLogs
-from graph_kvcache_mcp.domain.traces import Trace
+from graph_kvcache_mcp.connectors.files.trace_log import append_traces
+from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmLogs
+from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,

@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
-from graph_kvcache_mcp.connectors.private_files import write_private
-from graph_kvcache_mcp.connectors.process_identity import start_ticks
+from graph_kvcache_mcp.connectors.files.private import write_private
+from graph_kvcache_mcp.connectors.processes.identity import start_ticks
+from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
 
 
 def _lease_of(directory: Path, pid: int, ticks: int) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.connectors.kv_http import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from tests.support.peers import Script, garbage_peer, hung_peer, scripted_peer, slow_peer
 from tests.support.processes import wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from graph_kvcache_mcp.connectors.file_access import (
+from graph_kvcache_mcp.connectors.files.access import (
     create_exclusive,
     read_regular_file,
 )

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.connectors.http_response import (
+from graph_kvcache_mcp.connectors.engine.http_response import (
     MAX_INFORMATIONAL,
     MalformedResponse,
     ResponseReader,

@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.http_token import TOKEN_ENV, TOKEN_FILE_NAME, http_token
+from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, TOKEN_FILE_NAME, http_token
 from graph_kvcache_mcp.errors import ConfigError
 
 

@@ -9,9 +9,9 @@ import pytest
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.kv_http import SyncKvClient
-from graph_kvcache_mcp.connectors.kv_open import KvTarget, sync_client_for
-from graph_kvcache_mcp.connectors.kv_reasons import EngineSource
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.engine.opener import KvTarget, sync_client_for
+from graph_kvcache_mcp.connectors.engine.reasons import EngineSource
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.peers import hung_peer
 

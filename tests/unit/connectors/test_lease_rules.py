@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.engine_leases import Lease, Leases
-from graph_kvcache_mcp.connectors.lease_rules import (
+from graph_kvcache_mcp.connectors.files.private import write_private
+from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord
+from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedState,
     SessionLease,
     keep_until_stop,
     release_lease,
     stop_refusal,
 )
-from graph_kvcache_mcp.connectors.private_files import write_private
-from graph_kvcache_mcp.connectors.process_identity import ProcessRecord
-from graph_kvcache_mcp.connectors.state_file import StateFile
+from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
+from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 
 
 def _state(*, runs_until_stop: bool) -> LeasedState:

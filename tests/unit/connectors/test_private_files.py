@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.private_files import (
+from graph_kvcache_mcp.connectors.files.private import (
     create_private,
     narrow_tree,
     open_private_log,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.engine_process import ManagedEngine
-from graph_kvcache_mcp.connectors.process_identity import is_alive, require_linux, start_ticks
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.processes.identity import is_alive, require_linux, start_ticks
 from graph_kvcache_mcp.errors import ProcessError
 
 

@@ -8,8 +8,8 @@ import anyio
 import anyio.lowlevel
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.vllm_access import VllmAccess, VllmAccessClosed
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm.access import VllmAccess, VllmAccessClosed
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 OTHER_URL = "http://127.0.0.1:9/v1"
 

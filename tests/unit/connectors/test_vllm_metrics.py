@@ -5,13 +5,13 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from graph_kvcache_mcp.connectors.vllm_metrics import (
+from graph_kvcache_mcp.connectors.vllm.metrics import (
     VllmMetricsClient,
     metrics_url_for,
     server_root,
 )
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_metrics import MetricsSnapshot, UnknownModel
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import ConfigError
 from tests.support.expositions import CAPTURED_MODEL, captured
 

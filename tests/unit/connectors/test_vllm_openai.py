@@ -12,11 +12,11 @@ from collections.abc import Callable
 import httpx2
 import pytest
 
-from graph_kvcache_mcp.connectors.vllm_openai import VllmClient
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm_chat import ChatResult
-from graph_kvcache_mcp.domain.vllm_metrics import parse_snapshot
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult
+from graph_kvcache_mcp.domain.vllm.metrics import parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 from tests.support.expositions import CAPTURED_MODEL, captured, widen, with_external_tier
 

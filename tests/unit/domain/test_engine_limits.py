@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graph_kvcache_mcp.domain.engine_limits import (
+from graph_kvcache_mcp.domain.engine.limits import (
     MAX_VALUE_BYTES,
     MIN_UPLOAD_RATE_BYTES_S,
     call_budget_s,

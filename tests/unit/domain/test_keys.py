@@ -4,13 +4,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.domain.engine_limits import (
+from graph_kvcache_mcp.domain.engine.keys import (
+    KeyBackend,
+    check_exists_key,
+    check_key,
+    is_valid_key,
+)
+from graph_kvcache_mcp.domain.engine.limits import (
     DURABLE_MAX_KEY_BYTES,
     LONGEST_KEY_BYTES,
     MAX_EXISTS_KEY_BYTES,
     MEMORY_MAX_KEY_BYTES,
 )
-from graph_kvcache_mcp.domain.keys import KeyBackend, check_exists_key, check_key, is_valid_key
 from graph_kvcache_mcp.errors import InvalidKey
 
 SAFE_ALPHABET = st.sampled_from([chr(c) for c in range(0x21, 0x7F) if chr(c) not in "?#"])

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from graph_kvcache_mcp.domain.kv_budget import GIB, kv_budget
-from graph_kvcache_mcp.domain.lmcache_config import ENGINE_VALUE_CAP_BYTES
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import GIB, kv_budget
+from graph_kvcache_mcp.domain.lmcache.config import ENGINE_VALUE_CAP_BYTES
 from graph_kvcache_mcp.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_kvcache_mcp.domain.kv_stats import (
+from graph_kvcache_mcp.domain.engine.kv_stats import (
     ClientCounters,
     EngineStats,
     build_report,

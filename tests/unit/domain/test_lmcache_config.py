@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from graph_kvcache_mcp.domain.lmcache_config import (
+from graph_kvcache_mcp.domain.lmcache.config import (
     ENGINE_VALUE_CAP_BYTES,
     LmcacheChoices,
     LmcachePlan,
     Mode,
     plan_lmcache,
 )
-from graph_kvcache_mcp.domain.lmcache_model import ModelFacts, facts_from_hf_config
+from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config
 from graph_kvcache_mcp.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "lmcache"
@@ -69,7 +69,7 @@ def test_a_dense_model_gets_the_mp_connector_with_its_module_path_and_prefix_cac
     server = result.lmcache_server.argv
     adapter = json.loads(server[server.index("--l2-adapter") + 1])
     assert adapter["type"] == "native_plugin"
-    assert adapter["module_path"] == "graph_kvcache_mcp.connectors.lmcache_l2"
+    assert adapter["module_path"] == "graph_kvcache_mcp.plugins.lmcache.l2"
     assert adapter["class_name"] == "EngineL2Client"
     assert "token" not in adapter["adapter_params"]
     assert server[server.index("--chunk-size") + 1] == "256"
@@ -128,7 +128,7 @@ def test_in_process_yaml_uses_current_plugin_keys_only() -> None:
     yaml = result.lmcache_yaml or ""
     assert "remote_storage_plugins: [graphkv]" in yaml
     assert (
-        "remote_storage_plugin.graphkv.module_path: graph_kvcache_mcp.connectors.lmcache_remote"
+        "remote_storage_plugin.graphkv.module_path: graph_kvcache_mcp.plugins.lmcache.remote"
         in yaml
     )
     assert "remote_storage_plugin.graphkv.class_name: EngineRemoteConnector" in yaml

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graph_kvcache_mcp.domain.lmcache_deploy import render_deploy_files
+from graph_kvcache_mcp.domain.lmcache.deploy import render_deploy_files
 
 REPO = Path(__file__).resolve().parents[3]
 

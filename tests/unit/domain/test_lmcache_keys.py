@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.domain.keys import check_key
-from graph_kvcache_mcp.domain.lmcache_keys import (
+from graph_kvcache_mcp.domain.engine.keys import check_key
+from graph_kvcache_mcp.domain.lmcache.keys import (
     ENGINE_KEY_PREFIX,
     engine_key,
     engine_keys,

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from graph_kvcache_mcp.domain.lmcache_status import report_from_status
+from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 
 
 def test_status_is_reduced_to_health_l1_usage_and_each_adapter() -> None:

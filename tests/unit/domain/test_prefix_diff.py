@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from graph_kvcache_mcp.domain.prefix_diff import (
+from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
     CauseKind,
     classify,
     first_different_message,

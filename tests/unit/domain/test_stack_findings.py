@@ -3,13 +3,13 @@ cannot be made to show here (an unhealthy L2 adapter)."""
 
 from __future__ import annotations
 
-from graph_kvcache_mcp.domain.stack_findings import (
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     EngineFacts,
     LmcacheFacts,
     VllmFacts,
     stack_findings,
 )
-from graph_kvcache_mcp.domain.vllm_metrics import CacheConfig, count_preemptions
+from graph_kvcache_mcp.domain.vllm.metrics import CacheConfig, count_preemptions
 
 ENGINE = EngineFacts(target="http://127.0.0.1:9130", source="managed", reachable=True)
 VLLM = VllmFacts(

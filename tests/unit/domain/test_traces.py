@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graph_kvcache_mcp.domain.traces import (
+from graph_kvcache_mcp.domain.vllm.traces import (
     CachedTokensSource,
     Trace,
     cache_split,

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.domain.keys import is_valid_key
-from graph_kvcache_mcp.domain.vllm_kv_blocks import (
+from graph_kvcache_mcp.domain.engine.keys import is_valid_key
+from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KEY_PREFIX,
     KvModelIdentity,
     Rejected,

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from graph_kvcache_mcp.domain.vllm_kv_blocks import block_keys
-from graph_kvcache_mcp.domain.vllm_kv_plan import ScheduledRequest, TransferPlanner
+from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
+from graph_kvcache_mcp.domain.vllm.kv_plan import ScheduledRequest, TransferPlanner
 
 DIGEST = "ab" * 32
 BLOCK = 4

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graph_kvcache_mcp.domain.vllm_launch import (
+from graph_kvcache_mcp.domain.vllm.launch import (
     Platform,
     VllmLaunch,
     parse_nvidia_smi,
@@ -104,7 +104,7 @@ def test_the_engine_connector_sets_the_transfer_config_and_recompute_on_load_fai
     config = json.loads(flag_value(plan.args, "--kv-transfer-config"))
     assert config == {
         "kv_connector": "EngineKVConnector",
-        "kv_connector_module_path": "graph_kvcache_mcp.connectors.vllm_kv_connector",
+        "kv_connector_module_path": "graph_kvcache_mcp.plugins.vllm_kv.connector",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
     }

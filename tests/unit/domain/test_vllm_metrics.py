@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from graph_kvcache_mcp.domain.vllm_metrics import (
+from graph_kvcache_mcp.domain.vllm.metrics import (
     MetricsSnapshot,
     UnknownModel,
     delta,

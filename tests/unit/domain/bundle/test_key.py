@@ -16,7 +16,7 @@ from graph_kvcache_mcp.domain.bundle import (
     ScoreWeights,
     bundle_key,
 )
-from graph_kvcache_mcp.domain.keys import check_key
+from graph_kvcache_mcp.domain.engine.keys import check_key
 from tests.support.bundles import corpus, item, request
 
 COUNTER = EstimateCounter.name

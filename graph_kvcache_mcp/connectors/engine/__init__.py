@@ -1,0 +1,6 @@
+"""The engine: its managed process, its HTTP wire, and the `/kv/<key>` client every caller uses.
+
+Public surface: `client.KvClient`/`SyncKvClient` (typed outcomes, one deadline per call),
+`opener.open_kv_client` (which engine, and one client for it), `access.KvAccess` (a server
+session's way to the engine), `process.ManagedEngine`. The rest serves those.
+"""

@@ -1,0 +1,357 @@
+"""The server's way to the KV store: resolves the engine on first use and shares one client.
+
+With `EPISTEMIC_GRAPH_KVCACHE_URL` (or `_ADDR`) set, that engine is used and nothing is ever
+started, stopped or restarted. With nothing configured this is the embedded default, the managed
+engine of the data dir:
+
+- A session that uses it holds a lease (`engine_leases`) from first use until it exits. The last
+  session to drop its lease stops an engine that sessions started; one started by
+  `graph-kvcache-mcp engine start` runs until `engine stop`, and `--keep-engine` leaves it running.
+- Self-healing: before each call the session checks, from the process side, that the engine its
+  client points at is still the process recorded in the state file. When it is gone (killed,
+  crashed, stopped from a shell) or the state file names another one (restarted on a new port),
+  the state is read again and, if nothing runs, the engine is started again on the same store.
+- Read-only sessions use an engine that already runs and create nothing: no engine, no lease,
+  no secret, no directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import anyio.to_thread
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.engine.opener import KvTarget, sync_client_for
+from graph_kvcache_mcp.connectors.engine.process import (
+    Backend,
+    EngineState,
+    EngineStatus,
+    EngineStopResult,
+    ManagedEngine,
+)
+from graph_kvcache_mcp.connectors.processes.identity import is_ours
+from graph_kvcache_mcp.connectors.processes.lease_rules import SessionLease, stop_refusal
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.errors import EngineProcessError, GraphKvcacheError
+
+log = logging.getLogger(__name__)
+
+Source = Literal["configured", "managed"]
+
+STOPPED_BY_TOOL = (
+    "the managed engine was stopped with engine_stop; call engine_start to start it again"
+)
+
+StateStamp = tuple[int, int, int]
+"""(inode, mtime in ns, size) of the state file: any rewrite of it changes the stamp."""
+
+
+def read_only_reason(data_dir: Path) -> str:
+    return (
+        f"read-only: no engine runs for {data_dir}; start one with engine_start in a writable "
+        "session or `graph-kvcache-mcp engine start`"
+    )
+
+
+@dataclass(frozen=True)
+class AccessInfo:
+    """Which engine the KV tools use, and what this server will do with it on exit."""
+
+    source: Source
+    base_url: str | None
+    started_pid: int | None
+    holds_lease: bool
+    stops_on_exit: bool
+    restarts: int
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """The managed engine the shared client points at, as the state file recorded it."""
+
+    state: EngineState
+    stamp: StateStamp | None
+
+
+class KvAccess:
+    """One shared `KvClient` per server, plus this session's part in the engine's lifecycle."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = ManagedEngine(settings.data_dir)
+        self._client: KvClient | None = None
+        self._binding: _Binding | None = None
+        self._lease = SessionLease(self.engine)
+        self._started_pid: int | None = None
+        self._restarts = 0
+        self._stopped_by_tool = False
+        self._lock = anyio.Lock()
+
+    def __repr__(self) -> str:
+        base = self._client.base_url if self._client is not None else None
+        return f"KvAccess(source={self.source!r}, base_url={base!r})"
+
+    @property
+    def source(self) -> Source:
+        return "configured" if self.settings.kv_url is not None else "managed"
+
+    @property
+    def label(self) -> str:
+        """Where KV calls go, for results that need a `base_url` before any client exists."""
+        if self._client is not None:
+            return self._client.base_url
+        if self.settings.kv_url is not None:
+            return self.settings.kv_url
+        return f"managed engine in {self.engine.data_dir}"
+
+    def info(self) -> AccessInfo:
+        binding = self._binding
+        runs_until_stop = binding is None or binding.state.runs_until_stop
+        return AccessInfo(
+            source=self.source,
+            base_url=self._client.base_url if self._client is not None else self.settings.kv_url,
+            started_pid=self._started_pid,
+            holds_lease=self._lease.held,
+            stops_on_exit=self._lease.held
+            and not runs_until_stop
+            and not self.settings.keep_engine,
+            restarts=self._restarts,
+        )
+
+    async def connect(self) -> KvClient | Unavailable:
+        """The shared client; with nothing configured, reuse, start or restart the managed
+        engine first (read-only: only reuse)."""
+        client = self._client
+        if client is not None and self._still_bound():
+            return client
+        async with self._lock:
+            return await self._connect_locked()
+
+    async def client(self) -> KvClient:
+        """The shared client, for callers that cannot report `Unavailable` themselves.
+
+        Raises:
+            EngineProcessError: the embedded engine could not be started; says why.
+        """
+        outcome = await self.connect()
+        if isinstance(outcome, Unavailable):
+            raise EngineProcessError(outcome.reason)
+        return outcome
+
+    async def startup(self) -> None:
+        """`--start-engine`: bring the embedded engine up now instead of on first use."""
+        if not self.settings.start_engine:
+            return
+        if self.settings.kv_url is not None:
+            log.warning("--start-engine ignored: EPISTEMIC_GRAPH_KVCACHE_URL is set")
+            return
+        outcome = await self.connect()
+        if isinstance(outcome, Unavailable):
+            log.warning("managed engine did not start: %s", outcome.reason)
+
+    async def start_engine(
+        self, *, backend: Backend | None = None, port: int | None = None
+    ) -> EngineStatus:
+        """Start (or reuse) the managed engine and point the shared client at it.
+
+        Raises:
+            EngineProcessError: a URL is configured, or the engine could not start.
+        """
+        self._refuse_when_configured("start")
+        async with self._lock:
+            status = await self._start_locked(backend=backend, port=port)
+            self._stopped_by_tool = False
+            return status
+
+    async def stop_engine(self, *, force: bool = False) -> EngineStopResult:
+        """Stop the managed engine now, when no one else relies on it (or when forced).
+
+        Without `force` it refuses an engine started to run until `engine stop` and one that
+        other live sessions hold leases on. This session drops its own lease either way.
+
+        Raises:
+            EngineProcessError: a URL is configured, or others rely on the engine and not forced.
+        """
+        self._refuse_when_configured("stop")
+        async with self._lock:
+            state = await anyio.to_thread.run_sync(self.engine.running_state)
+            if state is None:
+                await self._release_lease(stop_if_last=False)
+                return EngineStopResult(
+                    stopped=False, how="not_running", data_dir=str(self.engine.data_dir)
+                )
+            if not force and (refusal := await self._stop_refusal(state)) is not None:
+                raise EngineProcessError(refusal)
+            await self._drop_client()
+            await self._release_lease(stop_if_last=False)
+            result = await anyio.to_thread.run_sync(self.engine.stop)
+            self._started_pid = None
+            self._stopped_by_tool = True
+            return result
+
+    async def engine_status(self) -> EngineStatus:
+        """The engine's status; stale records and leases are removed unless read-only."""
+        tidy = not self.settings.read_only
+        return await anyio.to_thread.run_sync(lambda: self.engine.status(tidy=tidy))
+
+    async def aclose(self) -> None:
+        """Close the client and drop this session's lease; the last session out stops an
+        engine that sessions started (unless --keep-engine)."""
+        # Runs at shutdown, often inside a cancelled scope: shield so the engine really stops.
+        with anyio.CancelScope(shield=True):
+            await self._drop_client()
+            result = await self._release_lease(stop_if_last=not self.settings.keep_engine)
+            if result is not None and result.stopped:
+                log.info("stopped the managed engine (pid %s, %s)", result.pid, result.how)
+            self._started_pid = None
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _still_bound(self) -> bool:
+        """True when the client's engine is still the recorded, running process (no I/O but a
+        stat of the state file and a read of /proc). Always true for a configured URL."""
+        if self.settings.kv_url is not None:
+            return True
+        binding = self._binding
+        return (
+            binding is not None
+            and _stamp(self.engine.state_path) == binding.stamp
+            and is_ours(binding.state.process)
+        )
+
+    async def _connect_locked(self) -> KvClient | Unavailable:
+        if self.settings.kv_url is not None:
+            if self._client is None:
+                self._client = self._new_client(self.settings.kv_url, configured=True)
+            return self._client
+        if self._client is not None and self._still_bound():
+            return self._client  # another task healed it while this one waited
+        if self._stopped_by_tool:
+            return Unavailable(STOPPED_BY_TOOL)
+        lost = self._binding
+        if self.settings.read_only:
+            return await self._attach_read_only()
+        backend = lost.state.backend if lost is not None else None
+        try:
+            status = await self._start_locked(backend=backend, port=None)
+        except EngineProcessError as exc:
+            return Unavailable(f"managed engine could not start: {exc}")
+        except GraphKvcacheError as exc:  # a symlinked state or secret path, say
+            return Unavailable(f"managed engine could not be used: {exc}")
+        if lost is not None and status.pid != lost.state.process.pid:
+            self._restarts += 1
+            how = "found it running again" if status.reused else "started it again"
+            log.warning(
+                "the managed engine (pid %s) was gone; %s (pid %s, %s)",
+                lost.state.process.pid,
+                how,
+                status.pid,
+                status.base_url,
+            )
+        assert self._client is not None  # _start_locked always sets it on success
+        return self._client
+
+    async def _attach_read_only(self) -> KvClient | Unavailable:
+        """Use the engine that runs now, touching nothing on disk (no lease, no secret)."""
+
+        def find() -> tuple[EngineState | None, StateStamp | None]:
+            return self.engine.running_state(tidy=False), _stamp(self.engine.state_path)
+
+        state, stamp = await anyio.to_thread.run_sync(find)
+        token = await anyio.to_thread.run_sync(self.engine.existing_token)
+        if state is None or token is None:
+            await self._drop_client()
+            self._binding = None
+            return Unavailable(read_only_reason(self.engine.data_dir))
+        self._bind(state, stamp)
+        return await self._point_at(state.base_url)
+
+    async def _start_locked(self, *, backend: Backend | None, port: int | None) -> EngineStatus:
+        # Taken before the start: a session exiting meanwhile sees this lease and leaves the
+        # engine running (release and start are serialized on the engine's lock).
+        await self._lease.take()
+        status = await anyio.to_thread.run_sync(
+            lambda: self.engine.start(
+                backend=backend or self.settings.engine_backend,
+                port=port or self.settings.engine_port,
+                progress=lambda message: log.info("%s", message),
+                runs_until_stop=False,
+            )
+        )
+        if not status.reused:
+            self._started_pid = status.pid
+        if status.base_url is None:  # start() only returns once the engine answers
+            raise EngineProcessError(f"engine started but reports no address: {status.reason}")
+
+        def recorded() -> tuple[EngineState | None, StateStamp | None]:
+            return self.engine.state(), _stamp(self.engine.state_path)
+
+        state, stamp = await anyio.to_thread.run_sync(recorded)
+        if state is not None:
+            self._bind(state, stamp)
+        await self._point_at(status.base_url)
+        return status
+
+    def _bind(self, state: EngineState, stamp: StateStamp | None) -> None:
+        self._binding = _Binding(state, stamp)
+
+    async def _point_at(self, base_url: str) -> KvClient:
+        if self._client is None or self._client.base_url != base_url:
+            await self._drop_client()
+            self._client = self._new_client(base_url, configured=False)
+        return self._client
+
+    def _new_client(self, base_url: str, *, configured: bool) -> KvClient:
+        target = (
+            KvTarget(base_url, self.settings.kv_token, "configured")
+            if configured
+            else KvTarget(
+                base_url,
+                self.engine.existing_token(),
+                "managed",
+                # The state records the backend, so key limits need no stats call to learn it.
+                self._binding.state.backend if self._binding is not None else None,
+            )
+        )
+        return KvClient(sync_client_for(target, self.settings))
+
+    async def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def _release_lease(self, *, stop_if_last: bool) -> EngineStopResult | None:
+        self._binding = None
+        return await self._lease.release(stop_if_last=stop_if_last)
+
+    async def _stop_refusal(self, state: EngineState) -> str | None:
+        return stop_refusal(
+            state,
+            await self._lease.others(),
+            what=f"the engine in {self.engine.data_dir}",
+            stop_command="graph-kvcache-mcp engine stop",
+            afterwards=" (a session still using it starts it again on its next KV call)",
+        )
+
+    def _refuse_when_configured(self, verb: str) -> None:
+        if self.settings.kv_url is not None:
+            raise EngineProcessError(
+                f"this server uses the engine at {self.settings.kv_url} "
+                "(EPISTEMIC_GRAPH_KVCACHE_URL/ADDR is set) and never starts or stops engines; "
+                f"to {verb} the local managed engine, run the server without that variable"
+            )
+
+
+def _stamp(path: Path) -> StateStamp | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)

@@ -1,0 +1,100 @@
+"""Which engine to talk to, and one place that opens a client for it (CLI, server and tools).
+
+Order: a configured URL (`EPISTEMIC_GRAPH_KVCACHE_URL` / `_ADDR`) > the managed engine recorded in
+the data dir > the engine's default address, http://127.0.0.1:9130.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.reasons import EngineSource
+from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
+from graph_kvcache_mcp.domain.engine.limits import EngineBackend
+
+
+@dataclass(frozen=True)
+class KvTarget:
+    base_url: str
+    token: SecretStr | None
+    source: EngineSource
+    backend: EngineBackend | None = None
+    """Known for a managed engine (its state records it); else the client learns it."""
+
+    def __repr__(self) -> str:
+        return f"KvTarget({self.base_url!r}, source={self.source!r})"
+
+
+def resolve_kv_target(settings: Settings) -> KvTarget:
+    """Pick the engine per the precedence above (reads the data dir's state file)."""
+    if settings.kv_url is not None:
+        return KvTarget(settings.kv_url, settings.kv_token, "configured")
+    managed = ManagedEngine(settings.data_dir)
+    if (state := managed.running_state()) is not None:
+        return KvTarget(state.base_url, managed.token(), "managed", state.backend)
+    return KvTarget(f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}", settings.kv_token, "default")
+
+
+def engine_environment(settings: Settings) -> dict[str, str]:
+    """What a process we launch (vLLM with the engine as its KV tier) needs to reach the engine
+    `settings` resolve to; holds the token, so it goes only into that process's environment."""
+    target = resolve_kv_target(settings)
+    env = {
+        "EPISTEMIC_GRAPH_KVCACHE_URL": target.base_url,
+        "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S": f"{settings.kv_timeout_s:g}",
+    }
+    if target.token is not None:
+        env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = target.token.get_secret_value()
+    return env
+
+
+def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
+    return SyncKvClient(
+        target.base_url,
+        target.token,
+        timeout_s=settings.kv_timeout_s,
+        concurrency=settings.kv_concurrency,
+        source=target.source,
+        backend=target.backend,
+    )
+
+
+def sync_client_from_params(
+    *,
+    base_url: str | None = None,
+    addr: str | None = None,
+    token: str | None = None,
+    timeout_s: float | None = None,
+    concurrency: int | None = None,
+) -> SyncKvClient:
+    """A blocking client for explicit parameters (an LMCache adapter's), the environment and
+    then the usual precedence filling whatever is not given.
+
+    Raises:
+        ConfigError: a parameter (URL, address, number) cannot be used as given.
+    """
+    url = base_url or (url_from_addr(addr) if addr else None)
+    settings = Settings.from_env(
+        kv_url=url,
+        kv_token=SecretStr(token) if token else None,
+        kv_timeout_s=timeout_s,
+        kv_concurrency=concurrency,
+    )
+    return sync_client_for(resolve_kv_target(settings), settings)
+
+
+@asynccontextmanager
+async def open_kv_client(settings: Settings) -> AsyncIterator[KvClient]:
+    """An async client for the resolved engine, closed on exit."""
+    client = KvClient(sync_client_for(resolve_kv_target(settings), settings))
+    try:
+        yield client
+    finally:
+        await client.aclose()

@@ -1,0 +1,373 @@
+"""The managed local engine: a real `epistemic-graph-server` on loopback, started and stopped by us.
+
+Layout under `<data_dir>/engine/` (directories 0700, files 0600): `state.json` (what we started),
+`token`, `auth_secret`, `signer_key` (generated once and reused so configured clients keep
+working), `engine.log`, `leases/` (one file per server session using the engine, see
+`engine_leases`), `lifecycle.lock`, and `store/` (the engine's persist dir; one engine per dir,
+the engine locks it). The engine runs with umask 077 and an environment of its own variables
+only, so its store is private and it never sees our other secrets.
+
+Readiness is an authenticated `GET /kv/stats` = 200: the engine keeps running when its KV listener
+fails (port taken, bad token), so a live pid proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.files.private import (
+    exclusive,
+    narrow_tree,
+    new_secret,
+    private_dir,
+    secret_file,
+)
+from graph_kvcache_mcp.connectors.processes.control import (
+    OS_INHERITED,
+    OS_INHERITED_PREFIXES,
+    StopHow,
+    inherited_environment,
+    spawn_logged,
+    stop_process,
+    tail,
+)
+from graph_kvcache_mcp.connectors.processes.lease_rules import (
+    LeasedLifecycle,
+    LeasedState,
+    keep_until_stop,
+)
+from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
+from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
+from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.errors import EngineProcessError
+
+Backend = Literal["durable", "memory"]
+ENGINE_HOST = "127.0.0.1"
+DEFAULT_READY_TIMEOUT_S = 30.0
+PORT_RELEASE_GRACE_S = 1.0
+"""After a crash the kernel frees the listening port ~0.1 s after the process is reaped."""
+_INSTALL_HINT = "install it with: pip install 'graph-kvcache-mcp[engine]' (epistemic-graph-server)"
+
+Progress = Callable[[str], None]
+
+# What the engine process may inherit from us: what the OS and its runtime need, nothing else.
+# Everything the engine itself reads is set explicitly in `ManagedEngine._environment`.
+_INHERITED = OS_INHERITED | {"RUST_LOG", "RUST_BACKTRACE"}
+
+
+class EngineState(LeasedState):
+    """`state.json`: the engine we started. Holds no secret."""
+
+    port: int
+    backend: Backend
+    base_url: str
+    data_dir: str
+
+
+class EngineStatus(BaseModel):
+    """What `engine status` reports."""
+
+    model_config = ConfigDict(frozen=True)
+
+    running: bool
+    reachable: bool = False
+    managed_by_us: bool = False
+    pid: int | None = None
+    port: int | None = None
+    base_url: str | None = None
+    backend: Backend | None = None
+    uptime_s: float | None = None
+    log_path: str | None = None
+    data_dir: str
+    reason: str | None = None
+    reused: bool = False
+    runs_until_stop: bool | None = Field(
+        None,
+        description="True: runs until `engine stop`; false: stops when the last session using it "
+        "exits.",
+    )
+    leases: list[Lease] = Field(
+        default_factory=list, description="Live server sessions using this engine."
+    )
+
+
+class EngineStopResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stopped: bool
+    how: StopHow
+    pid: int | None = None
+    data_dir: str
+
+
+def engine_binary() -> Path:
+    """Path of the `epistemic-graph-server` binary from the installed wheel.
+
+    Raises:
+        EngineProcessError: the package is not installed or ships no binary.
+    """
+    try:
+        import epistemic_graph_server
+    except ImportError:
+        raise EngineProcessError(
+            f"epistemic-graph-server is not installed; {_INSTALL_HINT}"
+        ) from None
+    path = Path(epistemic_graph_server.binary_path())
+    if not path.exists():
+        raise EngineProcessError(f"engine binary missing at {path}; reinstall it: {_INSTALL_HINT}")
+    return path
+
+
+class ManagedEngine(LeasedLifecycle[EngineStopResult]):
+    """Start, find, check and stop the engine that lives under one data dir."""
+
+    TERM_WAIT_S = 10.0
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.home = self.data_dir / "engine"
+        self.state_path = self.home / "state.json"
+        self.state_file = StateFile(self.state_path, EngineState)
+        self.log_path = self.home / "engine.log"
+        self.store_dir = self.home / "store"
+        self.leases = Leases(self.home / "leases")
+
+    def __repr__(self) -> str:
+        return f"ManagedEngine({str(self.data_dir)!r})"
+
+    # --- secrets -----------------------------------------------------------------------------
+
+    def token(self) -> SecretStr:
+        """The bearer token clients use (created on first use, 0600)."""
+        return SecretStr(self._secret("token", new_secret))
+
+    def existing_token(self) -> SecretStr | None:
+        """The bearer token when one was made already; creates nothing (read-only use)."""
+        value = secret_file(self.home / "token")
+        return SecretStr(value) if value is not None else None
+
+    def _secret(self, name: str, make: Callable[[], str]) -> str:
+        self._make_home()
+        value = secret_file(self.home / name, make)
+        if value is None:  # pragma: no cover - secret_file creates the file or raises
+            raise EngineProcessError(f"could not create {self.home / name}")
+        return value
+
+    # --- state -------------------------------------------------------------------------------
+
+    def state(self) -> EngineState | None:
+        """The recorded engine, when the record exists and is readable."""
+        return self.state_file.read()
+
+    def running_state(self, *, tidy: bool = True) -> EngineState | None:
+        """The recorded engine when it is still the process we started; a stale record is
+        cleared when `tidy` (read-only callers leave everything as it is)."""
+        return self.state_file.read_live(tidy=tidy)
+
+    def client(self, state: EngineState, *, timeout_s: float = 5.0) -> SyncKvClient:
+        return SyncKvClient(state.base_url, self.existing_token(), timeout_s=timeout_s)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        port: int | None = None,
+        backend: Backend = "durable",
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        progress: Progress | None = None,
+        runs_until_stop: bool = True,
+    ) -> EngineStatus:
+        """Ensure an engine runs for this data dir; reuse a healthy one we started before.
+
+        Two callers starting at once (a CLI and a server, say) are serialized on a lock file, so
+        the second one finds and reuses the first one's engine instead of racing it. A new
+        engine records `runs_until_stop`: server sessions pass False, so the last session to
+        release it stops it (`release`); otherwise only `stop` ends it.
+
+        Raises:
+            EngineProcessError: binary missing, port taken, data dir locked, or not ready in time;
+                the message quotes the engine's own reason from its log.
+        """
+        with self._exclusive():
+            return self._start(port, backend, ready_timeout_s, progress, runs_until_stop)
+
+    def _start(
+        self,
+        port: int | None,
+        backend: Backend,
+        ready_timeout_s: float,
+        progress: Progress | None,
+        runs_until_stop: bool,
+    ) -> EngineStatus:
+        note = progress or (lambda _message: None)
+        if (state := self.running_state()) is not None:
+            status = self.status()
+            if status.reachable:
+                note(f"engine already running (pid {state.process.pid}, port {state.port})")
+                if runs_until_stop:
+                    # `engine start` on a session's engine: from now on it runs until `engine stop`.
+                    keep_until_stop(self.state_file, state)
+                    status = status.model_copy(update={"runs_until_stop": True})
+                return status.model_copy(update={"reused": True})
+            raise EngineProcessError(
+                f"an engine we started (pid {state.process.pid}) runs but does not answer on "
+                f"port {state.port}: {status.reason}. Stop it with engine_stop (force=true) or "
+                f"`graph-kvcache-mcp engine stop --data-dir {self.data_dir}` and start again"
+            )
+        binary = engine_binary()
+        chosen = port or free_port(ENGINE_HOST)
+        if not wait_port_free(ENGINE_HOST, chosen, PORT_RELEASE_GRACE_S):
+            raise EngineProcessError(
+                f"port {chosen} on {ENGINE_HOST} is already in use by another process; "
+                "choose another with --port (or omit it to pick a free one)"
+            )
+        private_dir(self.store_dir)
+        narrow_tree(self.home)  # a store or log an older version left 0644
+        command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
+        note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
+        process, record = spawn_logged(
+            command, env=self._environment(chosen, backend), log_path=self.log_path
+        )
+        state = EngineState(
+            process=record,
+            port=chosen,
+            backend=backend,
+            base_url=f"http://{ENGINE_HOST}:{chosen}",
+            data_dir=str(self.data_dir),
+            runs_until_stop=runs_until_stop,
+        )
+        self.state_file.write(state)
+        self._wait_ready(process, state, ready_timeout_s, note)
+        note(f"engine ready at {state.base_url}")
+        return self.status()
+
+    def _stop(self, term_wait_s: float) -> EngineStopResult:
+        state = self.running_state()
+        if state is None:
+            return EngineStopResult(stopped=False, how="not_running", data_dir=str(self.data_dir))
+        how = stop_process(state.process, term_wait_s=term_wait_s)
+        self.state_file.clear()
+        return EngineStopResult(
+            stopped=how != "not_running",
+            how=how,
+            pid=state.process.pid,
+            data_dir=str(self.data_dir),
+        )
+
+    def status(self, *, tidy: bool = True) -> EngineStatus:
+        """Whether our engine runs and answers, with pid, port, backend, uptime and the live
+        leases; stale records and leases are removed on the way when `tidy`."""
+        state = self.running_state(tidy=tidy)
+        leases = list(self.leases.live(tidy=tidy).values())
+        if state is None:
+            return EngineStatus(
+                running=False,
+                data_dir=str(self.data_dir),
+                leases=leases,
+                reason=f"no managed engine runs for {self.data_dir}; start one with engine_start "
+                "(CLI: `graph-kvcache-mcp engine start`)",
+            )
+        with self.client(state, timeout_s=2.0) as client:
+            stats = client.engine_stats()
+        reachable = not isinstance(stats, Unavailable)
+        return EngineStatus(
+            running=True,
+            reachable=reachable,
+            managed_by_us=True,
+            pid=state.process.pid,
+            port=state.port,
+            base_url=state.base_url,
+            backend=stats.backend
+            if not isinstance(stats, Unavailable) and stats.backend != "unknown"
+            else state.backend,
+            uptime_s=round(time.time() - state.process.started_at, 3),
+            log_path=state.process.log_path,
+            data_dir=str(self.data_dir),
+            reason=stats.reason if isinstance(stats, Unavailable) else None,
+            runs_until_stop=state.runs_until_stop,
+            leases=leases,
+        )
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _make_home(self) -> None:
+        private_dir(self.data_dir)
+        private_dir(self.home)
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold `<home>/lifecycle.lock` (flock) so start, stop and release never interleave."""
+        self._make_home()
+        with exclusive(self.home / "lifecycle.lock"):
+            yield
+
+    def _environment(self, port: int, backend: Backend) -> dict[str, str]:
+        signer = self._secret("signer_key", lambda: secrets.token_hex(16))
+        env = inherited_environment(_INHERITED, OS_INHERITED_PREFIXES)
+        env.update(
+            GRAPH_SERVICE_AUTH_SECRET=self._secret("auth_secret", new_secret),
+            GRAPH_SERVICE_PERSIST_DIR=str(self.store_dir),
+            EPISTEMIC_GRAPH_AUDIENCE="epistemic-graph",
+            EPISTEMIC_GRAPH_TENANT="tenant:local",
+            EPISTEMIC_GRAPH_POLICY_VERSION="policy:initial",
+            EPISTEMIC_GRAPH_REQUIRE_OIDC="false",
+            EPISTEMIC_GRAPH_SIGNER_KEYS_JSON=json.dumps({"service:local": signer}),
+            EPISTEMIC_GRAPH_KVCACHE_ADDR=f"{ENGINE_HOST}:{port}",
+            EPISTEMIC_GRAPH_KVCACHE_TOKEN=self.token().get_secret_value(),
+        )
+        if backend == "durable":
+            env["EPISTEMIC_GRAPH_KVCACHE_BACKEND"] = "durable"
+        return env
+
+    def _wait_ready(
+        self,
+        process: subprocess.Popen[bytes],
+        state: EngineState,
+        timeout_s: float,
+        note: Progress,
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_reason = "no answer yet"
+        next_note = time.monotonic() + 2.0
+        with self.client(state, timeout_s=1.0) as client:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    self.state_file.clear()
+                    raise EngineProcessError(
+                        f"engine exited with code {process.returncode} before it was ready: "
+                        f"{_engine_reason(self.log_path)} (log: {self.log_path})"
+                    )
+                stats = client.engine_stats()
+                if not isinstance(stats, Unavailable):
+                    return
+                last_reason = stats.reason
+                if time.monotonic() >= next_note:
+                    note(f"waiting for the engine's KV port {state.port} ...")
+                    next_note += 2.0
+                time.sleep(0.05)
+        stop_process(state.process, term_wait_s=5.0)
+        self.state_file.clear()
+        raise EngineProcessError(
+            f"engine did not answer on port {state.port} within {timeout_s:g} s ({last_reason}); "
+            f"its log says: {_engine_reason(self.log_path)} (log: {self.log_path})"
+        )
+
+
+def _engine_reason(log_path: Path) -> str:
+    """The most telling line of the engine's log: its last ERROR line, else its last line."""
+    lines = [line for line in tail(log_path, 60).splitlines() if line.strip()]
+    errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
+    chosen = (errors or lines or ["(empty log)"])[-1]
+    return chosen.strip()[-300:]

@@ -1,0 +1,1 @@
+"""Files on this machine: bounded safe reads, private state, the HTTP token, traces, HF configs."""

@@ -1,0 +1,330 @@
+"""The managed `lmcache server`: start it from a plan, report it, stop only what we started.
+
+Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports),
+`lmcache.log` and `leases/` (one file per server session using the server, see `engine_leases`).
+The server runs in its own session from the interpreter of LMCache's venv
+(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m lmcache.cli.main server ...`;
+readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port. Start, stop
+and release hold `<home>/lifecycle.lock`, so two callers never interleave. A server started by a
+session stops when the last session holding a lease releases it (`lease_rules`); one started by
+`lmcache start` runs until `lmcache stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.connectors.files.private import exclusive, private_dir
+from graph_kvcache_mcp.connectors.processes.control import (
+    ML_STACK_INHERITED,
+    ML_STACK_INHERITED_PREFIXES,
+    inherited_environment,
+    spawn_logged,
+    stop_process,
+    tail,
+)
+from graph_kvcache_mcp.connectors.processes.lease_rules import (
+    LeasedLifecycle,
+    LeasedState,
+    keep_until_stop,
+)
+from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
+from graph_kvcache_mcp.connectors.processes.ports import port_in_use
+from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
+from graph_kvcache_mcp.errors import LmcacheProcessError
+
+LMCACHE_HOST = "127.0.0.1"
+ENTRY_MODULE = "lmcache.cli.main"
+DEFAULT_READY_TIMEOUT_S = 180.0
+INSTALL_HINT = (
+    "install LMCache into its own venv (`pip install torch==2.13.0` for CPU first, then "
+    "`pip install lmcache==0.5.6` and `pip install --no-deps graph-kvcache-mcp` for our adapter) "
+    "and point GRAPH_KVCACHE_LMCACHE_PYTHON at that venv's python"
+)
+
+
+class LmcacheState(LeasedState):
+    """`state.json`: the server we started. Holds no secret."""
+
+    host: str
+    port: int
+    http_port: int
+    http_url: str
+
+
+class LmcacheStatus(BaseModel):
+    """What `lmcache status` / `lmcache start` report."""
+
+    model_config = ConfigDict(frozen=True)
+
+    running: bool
+    healthy: bool = False
+    managed_by_us: bool = False
+    reused: bool = False
+    pid: int | None = None
+    rpc_url: str | None = Field(None, description="Where vLLM's MP connector connects.")
+    http_url: str | None = None
+    report: LmcacheServerReport | None = Field(None, description="From GET /status.")
+    uptime_s: float | None = None
+    startup_s: float | None = None
+    log_path: str | None = None
+    data_dir: str
+    reason: str | None = None
+    runs_until_stop: bool | None = Field(
+        None,
+        description="True: runs until `lmcache stop`; false: stops when the last session using "
+        "it exits.",
+    )
+    leases: list[Lease] = Field(
+        default_factory=list, description="Live server sessions using this server."
+    )
+
+
+class LmcacheStopResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stopped: bool
+    how: str = Field(description="terminated | killed | not_running")
+    pid: int | None = None
+    data_dir: str
+    reason: str | None = None
+
+
+class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
+    """Start, find, check and stop the `lmcache server` that belongs to one data dir."""
+
+    TERM_WAIT_S = 15.0
+
+    def __init__(self, data_dir: Path, *, python: Path | str | None = None) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.home = self.data_dir / "lmcache"
+        self.state_file = StateFile(self.home / "state.json", LmcacheState)
+        self.log_path = self.home / "lmcache.log"
+        self.python = str(python) if python else sys.executable
+        self.leases = Leases(self.home / "leases")
+
+    def __repr__(self) -> str:
+        return f"ManagedLmcache({str(self.data_dir)!r})"
+
+    def start(
+        self,
+        server: ProcessSpec,
+        *,
+        env: Mapping[str, str],
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        runs_until_stop: bool = True,
+    ) -> LmcacheStatus:
+        """Ensure the planned server runs; reuse ours when it already does.
+
+        `server` is the plan's `lmcache_server` (argv from `lmcache ...`); `env` is the
+        environment with real values (the plan's holds `${...}` references). A new server
+        records `runs_until_stop`: server sessions pass False, so the last session to release
+        it stops it (`release`); otherwise only `stop` ends it, and reusing a session's server
+        with True marks it so.
+
+        Raises:
+            LmcacheProcessError: LMCache missing, a port held by something else, or the server
+                exiting or not healthy in time (with the log's last words).
+        """
+        port, http_port = _flag_int(server.argv, "--port"), _flag_int(server.argv, "--http-port")
+        with self._exclusive():
+            if (state := self.state_file.read_live()) is not None:
+                if (state.port, state.http_port) != (port, http_port):
+                    raise LmcacheProcessError(
+                        f"an lmcache server started from {self.data_dir} already runs (pid "
+                        f"{state.process.pid}, port {state.port}); stop it first with lmcache_stop"
+                    )
+                if runs_until_stop:
+                    state = keep_until_stop(self.state_file, state)
+                return self._status_of(state).model_copy(update={"reused": True})
+            for taken in (port, http_port):
+                if port_in_use(LMCACHE_HOST, taken):
+                    raise LmcacheProcessError(
+                        f"port {taken} on {LMCACHE_HOST} is held by a process this tool did not "
+                        "start; it was left alone. Choose other ports"
+                    )
+            self._check_importable()
+            return self._launch(server, env, port, http_port, ready_timeout_s, runs_until_stop)
+
+    def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
+        """The recorded server when it is still the process we started; a stale record is
+        cleared when `tidy` (read-only callers leave everything as it is)."""
+        return self.state_file.read_live(tidy=tidy)
+
+    def status(self, *, tidy: bool = True) -> LmcacheStatus:
+        """Whether our server runs and is healthy, with /status and the live leases; stale
+        records and leases are removed on the way when `tidy`."""
+        state = self.running_state(tidy=tidy)
+        if state is None:
+            return LmcacheStatus(
+                running=False,
+                data_dir=str(self.data_dir),
+                leases=list(self.leases.live(tidy=tidy).values()),
+                reason=f"no managed lmcache server runs for {self.data_dir}; start one with "
+                "lmcache_start (CLI: graph-kvcache-mcp lmcache start)",
+            )
+        return self._status_of(state, tidy=tidy)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _stop(self, term_wait_s: float) -> LmcacheStopResult:
+        state = self.running_state()
+        if state is None:
+            return LmcacheStopResult(
+                stopped=False,
+                how="not_running",
+                data_dir=str(self.data_dir),
+                reason=f"no lmcache server started from {self.data_dir} is running; nothing "
+                "was signalled",
+            )
+        how = stop_process(state.process, term_wait_s=term_wait_s)
+        self.state_file.clear()
+        return LmcacheStopResult(
+            stopped=how != "not_running",
+            how=how,
+            pid=state.process.pid,
+            data_dir=str(self.data_dir),
+        )
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        private_dir(self.home)
+        with exclusive(self.home / "lifecycle.lock"):
+            yield
+
+    def _check_importable(self) -> None:
+        if not Path(self.python).exists():
+            raise LmcacheProcessError(
+                f"the LMCache interpreter {self.python} does not exist; {INSTALL_HINT}"
+            )
+        probe = (
+            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') else 3)"
+        )
+        try:
+            done = subprocess.run(
+                [self.python, "-c", probe], capture_output=True, timeout=60, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise LmcacheProcessError(
+                f"could not run {self.python} ({exc}); {INSTALL_HINT}"
+            ) from None
+        if done.returncode != 0:
+            raise LmcacheProcessError(f"lmcache is not importable by {self.python}; {INSTALL_HINT}")
+
+    def _launch(
+        self,
+        server: ProcessSpec,
+        env: Mapping[str, str],
+        port: int,
+        http_port: int,
+        ready_timeout_s: float,
+        runs_until_stop: bool,
+    ) -> LmcacheStatus:
+        command = (self.python, "-m", ENTRY_MODULE, *server.argv[1:])
+        began = time.monotonic()
+        process, record = spawn_logged(
+            command,
+            # Only what a Python + torch stack needs, then the plan's own (the engine's URL and
+            # token for the L2 adapter): none of our other secrets.
+            env={**inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES), **env},
+            log_path=self.log_path,
+            header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
+        )
+        state = LmcacheState(
+            process=record,
+            host=LMCACHE_HOST,
+            port=port,
+            http_port=http_port,
+            http_url=f"http://{LMCACHE_HOST}:{http_port}",
+            runs_until_stop=runs_until_stop,
+        )
+        self.state_file.write(state)
+        self._wait_healthy(process, state, ready_timeout_s, began)
+        status = self._status_of(state)
+        return status.model_copy(update={"startup_s": round(time.monotonic() - began, 3)})
+
+    def _wait_healthy(
+        self,
+        process: subprocess.Popen[bytes],
+        state: LmcacheState,
+        timeout_s: float,
+        began: float,
+    ) -> None:
+        deadline = began + timeout_s
+        while time.monotonic() < deadline:
+            if (code := process.poll()) is not None:
+                self.state_file.clear()
+                raise LmcacheProcessError(
+                    f"lmcache server exited with code {code} before it was healthy: "
+                    f"{_last_words(self.log_path)} (log: {self.log_path})"
+                )
+            if _get_json(state.http_url + "/healthcheck").get("status") == "healthy":
+                return
+            time.sleep(0.25)  # poll interval; the deadline above bounds the wait
+        stop_process(state.process, term_wait_s=10.0)
+        self.state_file.clear()
+        raise LmcacheProcessError(
+            f"lmcache server was not healthy within {timeout_s:g} s and was stopped: "
+            f"{_last_words(self.log_path)} (log: {self.log_path})"
+        )
+
+    def _status_of(self, state: LmcacheState, *, tidy: bool = True) -> LmcacheStatus:
+        health = _get_json(state.http_url + "/healthcheck")
+        status = _get_json(state.http_url + "/status")
+        healthy = health.get("status") == "healthy"
+        return LmcacheStatus(
+            running=True,
+            healthy=healthy,
+            managed_by_us=True,
+            pid=state.process.pid,
+            rpc_url=f"tcp://{state.host}:{state.port}",
+            http_url=state.http_url,
+            report=report_from_status(status) if status else None,
+            uptime_s=round(time.time() - state.process.started_at, 3),
+            log_path=state.process.log_path,
+            data_dir=str(self.data_dir),
+            reason=None if healthy else f"/healthcheck says {health or 'nothing'}",
+            runs_until_stop=state.runs_until_stop,
+            leases=list(self.leases.live(tidy=tidy).values()),
+        )
+
+
+def _get_json(url: str, *, timeout_s: float = 3.0) -> dict[str, Any]:
+    """The JSON object at `url` ({} when the server does not answer with one)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            payload = json.loads(response.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _flag_int(argv: list[str], flag: str) -> int:
+    """The integer after `flag` in a planned argv."""
+    try:
+        return int(argv[argv.index(flag) + 1])
+    except (ValueError, IndexError):
+        raise LmcacheProcessError(f"the lmcache server plan has no {flag} value") from None
+
+
+def _last_words(log_path: Path) -> str:
+    lines = [line.strip() for line in tail(log_path, 80).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("=== graph-kvcache-mcp:")]
+    for marker in ("Error", "Exception", "ERROR"):
+        hits = [line for line in lines if marker in line]
+        if hits:
+            return hits[-1][-400:]
+    return (lines or ["(empty log)"])[-1][-400:]

@@ -1,0 +1,122 @@
+"""A call's cached tokens: from the answer's usage, else from vLLM's /metrics around the call.
+
+The meter learns whether the server reports cached tokens in its answers
+(`--enable-prompt-tokens-details`) and whether it runs a KV connector (an external tier), and reads
+/metrics around a call while answers do not report cached tokens, or while there is a tier split
+to measure: the answer's count is local plus external, and only /metrics tells them apart.
+vLLM publishes a request's stats a moment after it answers, so the snapshot after a call is
+polled until `vllm:prompt_tokens_total` has moved by at least the call's prompt tokens, or
+`SETTLE_S` has passed. Chat and the bundle reuse measurement both use this one wait;
+`domain.vllm_chat` decides what the window may be credited with.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.chat import (
+    CachedTokens,
+    MetricsWindow,
+    from_usage,
+    from_window,
+    metrics_window,
+    split_by_tier,
+    unattributed,
+)
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, UnknownModel
+
+SETTLE_S = 5.0  # the longest wait for /metrics to show a call that already returned
+POLL_S = 0.02
+
+
+class CacheMeter:
+    """Snapshots of one server's /metrics for one model, and the window around a call."""
+
+    def __init__(
+        self, metrics: VllmMetricsClient, *, fallback: bool = True, settle_s: float = SETTLE_S
+    ) -> None:
+        self.metrics = metrics
+        self.fallback = fallback
+        self.settle_s = settle_s
+        self.usage_reports_cached: bool | None = None  # learned from the answers
+        self.external_tier: bool | None = None  # learned from /metrics windows
+
+    async def before_call(self, model: str) -> MetricsSnapshot | None:
+        """A snapshot to diff against later (while the /metrics fallback is on), unless answers
+        report cached tokens themselves and the server is known to have no external tier."""
+        if not self.fallback or (self.usage_reports_cached and self.external_tier is False):
+            return None
+        return await self.snapshot(model)
+
+    async def credit(
+        self,
+        model: str,
+        *,
+        prompt_tokens: int,
+        reported: int | None,
+        answered_usage: bool,
+        before: MetricsSnapshot | None,
+    ) -> CachedTokens:
+        """The call's cached tokens: `reported` by the answer, else the /metrics window from
+        `before`, else unknown with the reason."""
+        if reported is not None:
+            self.usage_reports_cached = True
+            cached = from_usage(reported)
+            if before is None:
+                return cached
+            window = await self.window(model, before, prompt_tokens)
+            return cached if window is None else split_by_tier(cached, window, prompt_tokens)
+        self.usage_reports_cached = False
+        if not answered_usage:
+            return unattributed("the response carried no usage block")
+        if before is None:
+            why = "disabled" if not self.fallback else "not readable before the call"
+            return unattributed(
+                "vLLM left usage.prompt_tokens_details empty (start it with "
+                f"--enable-prompt-tokens-details) and /metrics was {why}"
+            )
+        window = await self.window(model, before, prompt_tokens)
+        if window is None:
+            return unattributed("/metrics could not be read after the call")
+        return from_window(window, prompt_tokens)
+
+    def __repr__(self) -> str:
+        return f"CacheMeter({self.metrics.metrics_url!r})"
+
+    async def snapshot(self, model: str) -> MetricsSnapshot | None:
+        """The model's counters now; None when /metrics cannot be read or lacks the model."""
+        try:
+            snapshot = await self.metrics.snapshot(model)
+        except UnknownModel:
+            return None
+        return None if isinstance(snapshot, Unavailable) else snapshot
+
+    async def settled(
+        self, model: str, before: MetricsSnapshot, prompt_tokens: int
+    ) -> MetricsSnapshot | None:
+        """The first snapshot that counts a call of `prompt_tokens`; the last one seen when the
+        counters do not get there within `settle_s` (the window then says so)."""
+        after: MetricsSnapshot | None = None
+        with anyio.move_on_after(self.settle_s):
+            while True:
+                after = await self.snapshot(model)
+                if after is None:
+                    break
+                moved = metrics_window(before, after).prompt_tokens
+                if moved is None or moved >= prompt_tokens:
+                    break
+                await anyio.sleep(POLL_S)  # a condition poll, bounded by move_on_after
+        return after
+
+    async def window(
+        self, model: str, before: MetricsSnapshot, prompt_tokens: int
+    ) -> MetricsWindow | None:
+        """What the counters did from `before` until they show the call; None when unreadable."""
+        after = await self.settled(model, before, prompt_tokens)
+        if after is None:
+            return None
+        window = metrics_window(before, after)
+        self.external_tier = window.external_tier
+        return window

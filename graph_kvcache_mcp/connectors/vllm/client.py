@@ -1,0 +1,375 @@
+"""A vLLM client whose chat and completion calls each return a `ChatResult` (answer + `Trace`).
+
+Built on the official `openai` async client with one shared `httpx2.AsyncClient`, which also
+serves vLLM's own routes (`/tokenize`, `/metrics`, `/reset_prefix_cache`, `/health`).
+The openai client validates every answer against its types (a proxy's HTML page or a foreign
+JSON shape is a bad answer, not a crash) and never retries by itself: a chat call that timed out
+may have reached vLLM, and a repeat would be a second call.
+
+`timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
+failures become `Unavailable` values (`connectors.vllm_errors` says which of three reasons).
+The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm_accounting`): from
+the answer's usage, else from /metrics around the call, by the rule in `domain.vllm_chat`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Self
+
+import anyio
+import httpx2
+import openai
+from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletionChunk, ChatCompletionStreamOptionsParam
+from pydantic import SecretStr
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.vllm import errors as vllm_errors
+from graph_kvcache_mcp.connectors.vllm.accounting import CacheMeter
+from graph_kvcache_mcp.connectors.vllm.chat_requests import (
+    Answer,
+    ChatRequest,
+    CompletionRequest,
+    Request,
+    StreamChunk,
+    chat_request,
+    failure_of,
+    pieces,
+)
+from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient, server_root
+from graph_kvcache_mcp.connectors.vllm.routes import VllmRoutes
+from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.chat import (
+    DEFAULT_MAX_TOKENS,
+    ChatResult,
+    PrefixCacheReset,
+)
+from graph_kvcache_mcp.domain.vllm.traces import Trace, cache_split
+from graph_kvcache_mcp.errors import VllmRequestError
+
+_NO_KEY = "EMPTY"  # vLLM without --api-key accepts any bearer; openai insists on one
+_STREAM_OPTIONS: ChatCompletionStreamOptionsParam = {"include_usage": True}
+
+
+class VllmClient:
+    """One vLLM server. Use as `async with VllmClient(url) as client:` or call `aclose()`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: SecretStr | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 0,
+        metrics_fallback: bool = True,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.root_url = server_root(base_url)  # validates: loopback http or https
+        self.base_url = self.root_url + "/v1"
+        self.timeout_s = timeout_s
+        headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
+        self._http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+            headers=headers,
+            transport=transport,
+        )
+        self._openai = openai.AsyncOpenAI(
+            api_key=api_key.get_secret_value() if api_key else _NO_KEY,
+            base_url=self.base_url,
+            timeout=timeout_s,
+            max_retries=max_retries,
+            http_client=self._http,
+            _strict_response_validation=True,
+        )
+        self.metrics = VllmMetricsClient(
+            self._http, self.root_url + "/metrics", timeout_s=timeout_s
+        )
+        self.meter = CacheMeter(self.metrics, fallback=metrics_fallback)
+        self.routes = VllmRoutes(self._http, self.root_url, timeout_s=timeout_s)
+        self._models: list[str] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, base_url: str | None = None) -> Self:
+        return cls(
+            base_url or settings.vllm_base_url,
+            api_key=settings.vllm_api_key,
+            timeout_s=settings.vllm_timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"VllmClient({self.base_url!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._openai.close()
+        await self._http.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self._http.is_closed
+
+    # --- server facts ------------------------------------------------------------------------
+
+    async def health(self) -> bool | Unavailable:
+        """True when `GET /health` answers 200."""
+        return await self.routes.health()
+
+    async def models(self) -> list[str] | Unavailable:
+        """The served model names (`GET /v1/models`)."""
+        try:
+            with anyio.fail_after(self.timeout_s):
+                page = await self._openai.models.list()
+        except TimeoutError:
+            return vllm_errors.timed_out(self.root_url, self.timeout_s)
+        except openai.APIError as exc:
+            return self._failed(exc)
+        except ValueError as exc:  # a JSON content type over a body that is not JSON
+            return vllm_errors.bad_answer(self.root_url, f"/v1/models: {type(exc).__name__}")
+        self._models = [model.id for model in page.data]
+        return list(self._models)
+
+    async def resolve_model(self, model: str | None) -> str | Unavailable:
+        """`model` itself, or the server's only model when None.
+
+        Raises:
+            VllmRequestError: no model given and the server serves several.
+        """
+        if model:
+            return model
+        served = self._models if self._models is not None else await self.models()
+        if isinstance(served, Unavailable):
+            return served
+        if len(served) != 1:
+            raise VllmRequestError(
+                f"vLLM at {self.root_url} serves {len(served)} models ({', '.join(served)}): "
+                "name one with model=",
+                status=400,
+            )
+        return served[0]
+
+    # --- calls -------------------------------------------------------------------------------
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        model: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = 0.0,
+        stream: bool = False,
+    ) -> ChatResult | Unavailable:
+        """One chat completion and its `Trace`.
+
+        Raises:
+            VllmRequestError: vLLM refused the request (its message says why).
+        """
+        request = chat_request(list(messages), max_tokens=max_tokens, temperature=temperature)
+        return await self._call(request, model=model, stream=stream)
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        model: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = 0.0,
+        stream: bool = False,
+    ) -> ChatResult | Unavailable:
+        """One plain completion (no chat template) and its `Trace`.
+
+        Raises:
+            VllmRequestError: vLLM refused the request (its message says why).
+        """
+        request = CompletionRequest(prompt, max_tokens, temperature)
+        return await self._call(request, model=model, stream=stream)
+
+    async def tokenize(
+        self,
+        text: str | None = None,
+        *,
+        messages: Sequence[ChatMessage] | None = None,
+        model: str | None = None,
+    ) -> int | Unavailable:
+        """How many tokens vLLM makes of `text`, or of `messages` through the chat template
+        (with the generation prompt, as a chat call would send them).
+
+        Raises:
+            VllmRequestError: vLLM refused the request.
+            ValueError: neither or both of `text` and `messages` given.
+        """
+        if (text is None) == (messages is None):
+            raise ValueError("tokenize takes exactly one of text= or messages=")
+        chosen = await self.resolve_model(model)
+        if isinstance(chosen, Unavailable):
+            return chosen
+        body: dict[str, object] = {"model": chosen}
+        if text is not None:
+            body["prompt"] = text
+        else:
+            body["messages"] = [m.model_dump() for m in messages or ()]
+            body["add_generation_prompt"] = True
+        return await self.routes.token_count(body)
+
+    async def reset_prefix_cache(self) -> PrefixCacheReset | Unavailable:
+        """Drop every cached prefix block (`POST /reset_prefix_cache`, a dev-mode route)."""
+        return await self.routes.reset_prefix_cache()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    async def _call(
+        self, request: Request, *, model: str | None, stream: bool
+    ) -> ChatResult | Unavailable:
+        chosen = await self.resolve_model(model)
+        if isinstance(chosen, Unavailable):
+            return chosen
+        before = await self.meter.before_call(chosen)
+        started_at = time.time()
+        start = time.perf_counter()
+        try:
+            if stream:
+                answer = await self._streamed(request, chosen, start)
+            else:
+                with anyio.fail_after(self.timeout_s):
+                    answer = await self._whole(request, chosen)
+        except TimeoutError:
+            return vllm_errors.timed_out(self.root_url, self.timeout_s, streamed=stream)
+        except openai.APIError as exc:
+            return self._failed(exc, streamed=stream)
+        except ValueError as exc:  # a JSON content type (or SSE event) over a body that is not JSON
+            return vllm_errors.bad_answer(self.root_url, f"not JSON: {type(exc).__name__}")
+        if isinstance(answer, Unavailable):
+            return answer
+        latency = time.perf_counter() - start
+        usage = answer.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        details = usage.prompt_tokens_details if usage is not None else None
+        cached = await self.meter.credit(
+            chosen,
+            prompt_tokens=prompt_tokens,
+            reported=details.cached_tokens if details is not None else None,
+            answered_usage=usage is not None,
+            before=before,
+        )
+        hit_tokens, miss_tokens = cache_split(prompt_tokens, cached.hit_tokens)
+        trace = Trace(
+            model=chosen,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            prefix_cache_hit_tokens=hit_tokens,
+            prefix_cache_miss_tokens=miss_tokens,
+            external_cache_hit_tokens=cached.external_tokens,
+            external_bytes_read=cached.external_bytes,
+            cached_tokens_source=cached.source,
+            latency_s=latency,
+            ttft_s=answer.ttft_s,
+            stream=stream,
+            finish_reason=answer.finish_reason,
+            started_at=started_at,
+            note=cached.note,
+        )
+        return ChatResult(answer=answer.text, trace=trace)
+
+    async def _whole(self, request: Request, model: str) -> Answer:
+        if isinstance(request, ChatRequest):
+            reply = await self._openai.chat.completions.create(
+                model=model,
+                messages=request.messages,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stream=False,
+            )
+            choice = reply.choices[0] if reply.choices else None
+            return Answer(
+                text=(choice.message.content or "") if choice else "",
+                usage=reply.usage,
+                finish_reason=choice.finish_reason if choice else None,
+            )
+        completion = await self._openai.completions.create(
+            model=model,
+            prompt=request.prompt,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            stream=False,
+        )
+        first = completion.choices[0] if completion.choices else None
+        return Answer(
+            text=first.text if first else "",
+            usage=completion.usage,
+            finish_reason=first.finish_reason if first else None,
+        )
+
+    async def _streamed(self, request: Request, model: str, start: float) -> Answer | Unavailable:
+        """Each wait (for the headers, then for every chunk) is bounded by `timeout_s`; the
+        stream is closed however this ends, so a cancelled call gives its connection back."""
+        parts: list[str] = []
+        usage: CompletionUsage | None = None
+        finish: str | None = None
+        ttft: float | None = None
+        chunks = 0
+        async with aclosing(self._chunks(request, model)) as stream:
+            async for chunk in stream:
+                chunks += 1
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for text, finished in pieces(chunk):
+                    # vLLM's first chunk with a choice carries the first token (after prefill).
+                    if ttft is None:
+                        ttft = time.perf_counter() - start
+                    if text:
+                        parts.append(text)
+                    if finished:
+                        finish = finished
+        if chunks == 0:
+            return vllm_errors.bad_answer(self.root_url, "a streamed answer with no chunk")
+        return Answer(text="".join(parts), usage=usage, finish_reason=finish, ttft_s=ttft)
+
+    async def _chunks(self, request: Request, model: str) -> AsyncGenerator[StreamChunk, None]:
+        with anyio.fail_after(self.timeout_s):
+            if isinstance(request, ChatRequest):
+                stream: (
+                    openai.AsyncStream[ChatCompletionChunk] | openai.AsyncStream[Completion]
+                ) = await self._openai.chat.completions.create(
+                    model=model,
+                    messages=request.messages,
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    stream=True,
+                    stream_options=_STREAM_OPTIONS,
+                )
+            else:
+                stream = await self._openai.completions.create(
+                    model=model,
+                    prompt=request.prompt,
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    stream=True,
+                    stream_options=_STREAM_OPTIONS,
+                )
+        try:
+            iterator: AsyncIterator[StreamChunk] = aiter(stream)
+            while True:
+                with anyio.fail_after(self.timeout_s):
+                    chunk = await anext(iterator, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            # Shielded: a cancelled call must still hand its connection back to the pool.
+            with anyio.CancelScope(shield=True):
+                await stream.close()
+
+    def _failed(self, exc: openai.APIError, *, streamed: bool = False) -> Unavailable:
+        """Raises VllmRequestError when the request itself was wrong (see `vllm_errors`)."""
+        try:
+            return failure_of(exc, self.root_url, self.timeout_s, streamed=streamed)
+        except VllmRequestError as refused:
+            raise refused from None  # the openai traceback adds nothing for the caller

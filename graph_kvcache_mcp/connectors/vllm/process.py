@@ -1,0 +1,427 @@
+"""The managed vLLM server: ensure one runs (reuse a healthy one), report it, stop what we started.
+
+Layout under `<data_dir>/vllm/` (0700; files 0600): `state.json` (what we started: pid, kernel
+start time, command, port, model, flags; written atomically), `vllm.log` (its stdout and stderr)
+and `lifecycle.lock`, which serializes start and stop across processes, so two concurrent starts
+give one server: the second waits and reuses the first. vLLM runs as a process group (API
+server, `VLLM::EngineCore`, `VLLM::Worker`, a multiprocessing resource tracker) in its own session;
+stopping sends SIGTERM to that group, waits, then SIGKILL — and only when the recorded pid is
+still the very process we started. A port held by anything else is reported, never signalled.
+
+Readiness is `GET /health` = 200 (`vllm_health`); until then the log is where vLLM says why it
+is not ready. Platform, interpreter and environment checks live in `vllm_host`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+
+from graph_kvcache_mcp.connectors.files.private import exclusive, narrow_tree, private_dir
+from graph_kvcache_mcp.connectors.processes.control import (
+    reap_group,
+    spawn_logged,
+    stop_process,
+    tail,
+)
+from graph_kvcache_mcp.connectors.processes.identity import describe_listener, is_ours
+from graph_kvcache_mcp.connectors.processes.ports import port_in_use
+from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.connectors.vllm.health import last_log_line, vllm_reason
+from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
+from graph_kvcache_mcp.connectors.vllm.host import (
+    CONNECTOR_HINT,
+    VLLM_HOST,
+    check_vllm_importable,
+    child_environment,
+    detect_platform,
+)
+from graph_kvcache_mcp.connectors.vllm.state import (
+    VllmLogs,
+    VllmState,
+    VllmStatus,
+    VllmStopResult,
+)
+from graph_kvcache_mcp.domain.vllm.launch import (
+    LaunchPlan,
+    Platform,
+    VllmLaunch,
+    check_extra_args,
+    plan_launch,
+)
+from graph_kvcache_mcp.errors import VllmProcessError
+
+DEFAULT_READY_TIMEOUT_S = 600.0
+ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
+# progress(elapsed_s, deadline_s, message)
+Progress = Callable[[float, float, str], None]
+
+
+class ManagedVllm:
+    """Start, find, check and stop the vLLM server that belongs to one data dir."""
+
+    def __init__(
+        self, data_dir: Path, *, python: Path | str | None = None, tidy: bool = True
+    ) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.tidy = tidy
+        """Remove a stale state record when one is found (a read-only server leaves it)."""
+        self.home = self.data_dir / "vllm"
+        self.state_path = self.home / "state.json"
+        self.state_file = StateFile(self.state_path, VllmState)
+        self.log_path = self.home / "vllm.log"
+        self.python = str(python) if python else sys.executable
+
+    def __repr__(self) -> str:
+        return f"ManagedVllm({str(self.data_dir)!r})"
+
+    # --- state -------------------------------------------------------------------------------
+
+    def state(self) -> VllmState | None:
+        return self.state_file.read()
+
+    def running_state(self) -> VllmState | None:
+        """The recorded server when it is still the process we started; clears a stale record
+        unless this manager was made not to tidy (read-only)."""
+        return self.state_file.read_live(tidy=self.tidy)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        launch: VllmLaunch,
+        *,
+        env: Mapping[str, str] | None = None,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        progress: Progress | None = None,
+        platform: Platform | None = None,
+    ) -> VllmStatus:
+        """Ensure vLLM serves `launch.model` on `launch.port`; start nothing if one already does.
+
+        Two starts at once (two sessions, a session and the CLI) are serialized on the lifecycle
+        lock: the second waits for the first and reuses its server.
+
+        Raises:
+            VllmProcessError: vLLM missing, the port held by something else, the model serving
+                elsewhere, or the server exiting or not healthy in time (with vLLM's own reason).
+            ConfigError: flags that cannot work on this platform, or a secret in extra_args.
+        """
+        check_extra_args(launch.extra_args)
+        with self._exclusive():
+            return self._start(launch, env, ready_timeout_s, progress, platform)
+
+    def _start(
+        self,
+        launch: VllmLaunch,
+        env: Mapping[str, str] | None,
+        ready_timeout_s: float,
+        progress: Progress | None,
+        platform: Platform | None,
+    ) -> VllmStatus:
+        note = progress or (lambda _elapsed, _total, _message: None)
+        wanted = launch.served_model_name or launch.model
+        if (state := self.running_state()) is not None:
+            return self._reuse_ours(state, launch, wanted, ready_timeout_s, note)
+        if port_in_use(VLLM_HOST, launch.port):
+            return self._reuse_foreign(launch, wanted)
+        check_vllm_importable(self.python)
+        plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
+        if launch.kv_connector == "engine":
+            check_vllm_importable(
+                self.python,
+                module="graph_kvcache_mcp",
+                hint=CONNECTOR_HINT,
+                env=child_environment(launch, env or {}),  # what vLLM itself will see
+            )
+        return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
+
+    def stop(self, *, term_wait_s: float = 15.0) -> VllmStopResult:
+        """SIGTERM our server's process group, SIGKILL after `term_wait_s`; never anything else."""
+        if self.state_file.read() is None:
+            return self._nothing_to_stop()  # no state, no lock file: a fresh dir stays empty
+        with self._exclusive():
+            return self._stop(term_wait_s)
+
+    def _nothing_to_stop(self) -> VllmStopResult:
+        return VllmStopResult(
+            stopped=False,
+            how="not_running",
+            data_dir=str(self.data_dir),
+            reason=f"no vLLM started from {self.data_dir} is running; nothing was signalled",
+        )
+
+    def _stop(self, term_wait_s: float) -> VllmStopResult:
+        state = self.running_state()
+        if state is None:
+            return self._nothing_to_stop()
+        how = stop_process(state.process, term_wait_s=term_wait_s)
+        leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
+        self.state_file.clear()
+        return VllmStopResult(
+            stopped=how != "not_running",
+            how=how,
+            pid=state.process.pid,
+            leftover_pids=leftovers,
+            data_dir=str(self.data_dir),
+        )
+
+    def restart(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        progress: Progress | None = None,
+    ) -> VllmStatus:
+        """Stop our server and start the very same command again (flags, port, data dir).
+
+        Of the environment only the plan's own part is recorded (the rest may hold secrets):
+        the restart gets that again, with `env` added to this process's own, as for `start`.
+
+        Raises:
+            VllmProcessError: no server of ours runs, or the new one is not healthy in time.
+        """
+        state = self.running_state()
+        if state is None:
+            raise VllmProcessError(
+                f"no vLLM started from {self.data_dir} is running; start one with vllm_start"
+            )
+        self.stop()
+        launch = VllmLaunch(
+            model=state.model,
+            port=state.port,
+            served_model_name=state.served_model_name,
+            dev_mode=state.dev_mode,
+            prompt_tokens_details=state.prompt_tokens_details,
+        )
+        plan = LaunchPlan(
+            args=state.process.command[3:],  # after `python -m <entry module>`
+            platform=state.platform,
+            notes=state.notes,
+            env=state.plan_env,
+        )
+        note = progress or (lambda _elapsed, _total, _message: None)
+        return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
+
+    def status(self, *, port: int | None = None) -> VllmStatus:
+        """Our server's state; without one, whatever answers on `port` (reported, not owned)."""
+        state = self.running_state()
+        if state is not None:
+            healthy, served, reason = probe_server(state.base_url)
+            return self._status_of(state, reachable=healthy, served=served, reason=reason)
+        if port is not None and port_in_use(VLLM_HOST, port):
+            return self._foreign_status(port)
+        return VllmStatus(
+            running=False,
+            data_dir=str(self.data_dir),
+            port=port,
+            reason=f"no managed vLLM runs for {self.data_dir}"
+            + (f" and nothing listens on port {port}" if port is not None else "")
+            + "; start one with vllm_start (CLI: graph-kvcache-mcp vllm start --model PATH)",
+        )
+
+    def logs(self, lines: int = 50) -> VllmLogs:
+        exists = self.log_path.exists()
+        text = tail(self.log_path, lines, max_bytes=256 * 1024) if exists else ""
+        return VllmLogs(
+            log_path=str(self.log_path),
+            exists=exists,
+            lines=len(text.splitlines()),
+            text=text,
+        )
+
+    # --- internals ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        private_dir(self.data_dir)
+        private_dir(self.home)
+        narrow_tree(self.home)  # a log an older version left 0644
+        with exclusive(self.home / "lifecycle.lock"):
+            yield
+
+    def _reuse_ours(
+        self,
+        state: VllmState,
+        launch: VllmLaunch,
+        wanted: str,
+        ready_timeout_s: float,
+        note: Progress,
+    ) -> VllmStatus:
+        if launch.port != state.port or wanted != state.served_model_name:
+            raise VllmProcessError(
+                f"a vLLM started from {self.data_dir} already runs (pid {state.process.pid}, "
+                f"port {state.port}, model {state.served_model_name}); stop it first with "
+                "vllm_stop (CLI: graph-kvcache-mcp vllm stop) to serve something else"
+            )
+        healthy, served, reason = probe_server(state.base_url)
+        if not healthy:
+            # Ours, alive, not answering yet: an earlier start still loading. Wait for it.
+            note(0.0, ready_timeout_s, f"vLLM pid {state.process.pid} is still starting; waiting")
+            self._wait_healthy(None, state, ready_timeout_s, note, time.monotonic())
+            healthy, served, reason = probe_server(state.base_url)
+        note(0.0, 0.0, f"vLLM already running (pid {state.process.pid}, port {state.port})")
+        status = self._status_of(state, reachable=healthy, served=served, reason=reason)
+        return status.model_copy(update={"reused": True})
+
+    def _reuse_foreign(self, launch: VllmLaunch, wanted: str) -> VllmStatus:
+        base_url = f"http://{VLLM_HOST}:{launch.port}/v1"
+        healthy, served, _reason = probe_server(base_url)
+        holder = describe_listener(launch.port)
+        if not healthy:
+            raise VllmProcessError(
+                f"port {launch.port} on {VLLM_HOST} is taken by a process this tool did not "
+                f"start ({holder}) and it is not a healthy vLLM; it was left alone. Choose "
+                "another port"
+            )
+        if wanted not in served:
+            raise VllmProcessError(
+                f"port {launch.port} already serves {', '.join(served) or 'no model'} from a vLLM "
+                f"this tool did not start ({holder}), not {wanted}; it was left alone. Choose "
+                "another port"
+            )
+        return VllmStatus(
+            running=True,
+            reachable=True,
+            managed_by_us=False,
+            reused=True,
+            port=launch.port,
+            base_url=base_url,
+            model=wanted,
+            served_models=served,
+            data_dir=str(self.data_dir),
+            reason=f"reusing a healthy vLLM this tool did not start ({holder}); vllm_stop will "
+            "not stop it",
+        )
+
+    def _launch(
+        self,
+        launch: VllmLaunch,
+        plan: LaunchPlan,
+        extra_env: Mapping[str, str],
+        ready_timeout_s: float,
+        note: Progress,
+    ) -> VllmStatus:
+        command = (self.python, "-m", ENTRY_MODULE, *plan.args)
+        began = time.monotonic()
+        note(
+            0.0,
+            ready_timeout_s,
+            f"starting vLLM on {VLLM_HOST}:{launch.port} ({plan.platform.kind})",
+        )
+        process, record = spawn_logged(
+            command,
+            env=child_environment(launch, extra_env),
+            log_path=self.log_path,
+            header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
+        )
+        state = VllmState(
+            process=record,
+            host=VLLM_HOST,
+            port=launch.port,
+            base_url=f"http://{VLLM_HOST}:{launch.port}/v1",
+            model=launch.model,
+            served_model_name=launch.served_model_name or launch.model,
+            platform=plan.platform,
+            notes=plan.notes,
+            plan_env=dict(plan.env),
+            dev_mode=launch.dev_mode,
+            prompt_tokens_details=launch.prompt_tokens_details,
+        )
+        self.state_file.write(state)
+        self._wait_healthy(process, state, ready_timeout_s, note, began)
+        startup = time.monotonic() - began
+        note(startup, ready_timeout_s, f"vLLM ready at {state.base_url} after {startup:.1f} s")
+        healthy, served, reason = probe_server(state.base_url)
+        status = self._status_of(state, reachable=healthy, served=served, reason=reason)
+        return status.model_copy(update={"startup_s": round(startup, 3)})
+
+    def _wait_healthy(
+        self,
+        process: subprocess.Popen[bytes] | None,
+        state: VllmState,
+        timeout_s: float,
+        note: Progress,
+        began: float,
+    ) -> None:
+        deadline = began + timeout_s
+        health_url = state.base_url.removesuffix("/v1") + "/health"
+        next_note = time.monotonic() + 5.0
+        with httpx2.Client(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                exited = process.poll() if process is not None else None
+                if exited is not None or not is_ours(state.process):
+                    self.state_file.clear()
+                    code = f"code {exited}" if exited is not None else "an unknown code"
+                    raise VllmProcessError(
+                        f"vLLM exited with {code} before it was healthy: "
+                        f"{vllm_reason(self.log_path)} (log: {self.log_path})"
+                    )
+                try:
+                    if http.get(health_url).status_code == 200:
+                        return
+                except httpx2.HTTPError:
+                    pass
+                now = time.monotonic()
+                if now >= next_note:
+                    note(
+                        now - began,
+                        timeout_s,
+                        f"waiting for vLLM /health ({last_log_line(self.log_path)})",
+                    )
+                    next_note = now + 5.0
+                time.sleep(0.25)  # poll interval; the deadline above bounds the wait
+        stop_process(state.process, term_wait_s=10.0)
+        reap_group(state.process.pid, wait_s=5.0)
+        self.state_file.clear()
+        raise VllmProcessError(
+            f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
+            f"its log says: {vllm_reason(self.log_path)} (log: {self.log_path})"
+        )
+
+    def _status_of(
+        self, state: VllmState, *, reachable: bool, served: list[str], reason: str | None
+    ) -> VllmStatus:
+        return VllmStatus(
+            running=True,
+            reachable=reachable,
+            managed_by_us=True,
+            pid=state.process.pid,
+            port=state.port,
+            base_url=state.base_url,
+            model=state.model,
+            served_models=served,
+            platform=state.platform,
+            notes=state.notes,
+            dev_mode=state.dev_mode,
+            prompt_tokens_details=state.prompt_tokens_details,
+            uptime_s=round(time.time() - state.process.started_at, 3),
+            log_path=state.process.log_path,
+            data_dir=str(self.data_dir),
+            reason=reason,
+        )
+
+    def _foreign_status(self, port: int) -> VllmStatus:
+        base_url = f"http://{VLLM_HOST}:{port}/v1"
+        healthy, served, reason = probe_server(base_url)
+        holder = describe_listener(port)
+        return VllmStatus(
+            running=True,
+            reachable=healthy,
+            managed_by_us=False,
+            port=port,
+            base_url=base_url,
+            served_models=served,
+            data_dir=str(self.data_dir),
+            reason=(
+                f"a server this tool did not start answers on port {port} ({holder})"
+                if healthy
+                else f"port {port} is held by a process this tool did not start ({holder}) and "
+                f"it is not a healthy vLLM: {reason}"
+            ),
+        )

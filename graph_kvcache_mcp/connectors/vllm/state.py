@@ -1,0 +1,75 @@
+"""What the managed vLLM's lifecycle records and reports: the state file's model and the results
+of status, stop and logs. Pure data: the lifecycle itself is `vllm_process`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.connectors.processes.state_file import ProcessState
+from graph_kvcache_mcp.domain.vllm.launch import Platform
+
+
+class VllmState(ProcessState):
+    """`state.json`: the server we started. Holds no secret (the environment is not recorded)."""
+
+    host: str
+    port: int
+    base_url: str
+    model: str
+    served_model_name: str
+    platform: Platform
+    notes: list[str]
+    dev_mode: bool
+    prompt_tokens_details: bool
+    plan_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="The launch plan's own environment (never a secret), which a restart must "
+        "give the new process again, e.g. PYTHONHASHSEED for the LMCache connectors.",
+    )
+
+
+class VllmStatus(BaseModel):
+    """What `vllm status` / `vllm start` report."""
+
+    model_config = ConfigDict(frozen=True)
+
+    running: bool
+    reachable: bool = False
+    managed_by_us: bool = False
+    reused: bool = False
+    pid: int | None = None
+    port: int | None = None
+    base_url: str | None = Field(None, description="OpenAI base URL (…/v1).")
+    model: str | None = None
+    served_models: list[str] = Field(default_factory=list)
+    platform: Platform | None = None
+    notes: list[str] = Field(default_factory=list, description="Why these flags were chosen.")
+    dev_mode: bool | None = None
+    prompt_tokens_details: bool | None = None
+    uptime_s: float | None = None
+    startup_s: float | None = Field(None, description="Launch to healthy, for a fresh start.")
+    log_path: str | None = None
+    data_dir: str
+    reason: str | None = None
+
+
+class VllmStopResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stopped: bool
+    how: str = Field(description="terminated | killed | not_running")
+    pid: int | None = None
+    leftover_pids: list[int] = Field(
+        default_factory=list, description="Processes of its group still alive after the stop."
+    )
+    data_dir: str
+    reason: str | None = None
+
+
+class VllmLogs(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    log_path: str
+    exists: bool
+    lines: int
+    text: str

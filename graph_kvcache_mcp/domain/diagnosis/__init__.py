@@ -1,0 +1,1 @@
+"""Diagnosis: why a request missed, what is misconfigured, KV memory budgets. Pure."""

@@ -1,0 +1,195 @@
+"""How much KV a model needs: bytes per token, tokens that fit, chunk bytes. Pure: no I/O.
+
+Built on the model geometry the LMCache config generator uses (`lmcache_model.read_geometry`), so
+both size the KV cache the same way. Full-attention layers grow with the context; sliding-window
+layers stop at their window and recurrent (Mamba / gated-delta-net) state is a fixed size per
+sequence, so both are reported apart from `bytes_per_token`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.lmcache.config import ENGINE_VALUE_CAP_BYTES
+from graph_kvcache_mcp.domain.lmcache.model import (
+    GeometryInput,
+    HybridFamily,
+    KvKind,
+    ModelGeometry,
+    read_geometry,
+)
+from graph_kvcache_mcp.errors import ConfigError
+
+GIB = 2**30
+
+
+class SlidingWindowBudget(BaseModel):
+    """Layers that keep only the last `window_tokens` tokens: bounded per sequence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layers: int
+    window_tokens: int
+    bytes_per_token: int = Field(description="KV bytes one token adds in these layers.")
+    bytes_per_sequence: int = Field(description="Most these layers hold for one sequence.")
+
+
+class RecurrentStateBudget(BaseModel):
+    """Mamba / gated-delta-net layers of a hybrid: a fixed state per sequence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    family: HybridFamily
+    layers: int
+    bytes_per_sequence: int | None = Field(description="None when the state size is unknown.")
+
+
+class ChunkBudget(BaseModel):
+    """One LMCache chunk of `chunk_tokens` tokens, as the engine would store it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk_tokens: int
+    chunk_bytes: int
+    engine_value_cap_bytes: int = ENGINE_VALUE_CAP_BYTES
+    over_engine_value_cap: bool
+
+
+class KvBudget(BaseModel):
+    """The KV budget of one model (tool and CLI output)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    kind: KvKind
+    kv_dtype: str
+    dtype_bytes: int
+    full_attention_layers: int
+    bytes_per_token: int | None = Field(
+        description="KV bytes per token in full-attention layers (None: not modelled)."
+    )
+    sliding_window: SlidingWindowBudget | None = None
+    recurrent_state: RecurrentStateBudget | None = None
+    kv_memory_gib: float | None = None
+    tokens_fit: int | None = Field(None, description="Tokens whose KV fits in kv_memory_gib.")
+    block_size: int | None = None
+    block_bytes: int | None = Field(None, description="KV bytes of one block of block_size.")
+    chunk: ChunkBudget | None = None
+    inputs: list[GeometryInput] = Field(description="Every number used, with its source.")
+    notes: list[str] = Field(default_factory=list)
+
+
+def kv_budget(
+    config: Mapping[str, Any],
+    *,
+    kv_dtype: str | None = None,
+    kv_memory_gib: float | None = None,
+    chunk_size: int | None = None,
+    block_size: int | None = None,
+) -> KvBudget:
+    """The budget of the model a parsed HF `config.json` describes.
+
+    Raises:
+        ConfigError: the config lacks a field the geometry needs, an unknown dtype, or a
+            non-positive size; names it.
+    """
+    for flag, value in (
+        ("kv_memory_gib", kv_memory_gib),
+        ("chunk_size", chunk_size),
+        ("block_size", block_size),
+    ):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} is {value}: give a positive number")
+    named = config.get("_name_or_path") or config.get("architectures")
+    geometry = read_geometry(config, name=None if named else "unnamed model")
+    inputs = list(geometry.inputs)
+    if kv_dtype is not None and kv_dtype != "auto":
+        geometry = geometry.model_copy(
+            update={"facts": geometry.facts.model_copy(update={"kv_dtype": kv_dtype})}
+        )
+        inputs = [i for i in inputs if i.name != "kv_dtype"]
+        inputs.append(GeometryInput(name="kv_dtype", value=kv_dtype, source="given"))
+    return _budget(geometry, inputs, kv_memory_gib, chunk_size, block_size)
+
+
+def _budget(
+    geometry: ModelGeometry,
+    inputs: list[GeometryInput],
+    kv_memory_gib: float | None,
+    chunk_size: int | None,
+    block_size: int | None,
+) -> KvBudget:
+    facts = geometry.facts
+    dtype_bytes = facts.dtype_bytes()
+    notes: list[str] = []
+    full_layers = facts.attention_layers - geometry.sliding_window_layers
+    per_layer = facts.attention_bytes_per_token_layer(1)
+    bytes_per_token: int | None = full_layers * per_layer
+    if facts.kind == "compressed":
+        bytes_per_token = None
+        notes.append(
+            "compressed sparse attention (DeepSeek-V4 style) is not modelled: read vLLM's "
+            "startup log for its KV cache size"
+        )
+
+    sliding = None
+    if geometry.sliding_window_layers and facts.sliding_window:
+        sliding_per_token = geometry.sliding_window_layers * per_layer
+        sliding = SlidingWindowBudget(
+            layers=geometry.sliding_window_layers,
+            window_tokens=facts.sliding_window,
+            bytes_per_token=sliding_per_token,
+            bytes_per_sequence=sliding_per_token * facts.sliding_window,
+        )
+    recurrent = None
+    if facts.hybrid is not None:
+        state = facts.hybrid.state_bytes_per_layer
+        recurrent = RecurrentStateBudget(
+            family=facts.hybrid.family,
+            layers=facts.hybrid.linear_layers,
+            bytes_per_sequence=None if state is None else state * facts.hybrid.linear_layers,
+        )
+
+    # Every token counts in the full-attention layers; a model with none (every layer windowed)
+    # pays the windowed bytes for each token inside the window.
+    fit_per_token = bytes_per_token or (sliding.bytes_per_token if sliding else None)
+    if sliding is not None and not bytes_per_token:
+        notes.append("every attention layer is windowed: tokens_fit counts windowed bytes")
+    tokens_fit = None
+    if kv_memory_gib is not None and fit_per_token:
+        tokens_fit = int(kv_memory_gib * GIB) // fit_per_token
+    block_bytes = block_size * fit_per_token if block_size and fit_per_token else None
+
+    chunk = None
+    if chunk_size is not None and facts.kind != "compressed":
+        size = facts.chunk_bytes(chunk_size, 1, block_size)
+        chunk = ChunkBudget(
+            chunk_tokens=chunk_size,
+            chunk_bytes=size,
+            over_engine_value_cap=size > ENGINE_VALUE_CAP_BYTES,
+        )
+        if chunk.over_engine_value_cap:
+            notes.append(
+                f"a {chunk_size}-token chunk is {size:,} bytes, over the engine's "
+                f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap: use a smaller chunk_size"
+            )
+    return KvBudget(
+        model=facts.name,
+        kind=facts.kind,
+        kv_dtype=facts.kv_dtype,
+        dtype_bytes=dtype_bytes,
+        full_attention_layers=full_layers,
+        bytes_per_token=bytes_per_token,
+        sliding_window=sliding,
+        recurrent_state=recurrent,
+        kv_memory_gib=kv_memory_gib,
+        tokens_fit=tokens_fit,
+        block_size=block_size,
+        block_bytes=block_bytes,
+        chunk=chunk,
+        inputs=inputs,
+        notes=notes,
+    )

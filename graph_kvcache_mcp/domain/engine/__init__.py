@@ -1,0 +1,1 @@
+"""The engine's rules: key rules, limits, the stats model. Pure."""

@@ -1,0 +1,1 @@
+"""LMCache's rules: model KV geometry, config plans, key mapping, deploy files, status. Pure."""

@@ -1,0 +1,462 @@
+"""LMCache + vLLM configuration with the engine as LMCache's remote tier. Pure: no I/O.
+
+`plan_lmcache(facts, choices)` returns everything an operator runs, for one of three modes:
+
+- `mp_native` (recommended): a standalone `lmcache server` whose `--l2-adapter` is our
+  `native_plugin` client (`plugins/lmcache/l2.py`); vLLM connects with `LMCacheMPConnector`.
+- `redis_resp`: the same MP server with LMCache's built-in `resp` adapter pointed at a Redis
+  endpoint (a real Redis, or the engine's RESP wire) — nothing of ours runs inside LMCache.
+- `inprocess_plugin`: LMCache inside each vLLM worker (`LMCacheConnectorV1`), our
+  `EngineRemoteConnector` under `remote_storage_plugins` (current `remote_storage_plugin.*`
+  keys; the `external_backend.*` spelling is ignored by LMCache 0.4.2-0.5.7).
+
+Rules applied (lmcache 0.5.6, see docs/lmcache.md): the same `PYTHONHASHSEED` on every process,
+telemetry off, `kv_connector_module_path` always set, `--enable-prefix-caching`; for Mamba/GDN
+hybrids `--mamba-cache-mode align`, `--max-num-batched-tokens` = the attention block size and a
+chunk size that is a multiple of it; chunks kept under the engine's 64 MiB value cap. Secrets are
+never written: the token is passed through as `${EPISTEMIC_GRAPH_KVCACHE_TOKEN}`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from graph_kvcache_mcp.domain.endpoints import approve_http_url
+from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, check_namespace
+from graph_kvcache_mcp.domain.lmcache.model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
+from graph_kvcache_mcp.errors import ConfigError
+
+Mode = Literal["mp_native", "redis_resp", "inprocess_plugin"]
+MODES: tuple[Mode, ...] = ("mp_native", "redis_resp", "inprocess_plugin")
+
+ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES
+"""Largest block both engine backends store (the durable one frames values with 9 bytes)."""
+INPROCESS_HEADER_BYTES = 28
+"""LMCache's RemoteMetadata header our in-process connector stores in front of each chunk."""
+DEFAULT_CHUNK_TOKENS = 256
+L2_MODULE = "graph_kvcache_mcp.plugins.lmcache.l2"
+L2_CLASS = "EngineL2Client"
+REMOTE_MODULE = "graph_kvcache_mcp.plugins.lmcache.remote"
+REMOTE_CLASS = "EngineRemoteConnector"
+MP_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
+PLUGIN_NAME = "graphkv"
+TOKEN_REF = "${EPISTEMIC_GRAPH_KVCACHE_TOKEN}"
+TELEMETRY_OFF = {"LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1"}
+
+
+class LmcacheChoices(BaseModel):
+    """How to deploy: mode, addresses, sizes. Defaults suit one host."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = "mp_native"
+    engine_url: str = Field("http://127.0.0.1:9130", description="The engine's KV base URL.")
+    namespace: str = DEFAULT_NAMESPACE
+    chunk_size: int | None = Field(None, ge=1, description="Tokens per LMCache chunk.")
+    mamba_block_size: int | None = Field(
+        None, ge=1, description="vLLM's attention block size for a hybrid (from its log)."
+    )
+    tensor_parallel_size: int = Field(1, ge=1)
+    lmcache_host: str = "127.0.0.1"
+    lmcache_port: int = Field(5555, ge=1, le=65535)
+    lmcache_http_port: int = Field(8080, ge=1, le=65535)
+    l1_size_gb: float = Field(20.0, gt=0)
+    max_local_cpu_size_gb: float = Field(5.0, gt=0)
+    num_workers: int = Field(4, ge=1, le=64)
+    max_connections: int = Field(16, ge=1, le=256)
+    redis_host: str = "127.0.0.1"
+    redis_port: int = Field(6390, ge=1, le=65535)
+    vllm_port: int = Field(8000, ge=1, le=65535)
+    config_file: str = Field("lmcache.yaml", description="Path of the in-process YAML.")
+    python_hash_seed: int = Field(0, ge=0)
+
+
+class ProcessSpec(BaseModel):
+    """One process to run: its argv and the environment it needs (no secret values)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    argv: list[str]
+    env: dict[str, str]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def shell(self) -> str:
+        """The same as one shell line (env assignments, then the quoted argv)."""
+        env = " ".join(f"{name}={_shell_value(value)}" for name, value in self.env.items())
+        return f"{env} {shlex.join(self.argv)}" if env else shlex.join(self.argv)
+
+
+class ModelSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kind: str
+    attention_layers: int
+    kv_bytes_per_token: int | None = Field(
+        description="All attention layers, one TP rank; None for compressed KV (not modelled)."
+    )
+    chunk_size: int
+    chunk_bytes: int | None = Field(
+        description="Estimated bytes of one chunk object on one rank; None for compressed KV."
+    )
+    block_size: int | None = Field(None, description="Hybrid attention block size, if any.")
+    block_size_source: Literal["given", "estimated"] | None = None
+
+
+class LmcachePlan(BaseModel):
+    """Everything to run for one model and mode; `supported=False` means do not use LMCache."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: Mode
+    supported: bool
+    model: ModelSummary
+    lmcache_server: ProcessSpec | None = None
+    l2_adapter: dict[str, Any] | None = None
+    vllm: ProcessSpec
+    kv_transfer_config: dict[str, Any] | None = None
+    lmcache_yaml: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def plan_lmcache(facts: ModelFacts, choices: LmcacheChoices | None = None) -> LmcachePlan:
+    """The commands, flags, YAML, env and warnings for `facts` deployed as `choices` say.
+
+    Raises:
+        ConfigError: a choice contradicts the model (e.g. a chunk size that is not a multiple of
+            the hybrid block size) or an address is unusable.
+    """
+    choices = choices or LmcacheChoices()
+    approve_http_url(choices.engine_url, what="engine URL")
+    check_namespace(choices.namespace)
+    tp = choices.tensor_parallel_size
+    warnings: list[str] = []
+    notes: list[str] = []
+    block, block_source = _block_size(facts, choices, warnings)
+    chunk = _chunk_size(facts, choices, block, warnings)
+    modelled = facts.kind != "compressed"
+    summary = ModelSummary(
+        name=facts.name,
+        kind=facts.kind,
+        attention_layers=facts.attention_layers,
+        kv_bytes_per_token=facts.kv_bytes_per_token(tp) if modelled else None,
+        chunk_size=chunk,
+        chunk_bytes=facts.chunk_bytes(chunk, tp, block) if modelled else None,
+        block_size=block,
+        block_size_source=block_source,
+    )
+    base_env = {"PYTHONHASHSEED": str(choices.python_hash_seed), **TELEMETRY_OFF}
+
+    if facts.kind == "compressed":
+        warnings.append(
+            "compressed-KV attention (DeepSeek-V4 style) is not supported by LMCache's MP "
+            "connector yet: serve with vLLM's native prefix caching only (no "
+            "--kv-transfer-config); nothing is offloaded to the engine"
+        )
+        vllm = ProcessSpec(argv=_vllm_argv(facts, choices, None, block), env=base_env)
+        return LmcachePlan(
+            mode=choices.mode, supported=False, model=summary, vllm=vllm, warnings=warnings
+        )
+
+    _general_warnings(facts, choices, summary, warnings, notes)
+    if choices.mode == "inprocess_plugin":
+        return _inprocess(facts, choices, summary, block, base_env, warnings, notes)
+    return _mp(facts, choices, summary, block, base_env, warnings, notes)
+
+
+def _block_size(
+    facts: ModelFacts, choices: LmcacheChoices, warnings: list[str]
+) -> tuple[int | None, Literal["given", "estimated"] | None]:
+    if facts.kind != "hybrid":
+        return None, None
+    if choices.mamba_block_size is not None:
+        return choices.mamba_block_size, "given"
+    estimate = facts.estimated_block_size(choices.tensor_parallel_size)
+    if estimate is None:
+        raise ConfigError(
+            f"{facts.name} is a hybrid whose recurrent-state size is unknown here: start vLLM "
+            "once, read 'Setting attention block size to N tokens' from its log, and pass "
+            "mamba_block_size=N"
+        )
+    warnings.append(
+        f"hybrid block size {estimate} is an estimate of vLLM's rule; confirm it against vLLM's "
+        "log line 'Setting attention block size to N tokens' and pass mamba_block_size=N if it "
+        "differs"
+    )
+    return estimate, "estimated"
+
+
+def _chunk_size(
+    facts: ModelFacts, choices: LmcacheChoices, block: int | None, warnings: list[str]
+) -> int:
+    unit = block or KERNEL_BLOCK_ALIGNMENT
+    tp = choices.tensor_parallel_size
+    if choices.chunk_size is not None:
+        if choices.chunk_size % unit:
+            lower = max(unit, choices.chunk_size // unit * unit)
+            raise ConfigError(
+                f"chunk_size {choices.chunk_size} is not a multiple of "
+                + (f"the hybrid block size {unit}" if block else f"vLLM's block size {unit}")
+                + f": use {lower} or {lower + unit}"
+            )
+        chunk = choices.chunk_size
+    else:
+        chunk = unit * max(1, -(-DEFAULT_CHUNK_TOKENS // unit))
+    cap = ENGINE_VALUE_CAP_BYTES - INPROCESS_HEADER_BYTES
+    size = facts.chunk_bytes(chunk, tp, block)
+    if size <= cap or facts.kind == "compressed":
+        return chunk
+    fitting = chunk
+    while fitting > unit and facts.chunk_bytes(fitting, tp, block) > cap:
+        fitting -= unit
+    if facts.chunk_bytes(fitting, tp, block) > cap:
+        warnings.append(
+            f"even a {unit}-token chunk is {facts.chunk_bytes(unit, tp, block):,} bytes, over "
+            f"the engine's {ENGINE_VALUE_CAP_BYTES:,}-byte value cap: raise "
+            "tensor_parallel_size or keep this model's KV out of the engine"
+        )
+        return chunk
+    if choices.chunk_size is not None:
+        warnings.append(
+            f"chunk_size {chunk} makes {size:,}-byte chunks, over the engine's "
+            f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap; the engine would refuse every one: "
+            f"use chunk_size {fitting} or less"
+        )
+        return chunk
+    warnings.append(
+        f"a {chunk}-token chunk would be {size:,} bytes, over the engine's "
+        f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap: chunk size lowered to {fitting}"
+    )
+    return fitting
+
+
+def _general_warnings(
+    facts: ModelFacts,
+    choices: LmcacheChoices,
+    summary: ModelSummary,
+    warnings: list[str],
+    notes: list[str],
+) -> None:
+    if facts.vision:
+        warnings.append(
+            "vision inputs: LMCache caches text-token KV only; requests carrying images or video "
+            "recompute that part, so expect lower reuse on multimodal prompts"
+        )
+    if facts.kind == "hybrid":
+        warnings.append(
+            f"hybrid model: --max-num-batched-tokens {summary.block_size} (one block per "
+            "scheduler step) is valid for every LMCache version but slows cold prefill of long "
+            "prompts; on LMCache >= 0.5.4 it may be raised (it must stay >= the block size)"
+        )
+        if choices.mode == "inprocess_plugin":
+            warnings.append(
+                "hybrid models are documented for the MP connector; prefer mode mp_native"
+            )
+    if facts.kind == "mla":
+        notes.append("MLA: every TP rank holds the same latent KV, so only rank 0 stores it")
+    if facts.sliding_window:
+        notes.append("sliding-window attention needs no extra flags")
+    if choices.mode == "mp_native":
+        notes.append(
+            "the engine token reaches our adapter through EPISTEMIC_GRAPH_KVCACHE_TOKEN in the "
+            "lmcache server's environment; LMCache logs adapter_params, so never put it there"
+        )
+        notes.append(
+            "the engine has no DELETE: leave max_capacity_gb at 0 (no L2 eviction accounting)"
+        )
+    if choices.mode != "inprocess_plugin":
+        notes.append(
+            f"lmcache server's admin API (port {choices.lmcache_http_port}) has no "
+            "authentication: keep --http-host on loopback"
+        )
+
+
+def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for LMCache's MP connector to an `lmcache server`."""
+    return {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_connector_module_path": MP_CONNECTOR_MODULE,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": f"tcp://{lmcache_host}",
+            "lmcache.mp.port": lmcache_port,
+            "lmcache.mp.hash_algorithm": "blake3",
+        },
+    }
+
+
+def inprocess_kv_transfer_config() -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for LMCache inside each vLLM worker."""
+    return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+
+
+def _mp(
+    facts: ModelFacts,
+    choices: LmcacheChoices,
+    summary: ModelSummary,
+    block: int | None,
+    base_env: dict[str, str],
+    warnings: list[str],
+    notes: list[str],
+) -> LmcachePlan:
+    server_env = dict(base_env)
+    if choices.mode == "mp_native":
+        adapter: dict[str, Any] = {
+            "type": "native_plugin",
+            "module_path": L2_MODULE,
+            "class_name": L2_CLASS,
+            "adapter_params": {
+                "base_url": choices.engine_url,
+                "namespace": choices.namespace,
+                "num_workers": choices.num_workers,
+                "max_connections": choices.max_connections,
+            },
+            "max_capacity_gb": 0,
+        }
+        server_env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = TOKEN_REF
+    else:
+        adapter = {
+            "type": "resp",
+            "host": choices.redis_host,
+            "port": choices.redis_port,
+            "num_workers": 8,
+            "max_capacity_gb": 0,
+        }
+        server_env["LMCACHE_RESP_USERNAME"] = "${LMCACHE_RESP_USERNAME}"
+        server_env["LMCACHE_RESP_PASSWORD"] = "${LMCACHE_RESP_PASSWORD}"
+        warnings.append(
+            "resp mode stores chunks in a Redis keyspace: pointed at the engine's RESP wire they "
+            "bypass /kv, so kv_stats, dedup counters and lmcache_check do not see them; the "
+            "engine's RESP password is HMAC-SHA256(auth secret, 'redis:' + user) in hex"
+        )
+    server = ProcessSpec(
+        argv=[
+            "lmcache",
+            "server",
+            "--host",
+            choices.lmcache_host,
+            "--port",
+            str(choices.lmcache_port),
+            "--http-host",
+            "127.0.0.1",
+            "--http-port",
+            str(choices.lmcache_http_port),
+            "--chunk-size",
+            str(summary.chunk_size),
+            "--l1-size-gb",
+            _number(choices.l1_size_gb),
+            "--eviction-policy",
+            "LRU",
+            "--hash-algorithm",
+            "blake3",
+            "--l2-adapter",
+            _compact(adapter),
+        ],
+        env=server_env,
+    )
+    transfer = mp_kv_transfer_config(choices.lmcache_host, choices.lmcache_port)
+    vllm = ProcessSpec(argv=_vllm_argv(facts, choices, transfer, block), env=dict(base_env))
+    return LmcachePlan(
+        mode=choices.mode,
+        supported=True,
+        model=summary,
+        lmcache_server=server,
+        l2_adapter=adapter,
+        vllm=vllm,
+        kv_transfer_config=transfer,
+        warnings=warnings,
+        notes=notes,
+    )
+
+
+def _inprocess(
+    facts: ModelFacts,
+    choices: LmcacheChoices,
+    summary: ModelSummary,
+    block: int | None,
+    base_env: dict[str, str],
+    warnings: list[str],
+    notes: list[str],
+) -> LmcachePlan:
+    transfer = inprocess_kv_transfer_config()
+    env = {
+        **base_env,
+        "LMCACHE_CONFIG_FILE": choices.config_file,
+        "EPISTEMIC_GRAPH_KVCACHE_TOKEN": TOKEN_REF,
+    }
+    notes.append(
+        "in-process mode is documented by LMCache as deprecated but available; MP mode is the "
+        "direction of travel"
+    )
+    return LmcachePlan(
+        mode=choices.mode,
+        supported=True,
+        model=summary,
+        vllm=ProcessSpec(argv=_vllm_argv(facts, choices, transfer, block), env=env),
+        kv_transfer_config=transfer,
+        lmcache_yaml=inprocess_yaml(choices, summary.chunk_size),
+        warnings=warnings,
+        notes=notes,
+    )
+
+
+def inprocess_yaml(choices: LmcacheChoices, chunk_size: int) -> str:
+    """LMCache's in-process YAML with our remote plugin, current key names only."""
+    lines = [
+        "# LMCache in-process configuration (LMCACHE_CONFIG_FILE), generated by graph-kvcache-mcp.",
+        "# The engine token comes from EPISTEMIC_GRAPH_KVCACHE_TOKEN, never from this file.",
+        f"chunk_size: {chunk_size}",
+        "local_cpu: true",
+        f"max_local_cpu_size: {_number(choices.max_local_cpu_size_gb)}",
+        "save_unfull_chunk: false",
+        "remote_serde: naive",
+        "blocking_timeout_secs: 10",
+        "pre_caching_hash_algorithm: sha256_cbor",
+        f"remote_storage_plugins: [{PLUGIN_NAME}]",
+        "extra_config:",
+        f"  remote_storage_plugin.{PLUGIN_NAME}.module_path: {REMOTE_MODULE}",
+        f"  remote_storage_plugin.{PLUGIN_NAME}.class_name: {REMOTE_CLASS}",
+        f"  graphkv.base_url: {json.dumps(choices.engine_url)}",
+        f"  graphkv.namespace: {json.dumps(choices.namespace)}",
+        f"  graphkv.max_connections: {choices.max_connections}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _vllm_argv(
+    facts: ModelFacts,
+    choices: LmcacheChoices,
+    transfer: dict[str, Any] | None,
+    block: int | None,
+) -> list[str]:
+    argv = ["vllm", "serve", facts.name, "--port", str(choices.vllm_port)]
+    if choices.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(choices.tensor_parallel_size)]
+    argv.append("--enable-prefix-caching")
+    if facts.kind == "hybrid" and block is not None:
+        argv += ["--mamba-cache-mode", "align", "--max-num-batched-tokens", str(block)]
+    if transfer is not None:
+        argv += ["--kv-transfer-config", _compact(transfer)]
+    return argv
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _shell_value(value: str) -> str:
+    # "${VAR}" stays expandable; anything else is quoted.
+    if value.startswith("${") and value.endswith("}"):
+        return f'"{value}"'
+    return shlex.quote(value)

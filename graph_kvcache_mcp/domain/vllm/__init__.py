@@ -1,0 +1,1 @@
+"""vLLM's rules: launch flags, metrics expositions, call accounting, traces, KV-tier plans. Pure."""

@@ -1,0 +1,164 @@
+"""What one vLLM call yields and how its cached tokens are attributed. Pure: no I/O, no clock.
+
+The cached-token count of a call comes, in order of trust, from
+1. the response's `usage.prompt_tokens_details.cached_tokens` (`source="usage"`), which vLLM fills
+   only when it runs with `--enable-prompt-tokens-details`;
+2. the move of the server's `vllm:prefix_cache_hits_total` across the call (`"metrics_delta"`),
+   trusted only when `vllm:prompt_tokens_total` moved by exactly this call's prompt tokens: when
+   other requests moved the counters too, the hits cannot be told apart;
+3. nowhere (`"unavailable"`, with a note). Never 0 for "unknown".
+
+Where vLLM runs with a KV connector (an external tier: the engine through EngineKVConnector,
+LMCache), the hit is split by tier from the same /metrics window: the move of
+`vllm:external_prefix_cache_hits_total` is the connector's part, and with EngineKVConnector the move
+of `graph_kvcache:engine_kv_loaded_bytes_total` is what it read from the engine. That split is
+trusted, like the metrics-delta source, only when the window saw this call alone.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.traces import CachedTokensSource, Trace
+
+DEFAULT_MAX_TOKENS = 64
+
+
+class ChatResult(BaseModel):
+    """The model's answer and the call's cache accounting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    answer: str
+    trace: Trace
+
+
+class PrefixCacheReset(BaseModel):
+    """What `POST /reset_prefix_cache` did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reset: bool
+    dev_mode: bool = Field(description="False when the route is absent (VLLM_SERVER_DEV_MODE off).")
+    reason: str | None = None
+
+
+class CachedTokens(BaseModel):
+    """How many prompt tokens of one call came from the prefix cache, and how that is known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hit_tokens: int | None
+    source: CachedTokensSource
+    note: str | None = None
+    external_tokens: int | None = Field(
+        None, description="Of the hit, tokens a KV connector loaded; None when not measured."
+    )
+    external_bytes: int | None = Field(
+        None, description="Engine bytes EngineKVConnector read for them; None when not measured."
+    )
+
+
+class MetricsWindow(BaseModel):
+    """What the server's counters did between a snapshot before a call and one after it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int | None = Field(None, description="Move of vllm:prompt_tokens_total.")
+    hits: int | None = Field(None, description="Move of vllm:prefix_cache_hits_total (tokens).")
+    queries: int | None = Field(None, description="Move of vllm:prefix_cache_queries_total.")
+    external_hits: int | None = Field(
+        None, description="Move of vllm:external_prefix_cache_hits_total (a KV connector's loads)."
+    )
+    engine_bytes_read: int | None = Field(
+        None, description="Move of graph_kvcache:engine_kv_loaded_bytes_total (EngineKVConnector)."
+    )
+    external_tier: bool = Field(
+        False,
+        description="The server runs a KV connector: its external queries have moved since it "
+        "started, or it exports EngineKVConnector's counters.",
+    )
+    block_size: int | None = None
+
+    def exclusive_to(self, prompt_tokens: int) -> bool:
+        """True when only a call of `prompt_tokens` moved the counters (no other traffic)."""
+        return self.prompt_tokens == prompt_tokens
+
+
+def metrics_window(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsWindow:
+    """The window between two snapshots of the same model (a counter reset reads as None)."""
+    moved = delta(before, after)
+    return MetricsWindow(
+        prompt_tokens=moved.prompt_tokens,
+        hits=moved.prefix_cache_hits_tokens,
+        queries=moved.prefix_cache_queries_tokens,
+        external_hits=moved.external_prefix_cache_hits_tokens,
+        engine_bytes_read=moved.engine_kv_loaded_bytes,
+        # vLLM exports the external counters with or without a connector, but only a connector
+        # moves them: every request it admits queries the external tier.
+        external_tier=bool(after.external_prefix_cache_queries_tokens)
+        or after.engine_kv_loaded_bytes is not None,
+        block_size=after.cache_config.block_size if after.cache_config else None,
+    )
+
+
+def from_usage(cached_tokens: int) -> CachedTokens:
+    return CachedTokens(hit_tokens=cached_tokens, source="usage")
+
+
+def unattributed(note: str) -> CachedTokens:
+    return CachedTokens(hit_tokens=None, source="unavailable", note=note)
+
+
+def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
+    """The call's hits as the move of the server's counters, when only this call moved them."""
+    if window.prompt_tokens is None or window.hits is None:
+        return unattributed("the server's /metrics lacks the prefix-cache counters")
+    if (why := _not_this_call_alone(window, prompt_tokens)) is not None:
+        return unattributed(f"{why}, so the hit count cannot be attributed")
+    # vllm:prefix_cache_hits_total counts vLLM's own cache only; a KV connector's loads (the
+    # engine, LMCache) move the external counter instead, and belong to the call's hit too.
+    external = window.external_hits
+    return CachedTokens(
+        hit_tokens=window.hits + (external or 0),
+        external_tokens=external,
+        external_bytes=window.engine_bytes_read,
+        source="metrics_delta",
+        note="from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
+        "--enable-prompt-tokens-details)",
+    )
+
+
+def split_by_tier(cached: CachedTokens, window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
+    """`cached` (reported by the answer) with its external part from the window around the call,
+    when the server has an external tier and only this call moved its counters."""
+    if not window.external_tier or window.external_hits is None:
+        return cached
+    if (why := _not_this_call_alone(window, prompt_tokens)) is not None:
+        note = (
+            f"{why}, so the hit cannot be split between vLLM's prefix cache and the KV "
+            "connector's tier"
+        )
+        return cached.model_copy(update={"note": note})
+    return cached.model_copy(
+        update={"external_tokens": window.external_hits, "external_bytes": window.engine_bytes_read}
+    )
+
+
+def _not_this_call_alone(window: MetricsWindow, prompt_tokens: int) -> str | None:
+    """Why the window's moves cannot be credited to a call of `prompt_tokens` alone; None when
+    they can (the prompt-token counter moved by exactly this call)."""
+    if window.prompt_tokens is None:
+        return "the server's /metrics lacks vllm:prompt_tokens_total"
+    if window.prompt_tokens < prompt_tokens:
+        return (
+            f"/metrics had counted {window.prompt_tokens} of this call's {prompt_tokens} prompt "
+            "tokens when the wait for it ended"
+        )
+    if not window.exclusive_to(prompt_tokens):
+        return (
+            f"/metrics counted {window.prompt_tokens} prompt tokens during this call of "
+            f"{prompt_tokens}: other requests ran at the same time"
+        )
+    return None

@@ -1,0 +1,265 @@
+"""What to launch vLLM with: the request, the platform, and the flags they make. Pure: no I/O.
+
+Prefix caching and per-call cached-token counts are the point of running vLLM here, so the plan
+always asks for `--enable-prefix-caching` and (unless told otherwise, e.g. to test the fallback)
+`--enable-prompt-tokens-details`. On a machine without an NVIDIA GPU the plan picks flags vLLM's
+CPU backend needs or benefits from, and says why in `notes`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.lmcache.config import (
+    TELEMETRY_OFF,
+    inprocess_kv_transfer_config,
+    mp_kv_transfer_config,
+)
+from graph_kvcache_mcp.errors import ConfigError
+
+CPU_BLOCK_MULTIPLE = 32  # vLLM's CPU attention only takes block sizes that are multiples of 32
+DEFAULT_CPU_BLOCK_SIZE = 32
+DEFAULT_CPU_KV_CACHE_BYTES = 1024**3
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# Flags the plan owns: passing them again through extra_args would make vLLM's behaviour depend on
+# argparse's "last one wins".
+_OWNED_FLAGS = frozenset(
+    {
+        "--model",
+        "--host",
+        "--port",
+        "--served-model-name",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+    }
+)
+
+
+KvConnector = Literal["none", "engine", "mp_native", "redis_resp", "inprocess_plugin"]
+"""vLLM's external KV tier: none, the engine through `EngineKVConnector` (CPU vLLM), or one of
+the LMCache modes `lmcache config` plans (the vLLM side of `mp_native` and `redis_resp` is the
+same: LMCache's MP connector talking to an `lmcache server`)."""
+ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.plugins.vllm_kv.connector"
+ENGINE_ENV_NAMES = (
+    "EPISTEMIC_GRAPH_KVCACHE_URL",
+    "EPISTEMIC_GRAPH_KVCACHE_TOKEN",
+    "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S",
+)
+"""The environment through which vLLM's processes learn where the engine is (never flags: vLLM
+logs its kv_transfer_config)."""
+
+
+class Platform(BaseModel):
+    """Where vLLM will run, as detected on this machine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["gpu", "cpu"]
+    gpus: list[str] = Field(default_factory=list, description="GPU names nvidia-smi listed.")
+    detail: str = Field(description="How the platform was decided.")
+
+
+class VllmLaunch(BaseModel):
+    """What a caller asks for. None means: let the platform decide."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = Field(min_length=1, description="Local model dir or hub id.")
+    port: int = Field(8000, ge=1, le=65535)
+    served_model_name: str | None = None
+    max_model_len: int | None = Field(None, ge=16)
+    dtype: str = "auto"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    block_size: int | None = Field(None, ge=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1024**2)
+    enforce_eager: bool | None = None
+    prompt_tokens_details: bool = True
+    dev_mode: bool = Field(False, description="VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache etc.")
+    kv_connector: KvConnector = Field("none", description="External KV tier (see KvConnector).")
+    lmcache_host: str = Field("127.0.0.1", description="The lmcache server (MP modes).")
+    lmcache_port: int = Field(5555, ge=1, le=65535, description="The lmcache server's port.")
+    lmcache_config_file: str = Field(
+        "lmcache.yaml", description="LMCACHE_CONFIG_FILE for inprocess_plugin."
+    )
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def needs_engine_environment(self) -> bool:
+        """vLLM's processes must be told the engine's URL and token (ENGINE_ENV_NAMES)."""
+        return self.kv_connector in {"engine", "inprocess_plugin"}
+
+
+class LaunchPlan(BaseModel):
+    """The arguments after `python -m vllm.entrypoints.openai.api_server`, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    args: tuple[str, ...]
+    platform: Platform
+    notes: list[str]
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment the plan needs (never a secret)."
+    )
+
+
+_API_KEY_FLAG = "--api-key"
+_SHORTEST_API_KEY_ABBREVIATION = "--api-k"  # "--api-" is shared with --api-server-count
+
+
+def check_extra_args(extra_args: tuple[str, ...]) -> None:
+    """Refuse a secret on vLLM's command line: argv is world-readable (/proc/<pid>/cmdline) and
+    lands in vLLM's log and in vllm_logs output.
+
+    Any spelling argparse would take counts: `--api-key X`, `--api-key=X`, `--api_key`, and the
+    abbreviations `--api-k`, `--api-ke`.
+
+    Raises:
+        ConfigError: names the flag and the variable to use instead.
+    """
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0].lower().replace("_", "-")
+        if _API_KEY_FLAG.startswith(flag) and len(flag) >= len(_SHORTEST_API_KEY_ABBREVIATION):
+            raise ConfigError(
+                f"extra_args must not carry {_API_KEY_FLAG}: the key would be visible on vLLM's "
+                "command line, in its log and in vllm_logs. Set VLLM_API_KEY in this server's "
+                "environment instead: vLLM reads it and the vllm_* tools send it"
+            )
+
+
+def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchPlan:
+    """Flags for `launch` on `platform`.
+
+    Raises:
+        ConfigError: a block size the CPU backend cannot use, extra_args that repeat a flag
+            the plan sets itself, or an api key in extra_args.
+    """
+    check_extra_args(launch.extra_args)
+    clashes = sorted({arg.split("=", 1)[0] for arg in launch.extra_args} & _OWNED_FLAGS)
+    if clashes:
+        raise ConfigError(
+            f"extra_args repeat flags this launcher sets itself ({', '.join(clashes)}); use the "
+            "matching parameters instead"
+        )
+    args = ["--model", launch.model, "--host", host, "--port", str(launch.port)]
+    if launch.served_model_name:
+        args += ["--served-model-name", launch.served_model_name]
+    args += ["--dtype", launch.dtype, "--enable-prefix-caching"]
+    if launch.prompt_tokens_details:
+        args.append("--enable-prompt-tokens-details")
+    if launch.max_model_len is not None:
+        args += ["--max-model-len", str(launch.max_model_len)]
+    notes: list[str] = []
+    if platform.kind == "cpu":
+        args += _cpu_flags(launch, notes)
+    else:
+        args += _gpu_flags(launch, notes)
+    if not launch.prompt_tokens_details:
+        notes.append(
+            "without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details "
+            "empty: cached tokens then come from /metrics deltas, or are reported unavailable"
+        )
+    env: dict[str, str] = {}
+    if launch.kv_connector != "none":
+        args += _kv_connector_flags(launch, platform, env, notes)
+    args += launch.extra_args
+    return LaunchPlan(
+        args=tuple(args),
+        platform=platform,
+        notes=notes,
+        env=env,
+    )
+
+
+def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
+    """vLLM's `--kv-transfer-config` for `launch.kv_connector` (None for "none")."""
+    match launch.kv_connector:
+        case "engine":
+            return {
+                "kv_connector": "EngineKVConnector",
+                "kv_connector_module_path": ENGINE_CONNECTOR_MODULE,
+                "kv_role": "kv_both",
+                # a block that vanished or fails its checksum is recomputed, never an error
+                "kv_load_failure_policy": "recompute",
+            }
+        case "mp_native" | "redis_resp":
+            return mp_kv_transfer_config(launch.lmcache_host, launch.lmcache_port)
+        case "inprocess_plugin":
+            return inprocess_kv_transfer_config()
+    return None
+
+
+def _kv_connector_flags(
+    launch: VllmLaunch, platform: Platform, env: dict[str, str], notes: list[str]
+) -> list[str]:
+    if any(arg.split("=", 1)[0] == "--kv-transfer-config" for arg in launch.extra_args):
+        raise ConfigError(
+            "extra_args repeat --kv-transfer-config, which kv_connector sets; drop one of them"
+        )
+    transfer = kv_transfer_config(launch)
+    if launch.kv_connector == "engine":
+        if platform.kind != "cpu":
+            raise ConfigError(
+                "kv_connector 'engine' (EngineKVConnector) moves CPU KV caches only; on a GPU "
+                "use kv_connector 'mp_native' with an lmcache server whose remote tier is the "
+                "engine (lmcache config / lmcache start)"
+            )
+        notes.append(
+            "--kv-transfer-config EngineKVConnector: the engine is vLLM's KV tier; vLLM's venv "
+            "needs this package (pip install --no-deps graph-kvcache-mcp) and gets the engine's "
+            "URL and token through its environment"
+        )
+    else:
+        # LMCache hashes prompts with Python's hash seed: every process must share it.
+        env.update({"PYTHONHASHSEED": "0", **TELEMETRY_OFF})
+        if launch.kv_connector == "inprocess_plugin":
+            env["LMCACHE_CONFIG_FILE"] = launch.lmcache_config_file
+        if platform.kind == "cpu":
+            notes.append(
+                "LMCache has no CPU connector (0.5.6): on CPU vLLM it falls back to recompute "
+                "and adds a lookup timeout to every request; use kv_connector 'engine' here"
+            )
+        notes.append(f"--kv-transfer-config {json.dumps(transfer)}")
+    return ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+
+
+def _cpu_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:
+    block = launch.block_size or DEFAULT_CPU_BLOCK_SIZE
+    if block % CPU_BLOCK_MULTIPLE:
+        raise ConfigError(
+            f"block_size {block} cannot run on vLLM's CPU backend: use a multiple of "
+            f"{CPU_BLOCK_MULTIPLE} (e.g. 32 or 128)"
+        )
+    kv_bytes = launch.kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+    eager = True if launch.enforce_eager is None else launch.enforce_eager
+    notes.append("no NVIDIA GPU found: using CPU-safe flags")
+    notes.append(f"--block-size {block}: CPU attention needs a multiple of {CPU_BLOCK_MULTIPLE}")
+    notes.append(f"--kv-cache-memory-bytes {kv_bytes}: the KV cache is bounded in host memory")
+    flags = ["--block-size", str(block), "--kv-cache-memory-bytes", str(kv_bytes)]
+    if eager:
+        flags.append("--enforce-eager")
+        notes.append("--enforce-eager: skips torch.compile warm-up (startup about 2-3x faster)")
+    if launch.gpu_memory_utilization is not None:
+        notes.append("gpu_memory_utilization ignored: there is no GPU")
+    return flags
+
+
+def _gpu_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:
+    utilization = launch.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    flags = ["--gpu-memory-utilization", str(utilization)]
+    notes.append(f"NVIDIA GPU found: --gpu-memory-utilization {utilization}")
+    if launch.block_size is not None:
+        flags += ["--block-size", str(launch.block_size)]
+    if launch.kv_cache_memory_bytes is not None:
+        flags += ["--kv-cache-memory-bytes", str(launch.kv_cache_memory_bytes)]
+    if launch.enforce_eager:
+        flags.append("--enforce-eager")
+    return flags
+
+
+def parse_nvidia_smi(output: str) -> list[str]:
+    """GPU descriptions from `nvidia-smi --query-gpu=name,memory.total --format=csv,noheader`."""
+    return [line.strip() for line in output.splitlines() if line.strip()]

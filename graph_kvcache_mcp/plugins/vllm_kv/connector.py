@@ -1,0 +1,368 @@
+"""`EngineKVConnector`: the engine as vLLM's KV tier (vLLM V1 KV-connector API, CPU vLLM).
+
+Load it into vLLM with
+
+    --kv-transfer-config '{"kv_connector":"EngineKVConnector",
+      "kv_connector_module_path":"graph_kvcache_mcp.plugins.vllm_kv.connector",
+      "kv_role":"kv_both"}'
+
+and the engine's URL and token in vLLM's environment (`EPISTEMIC_GRAPH_KVCACHE_URL`,
+`EPISTEMIC_GRAPH_KVCACHE_TOKEN`; never in `kv_connector_extra_config`, which vLLM logs).
+
+- Scheduler side (vLLM's EngineCore process): names each full block of a request by a chained
+  content key (`domain.vllm_kv_blocks`), asks the engine for the longest present run of them after
+  vLLM's own prefix-cache hit, and plans loads and saves (`domain.vllm_kv_plan`).
+- Worker side: before the forward pass, reads the planned blocks, checks each value's header and
+  checksum, and writes them into the paged KV cache; after the pass (`wait_for_save`), copies the
+  newly full blocks out and queues them for upload.
+- Best effort: an engine that is down, slow or answers garbage costs a miss (vLLM recomputes),
+  never an exception into vLLM. A block that fails to load is reported to vLLM, which recomputes
+  it: the connector sets `kv_load_failure_policy` to "recompute" for that reason.
+
+Handles vLLM's CPU KV cache only (one full-attention KV cache group, tensor and pipeline parallel
+size 1); anything else is refused at start-up. Imports only what vLLM's venv provides.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from graph_kvcache_mcp.domain.vllm.kv_blocks import (
+    KvModelIdentity,
+    Rejected,
+    decode_block,
+    encode_block,
+    unsupported_setup,
+)
+from graph_kvcache_mcp.domain.vllm.kv_plan import (
+    BlockTransfer,
+    ScheduledRequest,
+    StepPlan,
+    TransferPlanner,
+)
+from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
+from graph_kvcache_mcp.plugins.vllm_kv.stats import EngineKVPromMetrics, EngineKVStats
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore, logger
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+    )
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+
+@dataclass
+class EngineKVMetadata(KVConnectorMetadata):  # type: ignore[misc]
+    """One step's plan, pickled to every worker with the scheduler output."""
+
+    loads: list[BlockTransfer] = field(default_factory=list)
+    saves: list[BlockTransfer] = field(default_factory=list)
+
+
+class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
+    """vLLM KV connector backed by the engine's `/kv/<key>` store."""
+
+    def __init__(
+        self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig
+    ) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self.identity = model_identity(vllm_config, kv_cache_config)
+        self.block_size = self.identity.block_size
+        self.store = EngineBlockStore.from_environment(os.environ)
+        self.planner = TransferPlanner(self.identity.digest, self.block_size)
+        self._local_tokens: dict[str, int] = {}
+        self._pages: PagedKvCache | None = None
+        self._load_errors: set[int] = set()
+        if role == KVConnectorRole.SCHEDULER and (
+            self._kv_transfer_config.kv_load_failure_policy != "recompute"
+        ):
+            # vLLM reads the policy right after building this connector. A block that vanished
+            # or fails its checksum must cost a recompute, not fail the user's request.
+            self._kv_transfer_config.kv_load_failure_policy = "recompute"
+        logger.info(
+            "EngineKVConnector (%s) ready: engine %s, identity %s (%s, %d layers, block %d "
+            "tokens, %d bytes per block, layout %s)",
+            role.name.lower(),
+            self.store.client.base_url,
+            self.identity.digest,
+            self.identity.served_model,
+            self.identity.num_layers,
+            self.block_size,
+            self.identity.block_bytes,
+            self.identity.layout,
+        )
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a dropped save is a future miss, nothing more
+
+    # --- scheduler side ----------------------------------------------------------------------
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        if not _eligible(request):
+            return 0, False
+        keys = self.planner.lookup_keys(
+            request.request_id, request.all_token_ids, num_computed_tokens, request.cache_salt
+        )
+        self._local_tokens[request.request_id] = num_computed_tokens
+        present = self.store.count_present(keys) if keys else 0
+        return present * self.block_size, False
+
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
+        local = self._local_tokens.pop(request.request_id, None)
+        if local is None:
+            return
+        block_ids = blocks.get_block_ids()[0]
+        self.planner.admitted(request.request_id, block_ids, num_external_tokens, local)
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        scheduled = [
+            ScheduledRequest(
+                req_id=new.req_id,
+                num_computed_tokens=new.num_computed_tokens,
+                num_scheduled_tokens=scheduler_output.num_scheduled_tokens.get(new.req_id, 0),
+                new_block_ids=list(new.block_ids[0]),
+                replaces_blocks=True,
+            )
+            for new in scheduler_output.scheduled_new_reqs
+        ]
+        cached = scheduler_output.scheduled_cached_reqs
+        for index, req_id in enumerate(cached.req_ids):
+            new_blocks = cached.new_block_ids[index]
+            scheduled.append(
+                ScheduledRequest(
+                    req_id=req_id,
+                    num_computed_tokens=cached.num_computed_tokens[index],
+                    num_scheduled_tokens=scheduler_output.num_scheduled_tokens.get(req_id, 0),
+                    new_block_ids=list(new_blocks[0]) if new_blocks is not None else None,
+                    replaces_blocks=req_id in cached.resumed_req_ids,
+                )
+            )
+        plan: StepPlan = self.planner.plan_step(
+            scheduled,
+            preempted=sorted(scheduler_output.preempted_req_ids or ()),
+            finished=sorted(scheduler_output.finished_req_ids),
+        )
+        return EngineKVMetadata(loads=plan.loads, saves=plan.saves)
+
+    def request_finished(
+        self, request: Request, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        self.planner.forget(request.request_id)
+        self._local_tokens.pop(request.request_id, None)
+        return False, None
+
+    # --- worker side -------------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        pages = PagedKvCache(kv_caches)
+        if (len(pages.layers), pages.page_bytes) != (
+            self.identity.num_layers,
+            self.identity.page_bytes,
+        ):
+            raise ValueError(
+                f"EngineKVConnector: vLLM registered {len(pages.layers)} KV layers of "
+                f"{pages.page_bytes} bytes per page, but its KV cache config promised "
+                f"{self.identity.num_layers} of {self.identity.page_bytes}; refusing to move "
+                "blocks of a layout it does not understand"
+            )
+        self._pages = pages
+        _allow_amx_tiles()
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        metadata = self._get_connector_metadata()
+        if not isinstance(metadata, EngineKVMetadata) or not metadata.loads:
+            return
+        for load in metadata.loads:
+            self._load(load)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads finish inside start_load_kv, before the forward pass
+
+    def save_kv_layer(
+        self,
+        layer_name: str,
+        kv_layer: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        **kwargs: Any,
+    ) -> None:
+        return  # whole blocks (all layers) are copied out once per step, in wait_for_save
+
+    def wait_for_save(self) -> None:
+        metadata = self._get_connector_metadata()
+        if not isinstance(metadata, EngineKVMetadata) or not metadata.saves:
+            return
+        pages = self._require_pages()
+        items: list[tuple[str, bytes]] = []
+        try:
+            for save in metadata.saves:
+                items += [
+                    (key, encode_block(key, self.identity, pages.page_views(block_id)))
+                    for key, block_id in zip(save.keys, save.block_ids, strict=True)
+                ]
+        except Exception:  # a save is an optimisation: never fail the step for it
+            logger.exception("EngineKVConnector: could not copy blocks out for saving")
+            return
+        self.store.save_later(items)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def shutdown(self) -> None:
+        self.store.close()
+
+    # --- stats (worker side; vLLM carries them to its /metrics) ------------------------------
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        counts = self.store.tally.take()
+        return EngineKVStats(data=dict(counts)) if counts else None
+
+    @classmethod
+    def build_kv_connector_stats(
+        cls, data: dict[str, Any] | None = None
+    ) -> KVConnectorStats | None:
+        return EngineKVStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type[Any], type[Any]],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> KVConnectorPromMetrics | None:
+        return EngineKVPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _require_pages(self) -> PagedKvCache:
+        if self._pages is None:
+            raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
+        return self._pages
+
+    def _load(self, load: BlockTransfer) -> None:
+        """Load the longest good run of `load`'s blocks; report the rest for recompute."""
+        pages = self._require_pages()
+        good: list[memoryview] = []
+        read_bytes = 0
+        for key, value in zip(load.keys, self.store.fetch(load.keys), strict=True):
+            decoded = decode_block(value, key, self.identity) if value is not None else None
+            if value is None or not isinstance(decoded, memoryview):
+                why = decoded.reason if isinstance(decoded, Rejected) else "missing or unreadable"
+                logger.warning(
+                    "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
+                    "from there",
+                    key,
+                    load.req_id,
+                    why,
+                )
+                break
+            good.append(decoded)
+            read_bytes += len(value)
+        try:
+            pages.write_blocks(load.block_ids[: len(good)], good)
+        except Exception:
+            logger.exception("EngineKVConnector: could not write loaded blocks; recomputing")
+            good, read_bytes = [], 0
+        failed = load.block_ids[len(good) :]
+        self._load_errors.update(failed)
+        self.store.tally.add(
+            loaded_blocks=len(good), loaded_bytes=read_bytes, load_failed_blocks=len(failed)
+        )
+
+
+def _allow_amx_tiles() -> None:
+    """Ask Linux for AMX tile state for this worker process, where the CPU has AMX.
+
+    vLLM's CPU attention runs AMX kernels for bf16 KV in 32-token blocks, and a process may only
+    execute AMX instructions once it has asked for the tile state (arch_prctl XCOMP_PERM). vLLM
+    relies on an earlier bf16 matmul having asked; with this connector the first forward pass of
+    a fresh process can already attend over loaded context, and then died of SIGILL in
+    `cpu_attention_with_kv_cache` (seen on restarts, intermittently). Asking twice is harmless.
+    """
+    if torch.cpu._is_amx_tile_supported() and not torch.cpu._init_amx():
+        logger.warning("EngineKVConnector: the OS refused AMX tile state to this process")
+
+
+def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:
+    """What the stored blocks must match, read from vLLM's config.
+
+    Raises:
+        ValueError: a setup this connector does not handle (not the CPU KV cache, several KV
+            cache groups, a non full-attention layer kind, tensor or pipeline parallelism).
+    """
+    from vllm import __version__ as vllm_version
+
+    parallel = vllm_config.parallel_config
+    groups = kv_cache_config.kv_cache_groups
+    spec: Any = groups[0].kv_cache_spec if groups else None
+    problem = unsupported_setup(
+        device=str(vllm_config.device_config.device_type),
+        tensor_parallel=parallel.tensor_parallel_size,
+        pipeline_parallel=parallel.pipeline_parallel_size,
+        kv_cache_groups=len(groups),
+        spec_kind=type(spec).__name__,
+        sliding_window=getattr(spec, "sliding_window", None),
+    )
+    if problem is not None:
+        raise ValueError(problem)
+    model = vllm_config.model_config
+    served = model.served_model_name or model.model
+    served_name = served[0] if isinstance(served, list) else served
+    cache = vllm_config.cache_config
+    dtype = str(spec.dtype).removeprefix("torch.")
+    layout = kv_cache_config.kv_cache_layout or "LBHNC"
+    return KvModelIdentity(
+        served_model=str(served_name),
+        architecture=model.architecture,
+        dtype=dtype,
+        num_layers=len(groups[0].layer_names),
+        num_kv_heads=spec.num_kv_heads,
+        head_size=spec.head_size,
+        head_size_v=spec.head_size_v or spec.head_size,
+        block_size=spec.block_size,
+        page_bytes=spec.page_size_bytes,
+        layout=f"cpu:{layout}:{_cpu_attention_isa(spec, cache.cache_dtype)}:{cache.cache_dtype}",
+        vllm_version=vllm_version,
+    )
+
+
+def _cpu_attention_isa(spec: Any, cache_dtype: str) -> str:
+    """The CPU attention kernel's ISA: it decides how K is packed inside a page."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        return str(_get_attn_isa(spec.dtype, spec.block_size, spec.head_size, cache_dtype))
+    except Exception as exc:  # a private vLLM function: name the failure, keep keys distinct
+        return f"unknown-{type(exc).__name__}"
+
+
+def _eligible(request: Request) -> bool:
+    """Requests whose KV depends only on their token ids (no LoRA, images or embeddings)."""
+    return not (
+        request.lora_request is not None
+        or request.mm_features
+        or request.prompt_embeds is not None
+        or request.skip_reading_prefix_cache
+    )

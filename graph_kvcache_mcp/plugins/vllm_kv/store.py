@@ -1,0 +1,241 @@
+"""The engine as seen from inside vLLM: bounded, never-raising block lookups, reads and writes.
+
+Used by the vLLM KV connector (`vllm_kv_connector`), which runs in vLLM's processes: every call
+here answers within the KV timeout (`EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S`, whole batch included) and
+turns "engine down, slow or garbled" into a miss, so vLLM recomputes instead of failing. After a
+failure the store stays quiet for `QUIET_AFTER_FAILURE_S` (answers "miss" at once) rather than
+making every request wait for a dead engine.
+
+Imports only the standard library and the package's wire client, which vLLM's own venv provides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
+from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Stored, Unavailable
+
+# Under "vllm." so that vLLM's own logging configuration prints it beside vLLM's lines.
+LOGGER_NAME = "vllm.graph_kvcache.engine_kv"
+QUIET_AFTER_FAILURE_S = 10.0
+LOOKUP_CHUNK = 16
+"""Existence checks per round: a cold prompt costs one round, not one per block."""
+UPLOAD_NICENESS = 10
+MAX_PENDING_SAVE_BYTES = 512 * 1024 * 1024
+"""Blocks waiting for upload beyond this are dropped (a future miss, never back-pressure)."""
+
+logger = logging.getLogger(LOGGER_NAME)
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class TransferTally:
+    """Transfer counts (names from `domain.engine_kv_counters`) added by the forward pass and the
+    upload thread, taken once per vLLM step for its connector stats (`vllm_kv_stats`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, amount in counts.items():
+                if amount:
+                    self._counts[name] = self._counts.get(name, 0) + amount
+
+    def take(self) -> dict[str, int]:
+        """Everything counted since the last take (empty when nothing was)."""
+        with self._lock:
+            taken, self._counts = self._counts, {}
+        return taken
+
+
+class EngineBlockStore:
+    """Block reads and writes against one engine, bounded in time and never raising."""
+
+    def __init__(
+        self,
+        client: SyncKvClient,
+        *,
+        timeout_s: float,
+        concurrency: int,
+        tally: TransferTally | None = None,
+    ) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="engine-kv")
+        # Lookups and loads sit on a request's critical path; uploads are background work and
+        # must not take CPU from vLLM's forward pass on a small box, so their threads run niced.
+        self._upload_pool = ThreadPoolExecutor(
+            concurrency, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
+        )
+        self._quiet_until = 0.0
+        self.tally = tally or TransferTally()
+        self._lock = threading.Lock()
+        self._saves: queue.Queue[list[tuple[str, bytes]] | None] = queue.Queue()
+        self._pending_bytes = 0
+        self._idle = threading.Event()
+        self._idle.set()
+        self._uploader = threading.Thread(target=self._upload_loop, name="engine-kv-upload")
+        self._uploader.daemon = True
+        self._uploader.start()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> EngineBlockStore:
+        """The engine named by `EPISTEMIC_GRAPH_KVCACHE_URL` (or `_ADDR`), else 127.0.0.1:9130.
+
+        Raises:
+            ConfigError: a malformed URL, token or timeout in the environment.
+        """
+        settings = Settings.from_env(environ)
+        url = settings.kv_url or f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}"
+        client = SyncKvClient(url, settings.kv_token, timeout_s=settings.kv_timeout_s)
+        return cls(client, timeout_s=settings.kv_timeout_s, concurrency=settings.kv_concurrency)
+
+    def __repr__(self) -> str:
+        return f"EngineBlockStore({self.client.base_url!r})"
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def count_present(self, keys: Sequence[str]) -> int:
+        """How many of `keys`, from the first, the engine holds (0 when it cannot answer)."""
+        deadline = time.monotonic() + self.timeout_s
+        found = 0
+        for start in range(0, len(keys), LOOKUP_CHUNK):
+            chunk = keys[start : start + LOOKUP_CHUNK]
+            answers = self._run_all(self.client.contains, chunk, deadline, "lookup")
+            for answer in answers:
+                if not (isinstance(answer, Presence) and answer.present):
+                    return found
+                found += 1
+        return found
+
+    def fetch(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The stored values of `keys`, None for each one missing or not read in time."""
+        answers = self._run_all(self.client.get, keys, time.monotonic() + self.timeout_s, "load")
+        return [answer.value if isinstance(answer, Hit) else None for answer in answers]
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def save_later(self, items: list[tuple[str, bytes]]) -> None:
+        """Queue (key, value) pairs for upload; drops them when the engine is down or far behind."""
+        size = sum(len(value) for _, value in items)
+        with self._lock:
+            if self._quiet() or self._pending_bytes + size > MAX_PENDING_SAVE_BYTES:
+                logger.debug("engine KV: dropped %d blocks (engine down or behind)", len(items))
+                self.tally.add(dropped_blocks=len(items))
+                return
+            self._pending_bytes += size
+            self._idle.clear()
+        self._saves.put(items)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued block was sent (or dropped); False when time ran out."""
+        return self._idle.wait(timeout_s)
+
+    def close(self, *, flush_timeout_s: float = 5.0) -> None:
+        self.flush(flush_timeout_s)
+        self._saves.put(None)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._upload_pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _quiet(self) -> bool:
+        return time.monotonic() < self._quiet_until
+
+    def _went_wrong(self, what: str, reason: str) -> None:
+        with self._lock:
+            first = not self._quiet()
+            self._quiet_until = time.monotonic() + QUIET_AFTER_FAILURE_S
+        if first:  # once per outage, not once per request
+            logger.warning(
+                "engine KV %s failed, treated as a miss (vLLM recomputes); engine calls paused "
+                "for %g s: %s",
+                what,
+                QUIET_AFTER_FAILURE_S,
+                reason,
+            )
+
+    def _run_all(
+        self,
+        operation: Callable[[_T], _R],
+        inputs: Sequence[_T],
+        deadline: float,
+        what: str,
+        *,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> list[_R | None]:
+        """`operation` on every input concurrently; None for each one not answered by `deadline`."""
+        if not inputs or self._quiet():
+            return [None] * len(inputs)
+        runner = pool or self._pool
+        futures: list[Future[_R]] = [runner.submit(operation, item) for item in inputs]
+        done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        for future in pending:
+            future.cancel()
+        results: list[_R | None] = []
+        for future in futures:
+            if future not in done or future.exception() is not None:
+                results.append(None)
+                continue
+            results.append(future.result())
+        if pending:
+            self._went_wrong(what, f"no answer within {self.timeout_s:g} s")
+        elif failure := next((r for r in results if isinstance(r, Unavailable)), None):
+            self._went_wrong(what, failure.reason)
+        elif any(future.exception() is not None for future in futures):
+            self._went_wrong(what, "the client raised")
+        return results
+
+    def _upload_loop(self) -> None:
+        _lower_thread_priority()
+        while (items := self._saves.get()) is not None:
+            try:
+                self._upload(items)
+            except Exception:  # the thread must survive anything; a lost save is a future miss
+                logger.exception("engine KV: upload failed")
+            finally:
+                with self._lock:
+                    self._pending_bytes -= sum(len(value) for _, value in items)
+                    if self._saves.empty():
+                        self._idle.set()
+
+    def _upload(self, items: list[tuple[str, bytes]]) -> None:
+        if self._quiet():
+            self.tally.add(dropped_blocks=len(items))
+            return
+        deadline = time.monotonic() + max(self.timeout_s, 15.0)
+        outcomes = self._run_all(
+            lambda item: self.client.put(*item), items, deadline, "save", pool=self._upload_pool
+        )
+        # Stored but not new: another instance saved the same block first (first writer wins).
+        new = [len(value) for (_, value), o in zip(items, outcomes, strict=True) if _new(o)]
+        acked = sum(isinstance(o, Stored) for o in outcomes)
+        self.tally.add(
+            saved_blocks=len(new), saved_bytes=sum(new), dropped_blocks=len(items) - acked
+        )
+        logger.debug("engine KV: saved %d new of %d blocks", len(new), len(items))
+
+
+def _new(outcome: object) -> bool:
+    return isinstance(outcome, Stored) and outcome.stored_new
+
+
+def _lower_thread_priority() -> None:
+    """Nice the calling thread only (Linux applies setpriority to a thread id)."""
+    # Off Linux, or not permitted, uploads simply run at normal priority.
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICENESS)
