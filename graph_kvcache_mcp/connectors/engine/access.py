@@ -270,6 +270,10 @@ class KvAccess:
             await self._drop_client()
             self._binding = None
             return Unavailable(read_only_reason(self.engine.data_dir))
+        if (impostor := await anyio.to_thread.run_sync(self.engine.impostor, state)) is not None:
+            await self._drop_client()
+            self._binding = None
+            return Unavailable(impostor)
         self._bind(state, stamp)
         return await self._point_at(state.base_url)
 

@@ -8,6 +8,7 @@ process that is still the one we started (`process_identity.is_ours`).
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ from typing import Literal, TypeAlias
 
 from graph_kvcache_mcp.connectors.files.private import open_private_log
 from graph_kvcache_mcp.connectors.processes.identity import (
+    NONCE_VARIABLE,
     ProcessRecord,
     group_members,
     is_ours,
@@ -87,16 +89,18 @@ def spawn_logged(
     """Start `command` in its own session (so it can be stopped as a group) with stdout and
     stderr appended to `log_path` (0600, after `header`, when given); returns it and its record.
 
-    The child gets exactly `env` and umask 077, so what it writes (its store, its own logs) is
+    The child gets exactly `env` plus a fresh nonce (`NONCE_VARIABLE`, kept in the record too:
+    `is_ours` matches the two) and umask 077, so what it writes (its store, its own logs) is
     private too.
     """
+    nonce = secrets.token_hex(16)
     with open_private_log(log_path) as log:
         if header is not None:
             log.write(header.encode())
             log.flush()
         process = subprocess.Popen(
             command,
-            env=env,
+            env={**env, NONCE_VARIABLE: nonce},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -111,6 +115,7 @@ def spawn_logged(
         command=command,
         started_at=time.time(),
         log_path=str(log_path),
+        nonce=nonce,
     )
     return process, record
 
