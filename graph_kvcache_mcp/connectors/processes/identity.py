@@ -58,8 +58,8 @@ class ProcessRecord(BaseModel):
     started_at: float
     log_path: str
     nonce: str | None = None
-    """The value of `NONCE_VARIABLE` in the child's environment (None in records written before
-    there was one: those are matched by user, start time and command only)."""
+    """The value of `NONCE_VARIABLE` in the child's environment. A record without one (written
+    by an older version, or forged) matches no process."""
 
 
 def start_ticks(pid: int) -> int | None:
@@ -94,7 +94,7 @@ def is_ours(record: ProcessRecord) -> bool:
         return False
     if not cmdline or cmdline[0].decode(errors="replace") != record.command[0]:
         return False
-    return record.nonce is None or _environment_nonce(record.pid) == record.nonce
+    return record.nonce is not None and _environment_nonce(record.pid) == record.nonce
 
 
 def _environment_nonce(pid: int) -> str | None:
