@@ -25,6 +25,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     is_zombie,
     start_ticks,
 )
+from graph_kvcache_mcp.domain.plain_text import plain_text
 
 CHILD_UMASK = 0o077
 StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
@@ -191,13 +192,14 @@ def reap_group(pgid: int, *, wait_s: float) -> list[int]:
 
 
 def tail(path: Path, lines: int = 20, *, max_bytes: int = 64 * 1024) -> str:
-    """The last `lines` lines of a log file ('' when it does not exist)."""
+    """The last `lines` lines of a log file as plain text, without terminal escapes ('' when it
+    does not exist): what callers quote ends up in reasons."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - max_bytes))
-            text = handle.read().decode(errors="replace")
+            text = plain_text(handle.read().decode(errors="replace"))
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
