@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,24 +37,13 @@ def read_regular_file(path: Path, *, max_bytes: int) -> bytes:
     Raises:
         FileRefused: missing, not a regular file, unreadable, or larger than `max_bytes`.
     """
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _refusal(path, exc) from None
-    try:
-        info = os.fstat(descriptor)
+
+    def regular_only(info: os.stat_result) -> None:
         if not stat.S_ISREG(info.st_mode):
             raise FileRefused(f"{path} is {_kind(info.st_mode)}, not a regular file")
-        if info.st_size > max_bytes:
-            raise _too_large(path, info.st_size, max_bytes)
-        data = _read_at_most(descriptor, max_bytes + 1)
-    except OSError as exc:
-        raise _refusal(path, exc) from None
-    finally:
-        os.close(descriptor)
-    if len(data) > max_bytes:
-        raise _too_large(path, None, max_bytes)
-    return data
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    return _read_bounded(path, flags, max_bytes, regular_only)
 
 
 def read_input(source: str, *, max_bytes: int, stdin: BinaryIO) -> bytes:
@@ -74,14 +64,27 @@ def read_input(source: str, *, max_bytes: int, stdin: BinaryIO) -> bytes:
     path = Path(source)
     if "\0" in source:
         raise FileRefused(f"{source!r} contains a NUL byte, which no file name can hold")
+
+    def no_directory(info: os.stat_result) -> None:
+        if stat.S_ISDIR(info.st_mode):
+            raise FileRefused(f"{path} is a directory; give the path of a file")
+
+    return _read_bounded(path, os.O_RDONLY | os.O_CLOEXEC, max_bytes, no_directory)
+
+
+def _read_bounded(
+    path: Path, flags: int, max_bytes: int, refuse: Callable[[os.stat_result], None]
+) -> bytes:
+    """Open `path` with `flags`, let `refuse` judge what fstat says it is, then read at most
+    `max_bytes` (a regular file is judged by its size first; anything else by what it yields).
+    """
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        descriptor = os.open(path, flags)
     except OSError as exc:
         raise _refusal(path, exc) from None
     try:
         info = os.fstat(descriptor)
-        if stat.S_ISDIR(info.st_mode):
-            raise FileRefused(f"{path} is a directory; give the path of a file")
+        refuse(info)
         if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
             raise _too_large(path, info.st_size, max_bytes)
         data = _read_at_most(descriptor, max_bytes + 1)

@@ -94,16 +94,20 @@ def is_ours(record: ProcessRecord) -> bool:
         return False
     if not cmdline or cmdline[0].decode(errors="replace") != record.command[0]:
         return False
-    return record.nonce is not None and _environment_nonce(record.pid) == record.nonce
+    return (
+        record.nonce is not None and environment_value(record.pid, NONCE_VARIABLE) == record.nonce
+    )
 
 
-def _environment_nonce(pid: int) -> str | None:
-    """`NONCE_VARIABLE` from the environment `pid` started with (None when unreadable)."""
+def environment_value(pid: int, name: str) -> str | None:
+    """One variable of the environment `pid` started with (Linux /proc; readable only for our
+    own processes); None when unset or unreadable. Only `name` is kept: the rest (keys, tokens)
+    is never returned."""
     try:
         block = (PROC / str(pid) / "environ").read_bytes()
     except OSError:
         return None
-    prefix = NONCE_VARIABLE.encode() + b"="
+    prefix = name.encode() + b"="
     for entry in block.split(b"\0"):
         if entry.startswith(prefix):
             return entry[len(prefix) :].decode(errors="replace")

@@ -370,9 +370,7 @@ class ManagedVllm:
                 if owner == "foreign":
                     # A squatter took the port first: nothing (no API key) is sent there.
                     holder = describe_listener(state.port)
-                    stop_process(state.process, term_wait_s=10.0)
-                    reap_group(state.process.pid, wait_s=5.0)
-                    self.state_file.clear()
+                    self._abandon(state)
                     raise VllmProcessError(
                         f"port {state.port} on {VLLM_HOST} was taken by another process "
                         f"({holder}) while vLLM started; vLLM was stopped and nothing was sent "
@@ -392,13 +390,17 @@ class ManagedVllm:
                     )
                     next_note = now + 5.0
                 time.sleep(0.25)  # poll interval; the deadline above bounds the wait
-        stop_process(state.process, term_wait_s=10.0)
-        reap_group(state.process.pid, wait_s=5.0)
-        self.state_file.clear()
+        self._abandon(state)
         raise VllmProcessError(
             f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
             f"its log says: {vllm_reason(self.log_path)} (log: {self.log_path})"
         )
+
+    def _abandon(self, state: VllmState) -> None:
+        """Stop a start that failed: the process, what it spawned, and its record."""
+        stop_process(state.process, term_wait_s=10.0)
+        reap_group(state.process.pid, wait_s=5.0)
+        self.state_file.clear()
 
     def _status_of(
         self, state: VllmState, *, reachable: bool, served: list[str], reason: str | None
