@@ -1,15 +1,16 @@
 """A hostile neighbour (test double for an attacker; stdlib only, run as `nobody`).
 
-It watches /proc for an engine whose command line names `marker` (our data dir's socket path)
-and takes its port the moment it sees it, before the engine binds: `listen` mode listens and
-records every byte a client sends it (a token would be there), `bind` mode only binds, so the
-engine's own bind fails with "Address already in use". It prints one line per event on stdout:
+It watches the pids the kernel hands out for an engine whose command line names `marker` (our
+data dir's socket path) and takes its port the moment it sees it, before the engine binds:
+`listen` mode listens (with SO_REUSEADDR, as the engine binds, so a port just left by a dead
+engine is free to it) and records every byte a client sends it (a token would be there);
+`bind` mode only binds, without SO_REUSEADDR, so the engine's own bind fails with "Address
+already in use". It prints one line per event on stdout:
 `ready`, `won` or `lost`, then `got <hex>` for what each connection sent.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
@@ -17,28 +18,40 @@ import time
 STATS_REPLY = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
 
-def _engine_seen(marker: bytes, before: set[str]) -> bool:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or entry in before:
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if marker in handle.read():
-                    return True
-        except OSError:
-            continue
+def _last_pid() -> int:
+    with open("/proc/loadavg") as handle:
+        return int(handle.read().split()[-1])
+
+
+def _wait_for_engine(marker: bytes, deadline: float) -> bool:
+    """Watch the pids the kernel hands out (the last one is in /proc/loadavg, cheap to poll)
+    and each new one's command line until one names `marker` (a child shows its parent's
+    command line until it execs, so new pids are looked at again until they exit)."""
+    seen = _last_pid()
+    fresh: set[int] = set()
+    while time.monotonic() < deadline:
+        latest = _last_pid()
+        if latest != seen:
+            fresh.update(range(seen + 1, latest + 1) if latest > seen else (latest,))
+            seen = latest
+        for pid in list(fresh):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    if marker in handle.read():
+                        return True
+            except OSError:
+                fresh.discard(pid)
     return False
 
 
 def main() -> None:
     port, mode, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
-    before = {entry for entry in os.listdir("/proc") if entry.isdigit()}
     print("ready", flush=True)
-    deadline = time.monotonic() + 120
-    while not _engine_seen(marker, before):
-        if time.monotonic() > deadline:
-            return
+    if not _wait_for_engine(marker, time.monotonic() + 120):
+        return
     squat = socket.socket()
+    if mode == "listen":
+        squat.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         squat.bind(("127.0.0.1", port))
         if mode == "listen":

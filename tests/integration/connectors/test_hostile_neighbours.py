@@ -63,6 +63,13 @@ def test_a_squatter_that_takes_the_port_gets_no_token_and_the_start_fails(tmp_pa
     assert won["rotated"] and not won["engine_left"]
 
 
+def test_a_squatter_racing_a_self_heal_gets_no_token_either(tmp_path: Path) -> None:
+    won = _race("heal", tmp_path)[-1]
+    assert won["requests"] == 0 and not won["token_sent"]
+    assert won["error"] is not None and "taken by another process" in str(won["error"])
+    assert won["rotated"] and not won["engine_left"]
+
+
 def test_a_failed_bind_in_the_engine_log_is_a_failed_start(tmp_path: Path) -> None:
     won = _race("bind", tmp_path)[-1]
     assert won["error"] is not None and "could not bind port" in str(won["error"])
