@@ -26,8 +26,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _require_namespaces() -> None:
-    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("unshare", "setpriv", "ip")):
-        require_in_ci("root with unshare, setpriv and ip (network namespaces, a second user)")
+    tools = all(shutil.which(tool) for tool in ("unshare", "setpriv", "ip"))
+    if os.geteuid() != 0 or not tools or not os.access("/usr/bin/python3", os.X_OK):
+        require_in_ci(
+            "root with unshare, setpriv, ip and /usr/bin/python3 (network namespaces, a second "
+            "user running the system Python)"
+        )
 
 
 def _race(mode: str, tmp_path: Path) -> list[dict[str, object]]:
