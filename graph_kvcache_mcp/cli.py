@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.commands import bundle, demo, diagnose, engine, kv, lmcache, serve, vllm
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, settings_from_args
-from graph_kvcache_mcp.errors import ConfigError, InvalidKey, InvalidValue, ProcessError
+from graph_kvcache_mcp.errors import (
+    ConfigError,
+    GraphKvcacheError,
+    InvalidKey,
+    InvalidValue,
+    ProcessError,
+)
 
 COMMAND_GROUPS = (serve, demo, engine, kv, bundle, vllm, lmcache, diagnose)
 
@@ -54,4 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"error: {exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})", file=sys.stderr
         )
+        return EXIT_BAD_INPUT
+    except GraphKvcacheError as exc:  # any other typed error of ours: the message says why
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ValueError, RecursionError) as exc:  # e.g. a NUL byte in a path, absurd nesting
+        print(f"error: bad input: {str(exc)[:300]}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -12,6 +12,8 @@ import anyio
 from pydantic import BaseModel
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.files.access import read_input
+from graph_kvcache_mcp.errors import FileRefused, InvalidValue
 
 EXIT_OK = 0
 EXIT_MISS = 1
@@ -75,3 +77,16 @@ def run_async(function: Callable[[], Awaitable[int]]) -> int:
 def note(message: str) -> None:
     """Progress for people, on stderr (stdout stays clean for --json and pipes)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def read_cli_input(source: str, *, max_bytes: int, what: str) -> bytes:
+    """The bytes a CLI argument names (`-` = stdin), at most `max_bytes`: the same caps as the
+    tools, so `/dev/zero` or a huge file is a clear error (exit 2), never a MemoryError.
+
+    Raises:
+        InvalidValue: names the input and why it was refused.
+    """
+    try:
+        return read_input(source, max_bytes=max_bytes, stdin=sys.stdin.buffer)
+    except FileRefused as exc:
+        raise InvalidValue(f"{what}: {exc}") from None

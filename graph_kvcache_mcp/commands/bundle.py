@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from datetime import datetime
@@ -22,8 +21,10 @@ from graph_kvcache_mcp.commands._common import (
     common_options,
     emit,
     note,
+    read_cli_input,
     run_async,
 )
+from graph_kvcache_mcp.commands.serve import MAX_HTTP_BODY_BYTES
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.vllm.access import open_client
@@ -143,10 +144,19 @@ def read_jsonl(lines: Iterable[str], what: str) -> list[dict[str, Any]]:
     return records
 
 
+MAX_EVIDENCE_BYTES = MAX_HTTP_BODY_BYTES
+"""The most evidence read from a file or stdin: what one tool call may carry."""
+
+
 def _lines(source: str) -> list[str]:
-    if source == "-":
-        return sys.stdin.read().splitlines()
-    return Path(source).read_text(encoding="utf-8").splitlines()
+    raw = read_cli_input(source, max_bytes=MAX_EVIDENCE_BYTES, what="evidence")
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        where = "standard input" if source == "-" else source
+        raise InvalidValue(
+            f"{where} is not UTF-8 text (byte {exc.start}): evidence is JSON Lines"
+        ) from None
 
 
 def _weights(text: str | None) -> dict[str, float] | None:

@@ -13,6 +13,7 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_UNAVAILABLE,
     common_options,
     emit,
+    read_cli_input,
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
@@ -122,13 +123,11 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _body(path: Path) -> dict[str, Any]:
+    raw = read_cli_input(str(path), max_bytes=MAX_BODY_BYTES, what="a chat request")
     try:
-        size = path.stat().st_size
-        body = None if size > MAX_BODY_BYTES else json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
-    if body is None:
-        raise ConfigError(f"{path} is over {MAX_BODY_BYTES:,} bytes: not a chat request")
     if not isinstance(body, dict):
         raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
     return body

@@ -12,10 +12,12 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_UNAVAILABLE,
     common_options,
     emit,
+    read_cli_input,
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
+from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.outcomes import Hit
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut, probe_kv
 from graph_kvcache_mcp.services.kv_views import KvExistsOut, KvGetOut, KvPutOut, KvStatsOut
@@ -87,7 +89,7 @@ def run_get(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_put(args: argparse.Namespace, settings: Settings) -> int:
-    value = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    value = read_cli_input(args.file, max_bytes=MAX_VALUE_BYTES, what="the value")
 
     async def go() -> int:
         async with open_kv_client(settings) as kv:

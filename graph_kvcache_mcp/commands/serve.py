@@ -181,7 +181,12 @@ async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None)
     url = f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
     gate = " (bearer token required)" if token is not None else ""
     note(f"serving MCP over streamable HTTP at {url}{gate}")
-    config = uvicorn.Config(app, host=HTTP_HOST, port=port, log_level="warning")
+    from graph_kvcache_mcp.commands.http_guard import GuardedH11Protocol
+
+    # A header deadline and a per-user connection cap (see http_guard): no slow-loris.
+    config = uvicorn.Config(
+        app, host=HTTP_HOST, port=port, log_level="warning", http=GuardedH11Protocol
+    )
     await uvicorn.Server(config).serve()
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.files.bundle_secret import bundle_secret
 from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
@@ -113,11 +114,14 @@ def make_request(query: str, items: Sequence[Any], **params: Any) -> BundleReque
         raise InvalidValue(f"invalid bundle request ({problems})") from None
 
 
-def secret_of(settings: Settings) -> bytes | None:
-    """The configured bundle secret as bytes, or None."""
-    if settings.bundle_secret is None:
-        return None
-    return settings.bundle_secret.get_secret_value().encode("utf-8")
+def secret_of(settings: Settings) -> bytes:
+    """The key that signs stored bundles: `GRAPH_KVCACHE_BUNDLE_SECRET`, else the data dir's
+    own (`connectors/files/bundle_secret.py`), so a forged envelope never reads as a hit.
+
+    Raises:
+        ConfigError: the data dir's secret file cannot be used (it says why and how to fix it).
+    """
+    return bundle_secret(settings)
 
 
 def _ms(since: float) -> float:

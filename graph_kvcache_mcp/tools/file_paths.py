@@ -115,6 +115,8 @@ async def hf_config_inside_roots(ctx: Context[Any], given: str, *, param: str) -
 
 
 def _absolute(given: str, param: str) -> Path:
+    if "\0" in given:
+        raise ToolError(f"{param} contains a NUL byte, which no file name can hold; fix the path")
     path = Path(given).expanduser()
     if not path.is_absolute():
         raise ToolError(f"{param} {given!r} is relative; give an absolute path")

@@ -94,7 +94,7 @@ def test_put_from_stdin(
         (["kv", "get", "stats"], "rule: reserved"),
         (["kv", "exists", "x/exists"], "rule: exists-suffix"),
         (["kv", "stats", "--url", "http://kv.example.com"], "https://"),
-        (["kv", "put", "k", "/nonexistent/file"], "No such file"),
+        (["kv", "put", "k", "/nonexistent/file"], "does not exist"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_traceback(
@@ -131,3 +131,62 @@ def test_module_entry_point_matches_the_console_script() -> None:
         check=False,
     )
     assert done.returncode == 0 and "graph-kvcache-mcp" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["kv", "put", "k", "/dev/zero"], "more than 67,108,855 bytes"),
+        (["diagnose", "miss", "--first", "/dev/zero", "--second", "/dev/zero"], "8,388,608"),
+        (["bundle", "compile", "--evidence", "/dev/zero", "--query", "q"], "evidence:"),
+        (["diagnose", "budget", "--hf-config", "/tmp/x\0y"], "NUL byte"),
+        (["kv", "put", "k", "/tmp/x\0y"], "NUL byte"),
+    ],
+)
+def test_endless_or_impossible_input_exits_2_without_reading_it_all(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert needle in err and "Traceback" not in err
+
+
+def test_a_huge_sparse_file_is_refused_by_its_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sparse = tmp_path / "sparse"
+    with sparse.open("wb") as handle:
+        handle.truncate(100 * 1024**3)  # 100 GB, no blocks
+    code, _, err = run(capsys, "kv", "put", "k", str(sparse))
+    assert code == 2 and "107,374,182,400 bytes" in err
+
+
+def test_binary_evidence_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evidence = tmp_path / "evidence.jsonl"
+    evidence.write_bytes(b"\xff\xfe\x00\x01binary")
+    code, _, err = run(capsys, "bundle", "compile", "--evidence", str(evidence), "--query", "q")
+    assert code == 2 and "not UTF-8 text" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ({"num_attention_heads": -4}, "num_attention_heads"),
+        ({"head_dim": 0}, "head_dim"),
+        ({"num_key_value_heads": 64, "num_attention_heads": 4}, "num_key_value_heads"),
+    ],
+)
+def test_a_broken_model_config_exits_2_naming_the_field(
+    tmp_path: Path, config: dict[str, object], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.json"
+    base = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 256}
+    path.write_text(json.dumps({**base, "num_attention_heads": 4, **config}))
+    code, _, err = run(capsys, "diagnose", "budget", "--hf-config", str(path))
+    assert code == 2 and needle in err and "Traceback" not in err
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    code, _, err = run(capsys, "diagnose", "budget", "--hf-config", str(deep))
+    assert code == 2 and "not readable JSON" in err

@@ -13,13 +13,21 @@ engine of the data dir:
   the state is read again and, if nothing runs, the engine is started again on the same store.
 - Read-only sessions use an engine that already runs and create nothing: no engine, no lease,
   no secret, no directory.
+- One deadline (`EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S`) bounds each call's wait for the engine, a
+  restart included: the start (or restart) runs in a worker thread of its own and continues in
+  the background, and a call whose deadline passes first answers `Unavailable` ("engine
+  restarting") instead of waiting for it. Callers never queue behind one another past their own
+  deadline; the next call after the restart uses the new engine.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +38,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import KvTarget, sync_client_for
 from graph_kvcache_mcp.connectors.engine.process import (
+    DEFAULT_READY_TIMEOUT_S,
     Backend,
     EngineState,
     EngineStatus,
@@ -80,6 +89,45 @@ class _Binding:
     stamp: StateStamp | None
 
 
+@dataclass
+class _Restart:
+    """A start of the managed engine running in a worker thread; its result is read once done."""
+
+    lost: _Binding | None
+    began: float = field(default_factory=time.monotonic)
+    done: threading.Event = field(default_factory=threading.Event)
+    status: EngineStatus | None = None
+    error: GraphKvcacheError | None = None
+    outcome: KvClient | Unavailable | None = None
+    """What every caller that waited for this restart gets, set by the first one to finish it."""
+
+    @classmethod
+    def begin(cls, start: Callable[[], EngineStatus], lost: _Binding | None) -> _Restart:
+        restart = cls(lost)
+
+        def run() -> None:
+            try:
+                restart.status = start()
+            except GraphKvcacheError as exc:  # the engine's or a state path's own reason
+                restart.error = exc
+            except Exception as exc:
+                restart.error = EngineProcessError(f"{type(exc).__name__}: {exc}")
+            finally:
+                restart.done.set()
+
+        threading.Thread(target=run, name="engine-restart", daemon=True).start()
+        return restart
+
+    def pending_reason(self, waited_s: float) -> str:
+        what = "restarting" if self.lost is not None else "starting"
+        return (
+            f"engine {what}: the managed engine has been starting for "
+            f"{time.monotonic() - self.began:.1f} s and did not answer within this call's "
+            f"{waited_s:g} s deadline (EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S); the start goes on in "
+            "the background, try again shortly"
+        )
+
+
 class KvAccess:
     """One shared `KvClient` per server, plus this session's part in the engine's lifecycle."""
 
@@ -92,6 +140,7 @@ class KvAccess:
         self._started_pid: int | None = None
         self._restarts = 0
         self._stopped_by_tool = False
+        self._restart: _Restart | None = None
         self._lock = anyio.Lock()
 
     def __repr__(self) -> str:
@@ -125,14 +174,42 @@ class KvAccess:
             restarts=self._restarts,
         )
 
-    async def connect(self) -> KvClient | Unavailable:
+    async def connect(self, *, wait_s: float | None = None) -> KvClient | Unavailable:
         """The shared client; with nothing configured, reuse, start or restart the managed
-        engine first (read-only: only reuse)."""
+        engine first (read-only: only reuse).
+
+        Waits at most `wait_s` (default: the KV timeout) for the engine: a start that takes
+        longer goes on in the background and this call answers `Unavailable` ("engine
+        restarting"), as does a call that could not get its turn within that time.
+        """
         client = self._client
         if client is not None and self._still_bound():
             return client
-        async with self._lock:
-            return await self._connect_locked()
+        budget_s = self.settings.kv_timeout_s if wait_s is None else wait_s
+        deadline = time.monotonic() + budget_s
+        outcome: KvClient | Unavailable | _Restart | None = None
+        with anyio.move_on_after(budget_s):
+            async with self._lock:
+                outcome = await self._connect_locked()
+        if outcome is None:
+            restart = self._restart
+            if restart is not None:
+                return Unavailable(restart.pending_reason(budget_s))
+            return Unavailable(
+                f"engine busy: another call is using or starting the managed engine and this "
+                f"call's {budget_s:g} s deadline passed first; try again shortly"
+            )
+        if not isinstance(outcome, _Restart):
+            return outcome
+        while not outcome.done.is_set():
+            if time.monotonic() >= deadline:
+                return Unavailable(outcome.pending_reason(budget_s))
+            await anyio.sleep(0.02)
+        if outcome.outcome is None:
+            async with self._lock:  # short: no I/O but the binding and a new client
+                await self._finish(outcome)
+        assert outcome.outcome is not None  # set by _finish
+        return outcome.outcome
 
     async def client(self) -> KvClient:
         """The shared client, for callers that cannot report `Unavailable` themselves.
@@ -152,7 +229,7 @@ class KvAccess:
         if self.settings.kv_url is not None:
             log.warning("--start-engine ignored: EPISTEMIC_GRAPH_KVCACHE_URL is set")
             return
-        outcome = await self.connect()
+        outcome = await self.connect(wait_s=DEFAULT_READY_TIMEOUT_S + 5.0)
         if isinstance(outcome, Unavailable):
             log.warning("managed engine did not start: %s", outcome.reason)
 
@@ -206,6 +283,10 @@ class KvAccess:
         engine that sessions started (unless --keep-engine)."""
         # Runs at shutdown, often inside a cancelled scope: shield so the engine really stops.
         with anyio.CancelScope(shield=True):
+            if (restart := self._restart) is not None:
+                # A start still running would leave an engine no session holds: let it end.
+                await anyio.to_thread.run_sync(restart.done.wait, DEFAULT_READY_TIMEOUT_S + 10)
+                self._restart = None
             await self._drop_client()
             result = await self._release_lease(stop_if_last=not self.settings.keep_engine)
             if result is not None and result.stopped:
@@ -226,7 +307,7 @@ class KvAccess:
             and is_ours(binding.state.process)
         )
 
-    async def _connect_locked(self) -> KvClient | Unavailable:
+    async def _connect_locked(self) -> KvClient | Unavailable | _Restart:
         if self.settings.kv_url is not None:
             if self._client is None:
                 self._client = self._new_client(self.settings.kv_url, configured=True)
@@ -235,28 +316,58 @@ class KvAccess:
             return self._client  # another task healed it while this one waited
         if self._stopped_by_tool:
             return Unavailable(STOPPED_BY_TOOL)
-        lost = self._binding
         if self.settings.read_only:
             return await self._attach_read_only()
+        if self._restart is not None:
+            if not self._restart.done.is_set() or self._restart.outcome is None:
+                return self._restart  # one start at a time; its callers wait for it
+            self._restart = None
+        lost = self._binding
         backend = lost.state.backend if lost is not None else None
+        # Taken before the start: a session exiting meanwhile sees this lease and leaves the
+        # engine running (release and start are serialized on the engine's lock).
+        await self._lease.take()
+        self._restart = _Restart.begin(
+            lambda: self.engine.start(
+                backend=backend or self.settings.engine_backend,
+                port=self.settings.engine_port,
+                progress=lambda message: log.info("%s", message),
+                runs_until_stop=False,
+            ),
+            lost,
+        )
+        return self._restart
+
+    async def _finish(self, restart: _Restart) -> None:
+        """Turn a finished start into what its callers get (under the lock, once)."""
+        if restart.outcome is not None:
+            return
+        if self._restart is restart:
+            self._restart = None
+        if restart.error is not None:
+            verb = "started" if isinstance(restart.error, EngineProcessError) else "used"
+            restart.outcome = Unavailable(f"managed engine could not be {verb}: {restart.error}")
+            return
+        if self._stopped_by_tool:
+            restart.outcome = Unavailable(STOPPED_BY_TOOL)
+            return
+        assert restart.status is not None  # set unless error
         try:
-            status = await self._start_locked(backend=backend, port=None)
+            restart.outcome = await self._adopt(restart.status)
         except EngineProcessError as exc:
-            return Unavailable(f"managed engine could not start: {exc}")
-        except GraphKvcacheError as exc:  # a symlinked state or secret path, say
-            return Unavailable(f"managed engine could not be used: {exc}")
-        if lost is not None and status.pid != lost.state.process.pid:
+            restart.outcome = Unavailable(f"managed engine could not be started: {exc}")
+            return
+        lost = restart.lost
+        if lost is not None and restart.status.pid != lost.state.process.pid:
             self._restarts += 1
-            how = "found it running again" if status.reused else "started it again"
+            how = "found it running again" if restart.status.reused else "started it again"
             log.warning(
                 "the managed engine (pid %s) was gone; %s (pid %s, %s)",
                 lost.state.process.pid,
                 how,
-                status.pid,
-                status.base_url,
+                restart.status.pid,
+                restart.status.base_url,
             )
-        assert self._client is not None  # _start_locked always sets it on success
-        return self._client
 
     async def _attach_read_only(self) -> KvClient | Unavailable:
         """Use the engine that runs now, touching nothing on disk (no lease, no secret)."""
@@ -270,6 +381,10 @@ class KvAccess:
             await self._drop_client()
             self._binding = None
             return Unavailable(read_only_reason(self.engine.data_dir))
+        if (impostor := await anyio.to_thread.run_sync(self.engine.impostor, state)) is not None:
+            await self._drop_client()
+            self._binding = None
+            return Unavailable(impostor)
         self._bind(state, stamp)
         return await self._point_at(state.base_url)
 
@@ -285,6 +400,11 @@ class KvAccess:
                 runs_until_stop=False,
             )
         )
+        await self._adopt(status)
+        return status
+
+    async def _adopt(self, status: EngineStatus) -> KvClient:
+        """Point the shared client at the engine `start` returned and record its binding."""
         if not status.reused:
             self._started_pid = status.pid
         if status.base_url is None:  # start() only returns once the engine answers
@@ -296,8 +416,7 @@ class KvAccess:
         state, stamp = await anyio.to_thread.run_sync(recorded)
         if state is not None:
             self._bind(state, stamp)
-        await self._point_at(status.base_url)
-        return status
+        return await self._point_at(status.base_url)
 
     def _bind(self, state: EngineState, stamp: StateStamp | None) -> None:
         self._binding = _Binding(state, stamp)

@@ -8,7 +8,11 @@ the engine locks it). The engine runs with umask 077 and an environment of its o
 only, so its store is private and it never sees our other secrets.
 
 Readiness is an authenticated `GET /kv/stats` = 200: the engine keeps running when its KV listener
-fails (port taken, bad token), so a live pid proves nothing.
+fails (port taken, bad token), so a live pid proves nothing. The token goes to the port only once
+the listening socket there is proved to be an open file of the engine we started
+(`listener_owner`): a process that bound the port first (a squatter racing the start) gets no
+request at all; the start fails, naming it, the engine is stopped and the token is rotated. A
+failed bind in the engine's log (`Address already in use`) is a failed start too.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from graph_kvcache_mcp.connectors.files.private import (
     new_secret,
     private_dir,
     secret_file,
+    write_private,
 )
 from graph_kvcache_mcp.connectors.processes.control import (
     OS_INHERITED,
@@ -41,6 +46,7 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
+from graph_kvcache_mcp.connectors.processes.identity import describe_listener, listener_owner
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
     LeasedState,
@@ -49,6 +55,7 @@ from graph_kvcache_mcp.connectors.processes.lease_rules import (
 from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
 from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -157,6 +164,11 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         value = secret_file(self.home / "token")
         return SecretStr(value) if value is not None else None
 
+    def rotate_token(self) -> None:
+        """Replace the bearer token with a new one (after it may have reached a stranger)."""
+        self._make_home()
+        write_private(self.home / "token", new_secret())
+
     def _secret(self, name: str, make: Callable[[], str]) -> str:
         self._make_home()
         value = secret_file(self.home / name, make)
@@ -237,6 +249,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         narrow_tree(self.home)  # a store or log an older version left 0644
         command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
+        log_offset = _size(self.log_path)
         process, record = spawn_logged(
             command, env=self._environment(chosen, backend), log_path=self.log_path
         )
@@ -249,7 +262,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             runs_until_stop=runs_until_stop,
         )
         self.state_file.write(state)
-        self._wait_ready(process, state, ready_timeout_s, note)
+        self._wait_ready(process, state, ready_timeout_s, note, log_offset)
         note(f"engine ready at {state.base_url}")
         return self.status()
 
@@ -279,8 +292,11 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                 reason=f"no managed engine runs for {self.data_dir}; start one with engine_start "
                 "(CLI: `graph-kvcache-mcp engine start`)",
             )
-        with self.client(state, timeout_s=2.0) as client:
-            stats = client.engine_stats()
+        if (impostor := self.impostor(state)) is not None:
+            stats: EngineStats | Unavailable = Unavailable(impostor)
+        else:
+            with self.client(state, timeout_s=2.0) as client:
+                stats = client.engine_stats()
         reachable = not isinstance(stats, Unavailable)
         return EngineStatus(
             running=True,
@@ -298,6 +314,19 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             reason=stats.reason if isinstance(stats, Unavailable) else None,
             runs_until_stop=state.runs_until_stop,
             leases=leases,
+        )
+
+    def impostor(self, state: EngineState) -> str | None:
+        """Why the token must not go to `state.port` (None when our engine holds that port's
+        listening socket): nothing listens there yet, or another process does."""
+        owner = listener_owner(state.process.pid, state.port)
+        if owner == "ours":
+            return None
+        if owner == "none":
+            return f"nothing listens on port {state.port} yet"
+        return (
+            f"port {state.port} is held by another process ({describe_listener(state.port)}), "
+            f"not by the engine we started (pid {state.process.pid}); the token was not sent"
         )
 
     # --- internals ---------------------------------------------------------------------------
@@ -337,6 +366,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         state: EngineState,
         timeout_s: float,
         note: Progress,
+        log_offset: int,
     ) -> None:
         deadline = time.monotonic() + timeout_s
         last_reason = "no answer yet"
@@ -349,6 +379,15 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                         f"engine exited with code {process.returncode} before it was ready: "
                         f"{_engine_reason(self.log_path)} (log: {self.log_path})"
                     )
+                if (refusal := self._start_refusal(state, log_offset)) is not None:
+                    stop_process(state.process, term_wait_s=5.0)
+                    self.state_file.clear()
+                    self.rotate_token()
+                    raise EngineProcessError(refusal)
+                if (not_yet := self.impostor(state)) is not None:
+                    last_reason = not_yet
+                    time.sleep(0.02)
+                    continue
                 stats = client.engine_stats()
                 if not isinstance(stats, Unavailable):
                     return
@@ -363,6 +402,44 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             f"engine did not answer on port {state.port} within {timeout_s:g} s ({last_reason}); "
             f"its log says: {_engine_reason(self.log_path)} (log: {self.log_path})"
         )
+
+    def _start_refusal(self, state: EngineState, log_offset: int) -> str | None:
+        """Why this start has failed although the engine runs: another process holds its port,
+        or the engine's log (since `log_offset`) reports that its bind failed."""
+        if listener_owner(state.process.pid, state.port) == "foreign":
+            return (
+                f"port {state.port} on {ENGINE_HOST} was taken by another process "
+                f"({describe_listener(state.port)}) while the engine started; the engine was "
+                "stopped, no token was sent there and the token was rotated. Start again (a "
+                "fixed --port: choose another)"
+            )
+        if _BIND_FAILED in _log_since(self.log_path, log_offset):
+            return (
+                f"the engine could not bind port {state.port} on {ENGINE_HOST} ({_BIND_FAILED}); "
+                "it was stopped and the token was rotated. Start again (a fixed --port: choose "
+                f"another) (log: {self.log_path})"
+            )
+        return None
+
+
+_BIND_FAILED = "Address already in use"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _log_since(path: Path, offset: int, *, max_bytes: int = 64 * 1024) -> str:
+    """What the log gained since `offset` (its first `max_bytes`)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read(max_bytes).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _engine_reason(log_path: Path) -> str:

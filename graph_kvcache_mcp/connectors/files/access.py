@@ -10,7 +10,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from graph_kvcache_mcp.errors import FileRefused
 
@@ -35,15 +37,55 @@ def read_regular_file(path: Path, *, max_bytes: int) -> bytes:
     Raises:
         FileRefused: missing, not a regular file, unreadable, or larger than `max_bytes`.
     """
+
+    def regular_only(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{path} is {_kind(info.st_mode)}, not a regular file")
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    return _read_bounded(path, flags, max_bytes, regular_only)
+
+
+def read_input(source: str, *, max_bytes: int, stdin: BinaryIO) -> bytes:
+    """What a CLI argument names: `-` for `stdin`, else a file, at most `max_bytes` of it.
+
+    A person at a shell may name any file they can read, so a link is followed and a pipe or
+    a device is read too, but never more than `max_bytes + 1` bytes (`/dev/zero`, a huge sparse
+    file and an endless pipe are refused, not read into memory).
+
+    Raises:
+        FileRefused: missing, a directory, unreadable, an impossible name, or over `max_bytes`.
+    """
+    if source == "-":
+        data = stdin.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise FileRefused(f"standard input is over {max_bytes:,} bytes, the most read here")
+        return data
+    path = Path(source)
+    if "\0" in source:
+        raise FileRefused(f"{source!r} contains a NUL byte, which no file name can hold")
+
+    def no_directory(info: os.stat_result) -> None:
+        if stat.S_ISDIR(info.st_mode):
+            raise FileRefused(f"{path} is a directory; give the path of a file")
+
+    return _read_bounded(path, os.O_RDONLY | os.O_CLOEXEC, max_bytes, no_directory)
+
+
+def _read_bounded(
+    path: Path, flags: int, max_bytes: int, refuse: Callable[[os.stat_result], None]
+) -> bytes:
+    """Open `path` with `flags`, let `refuse` judge what fstat says it is, then read at most
+    `max_bytes` (a regular file is judged by its size first; anything else by what it yields).
+    """
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        descriptor = os.open(path, flags)
     except OSError as exc:
         raise _refusal(path, exc) from None
     try:
         info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(f"{path} is {_kind(info.st_mode)}, not a regular file")
-        if info.st_size > max_bytes:
+        refuse(info)
+        if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
             raise _too_large(path, info.st_size, max_bytes)
         data = _read_at_most(descriptor, max_bytes + 1)
     except OSError as exc:
@@ -92,8 +134,8 @@ def _kind(mode: int) -> str:
 
 
 def _too_large(path: Path, size: int | None, max_bytes: int) -> FileRefused:
-    shown = f"{size:,} bytes" if size is not None else "larger than that"
-    return FileRefused(f"{path} is {shown}; at most {max_bytes:,} bytes are read here")
+    shown = f"is {size:,} bytes" if size is not None else f"holds more than {max_bytes:,} bytes"
+    return FileRefused(f"{path} {shown}; at most {max_bytes:,} bytes are read here")
 
 
 def _refusal(path: Path, exc: OSError) -> FileRefused:

@@ -21,6 +21,8 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: missing, too large, not JSON, or not a JSON object.
     """
+    if "\0" in str(path):
+        raise ConfigError(f"{str(path)!r} contains a NUL byte, which no file name can hold")
     target = config_file_of(Path(path).expanduser())
     try:
         raw = json.loads(read_regular_file(target.resolve(), max_bytes=MAX_CONFIG_BYTES))
@@ -29,7 +31,7 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
             f"no config.json to read ({exc}): give the path of a local model's config.json "
             "or of its directory"
         ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{target} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{target} holds JSON but not an object: not a model config.json")

@@ -5,6 +5,12 @@ through here. A write builds the whole content in a temporary file created exclu
 directory (O_EXCL|O_NOFOLLOW), syncs it, then renames it over the target, so a reader sees the old
 content or the new one, never a truncated file. A path that is a symbolic link is refused: a
 planted link must not redirect a secret or widen the mode of whatever it points at.
+
+Everything read as state must be ours: a directory or file owned by another user, or one others
+may write, is refused with an error naming it (another local user must not be able to plant a
+state file that sends our token to their port). The one exception is a shared directory like
+/tmp (sticky and owned by root) as the data dir itself: the sticky bit keeps others from
+replacing what we create in it, and what we create is checked in turn.
 """
 
 from __future__ import annotations
@@ -44,14 +50,40 @@ def private_dir(path: Path) -> Path:
     An existing directory is narrowed only when it is ours and not a shared one (sticky bit, as
     /tmp has): `--data-dir /tmp` must not lock everyone else out of /tmp. What we keep inside
     lives in subdirectories this function creates 0700, so it stays private either way.
+
+    Raises:
+        ConfigError: `path` is a link, or a directory of another user (see `check_owned`).
     """
     refuse_link(path)
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    info = path.stat()
-    shared = info.st_mode & stat.S_ISVTX or info.st_uid != os.getuid()
-    if stat.S_IMODE(info.st_mode) != DIR_MODE and not shared:
+    info = path.lstat()
+    check_owned(path, info)
+    if stat.S_IMODE(info.st_mode) != DIR_MODE and not info.st_mode & stat.S_ISVTX:
         os.chmod(path, DIR_MODE)
     return path
+
+
+def check_owned(path: Path, info: os.stat_result, *, narrowing: bool = False) -> None:
+    """Refuse state another user owns or may change: `path` must be ours, and a file must not
+    be writable by group or others (unless the caller is `narrowing` it to 0600 right now). A
+    sticky directory (like /tmp) is shared on purpose and may belong to root; a directory of
+    ours others may write is narrowed by `private_dir`.
+
+    Raises:
+        ConfigError: names the path, its owner and mode, and the fix.
+    """
+    mine = info.st_uid == os.getuid()
+    if stat.S_ISDIR(info.st_mode):
+        if mine or (info.st_uid == 0 and info.st_mode & stat.S_ISVTX):
+            return
+    elif mine and (narrowing or not stat.S_IMODE(info.st_mode) & 0o022):
+        return
+    raise ConfigError(
+        f"refusing to use {path}: it belongs to uid {info.st_uid} with mode "
+        f"{stat.S_IMODE(info.st_mode):o}, and state this program reads must be yours "
+        f"(uid {os.getuid()}) and writable only by you; someone else may have planted it. "
+        "Remove it (or choose a --data-dir of your own, not in a shared directory)"
+    )
 
 
 def narrow_tree(root: Path) -> None:
@@ -119,7 +151,8 @@ def read_private(path: Path) -> str | None:
     """The text of `path`, None when it does not exist; a link is never followed.
 
     Raises:
-        ConfigError: `path` is a symbolic link.
+        ConfigError: `path` is a symbolic link, or it or its directory is another user's or
+            writable by others (`check_owned`).
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -130,6 +163,8 @@ def read_private(path: Path) -> str | None:
             refuse_link(path)
         raise exc
     with os.fdopen(descriptor, "r", encoding="utf-8") as handle:
+        check_owned(path.parent, path.parent.lstat())
+        check_owned(path, os.fstat(handle.fileno()))
         return handle.read()
 
 
@@ -169,7 +204,12 @@ def open_private_log(path: Path) -> IO[bytes]:
     private_dir(path.parent)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     descriptor = os.open(path, flags, FILE_MODE)
-    os.fchmod(descriptor, FILE_MODE)
+    try:
+        check_owned(path, os.fstat(descriptor), narrowing=True)
+        os.fchmod(descriptor, FILE_MODE)
+    except BaseException:
+        os.close(descriptor)
+        raise
     return os.fdopen(descriptor, "ab")
 
 

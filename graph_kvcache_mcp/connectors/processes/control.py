@@ -8,6 +8,7 @@ process that is still the one we started (`process_identity.is_ours`).
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -17,12 +18,14 @@ from typing import Literal, TypeAlias
 
 from graph_kvcache_mcp.connectors.files.private import open_private_log
 from graph_kvcache_mcp.connectors.processes.identity import (
+    NONCE_VARIABLE,
     ProcessRecord,
     group_members,
     is_ours,
     is_zombie,
     start_ticks,
 )
+from graph_kvcache_mcp.domain.plain_text import plain_text
 
 CHILD_UMASK = 0o077
 StopHow: TypeAlias = Literal["terminated", "killed", "not_running"]
@@ -87,16 +90,18 @@ def spawn_logged(
     """Start `command` in its own session (so it can be stopped as a group) with stdout and
     stderr appended to `log_path` (0600, after `header`, when given); returns it and its record.
 
-    The child gets exactly `env` and umask 077, so what it writes (its store, its own logs) is
+    The child gets exactly `env` plus a fresh nonce (`NONCE_VARIABLE`, kept in the record too:
+    `is_ours` matches the two) and umask 077, so what it writes (its store, its own logs) is
     private too.
     """
+    nonce = secrets.token_hex(16)
     with open_private_log(log_path) as log:
         if header is not None:
             log.write(header.encode())
             log.flush()
         process = subprocess.Popen(
             command,
-            env=env,
+            env={**env, NONCE_VARIABLE: nonce},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -111,6 +116,7 @@ def spawn_logged(
         command=command,
         started_at=time.time(),
         log_path=str(log_path),
+        nonce=nonce,
     )
     return process, record
 
@@ -186,13 +192,14 @@ def reap_group(pgid: int, *, wait_s: float) -> list[int]:
 
 
 def tail(path: Path, lines: int = 20, *, max_bytes: int = 64 * 1024) -> str:
-    """The last `lines` lines of a log file ('' when it does not exist)."""
+    """The last `lines` lines of a log file as plain text, without terminal escapes ('' when it
+    does not exist): what callers quote ends up in reasons."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - max_bytes))
-            text = handle.read().decode(errors="replace")
+            text = plain_text(handle.read().decode(errors="replace"))
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])

@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 
 KV_TRANSFER_FLAG = "--kv-transfer-config"
@@ -42,20 +43,6 @@ def managed_lmcache_hash_seed(data_dir: Path, http_url: str) -> str | None:
     if state is None or state.http_url.rstrip("/") != http_url.rstrip("/"):
         return None
     return environment_value(state.process.pid, "PYTHONHASHSEED")
-
-
-def environment_value(pid: int, name: str) -> str | None:
-    """One variable of a process's environment (Linux /proc); None when unset or unreadable.
-    Only `name` is kept: the rest (keys, tokens) is never returned."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    prefix = name.encode() + b"="
-    for entry in raw.split(b"\0"):
-        if entry.startswith(prefix):
-            return entry[len(prefix) :].decode(errors="replace")
-    return None
 
 
 def kv_connector_of(command: tuple[str, ...]) -> str | None:

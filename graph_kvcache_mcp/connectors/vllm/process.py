@@ -30,7 +30,11 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
-from graph_kvcache_mcp.connectors.processes.identity import describe_listener, is_ours
+from graph_kvcache_mcp.connectors.processes.identity import (
+    describe_listener,
+    is_ours,
+    listener_owner,
+)
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, vllm_reason
@@ -362,8 +366,18 @@ class ManagedVllm:
                         f"vLLM exited with {code} before it was healthy: "
                         f"{vllm_reason(self.log_path)} (log: {self.log_path})"
                     )
+                owner = listener_owner(state.process.pid, state.port, group=True)
+                if owner == "foreign":
+                    # A squatter took the port first: nothing (no API key) is sent there.
+                    holder = describe_listener(state.port)
+                    self._abandon(state)
+                    raise VllmProcessError(
+                        f"port {state.port} on {VLLM_HOST} was taken by another process "
+                        f"({holder}) while vLLM started; vLLM was stopped and nothing was sent "
+                        "to that port. Start again on another port"
+                    )
                 try:
-                    if http.get(health_url).status_code == 200:
+                    if owner == "ours" and http.get(health_url).status_code == 200:
                         return
                 except httpx2.HTTPError:
                     pass
@@ -376,13 +390,17 @@ class ManagedVllm:
                     )
                     next_note = now + 5.0
                 time.sleep(0.25)  # poll interval; the deadline above bounds the wait
-        stop_process(state.process, term_wait_s=10.0)
-        reap_group(state.process.pid, wait_s=5.0)
-        self.state_file.clear()
+        self._abandon(state)
         raise VllmProcessError(
             f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
             f"its log says: {vllm_reason(self.log_path)} (log: {self.log_path})"
         )
+
+    def _abandon(self, state: VllmState) -> None:
+        """Stop a start that failed: the process, what it spawned, and its record."""
+        stop_process(state.process, term_wait_s=10.0)
+        reap_group(state.process.pid, wait_s=5.0)
+        self.state_file.clear()
 
     def _status_of(
         self, state: VllmState, *, reachable: bool, served: list[str], reason: str | None

@@ -8,6 +8,7 @@ sequence, so both are reported apart from `bytes_per_token`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,12 @@ class KvBudget(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+MAX_KV_MEMORY_GIB = 1 << 20
+"""Largest KV memory accepted (1 PiB): beyond it a number is a typo, and floats lose tokens."""
+MAX_TOKENS_PER_UNIT = 1 << 20
+"""Largest chunk_size or block_size accepted, in tokens."""
+
+
 def kv_budget(
     config: Mapping[str, Any],
     *,
@@ -96,13 +103,13 @@ def kv_budget(
         ConfigError: the config lacks a field the geometry needs, an unknown dtype, or a
             non-positive size; names it.
     """
-    for flag, value in (
-        ("kv_memory_gib", kv_memory_gib),
-        ("chunk_size", chunk_size),
-        ("block_size", block_size),
+    for flag, value, ceiling in (
+        ("kv_memory_gib", kv_memory_gib, MAX_KV_MEMORY_GIB),
+        ("chunk_size", chunk_size, MAX_TOKENS_PER_UNIT),
+        ("block_size", block_size, MAX_TOKENS_PER_UNIT),
     ):
-        if value is not None and value <= 0:
-            raise ConfigError(f"{flag} is {value}: give a positive number")
+        if value is not None and not (math.isfinite(value) and 0 < value <= ceiling):
+            raise ConfigError(f"{flag} is {value}: give a positive number of at most {ceiling:,}")
     named = config.get("_name_or_path") or config.get("architectures")
     geometry = read_geometry(config, name=None if named else "unnamed model")
     inputs = list(geometry.inputs)

@@ -15,9 +15,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 KvKind = Literal["dense", "mla", "hybrid", "compressed"]
 HybridFamily = Literal["gdn", "mamba2", "unknown"]
@@ -37,6 +37,16 @@ DTYPE_BYTES = {
 }
 KERNEL_BLOCK_ALIGNMENT = 16
 """Smallest kernel block of vLLM's common attention backends; hybrid blocks are multiples of it."""
+
+MAX_CONFIG_DEPTH = 32
+"""Deepest nesting a config.json may have (real ones nest 3 or 4 levels)."""
+MAX_LAYERS = 4096
+MAX_SIZE = 1 << 20
+"""Largest head count, head or hidden dimension, state or kernel size accepted from a config
+(real models stay far below: 128 heads, 16k hidden). A bigger number is a broken config."""
+MAX_WINDOW = 1 << 24
+BOUNDS: dict[str, int] = {"num_hidden_layers": MAX_LAYERS, "sliding_window": MAX_WINDOW}
+"""Fields with a ceiling of their own; every other integer field is bounded by `MAX_SIZE`."""
 
 
 class HybridFacts(BaseModel):
@@ -164,6 +174,37 @@ def read_geometry(raw: Mapping[str, Any], *, name: str | None = None) -> ModelGe
     Raises:
         ConfigError: a field the geometry needs is missing or malformed; names it.
     """
+    check_depth(raw)
+    try:
+        return _read_geometry(raw, name)
+    except ValidationError as exc:  # a combination the fields allow one by one, but not together
+        raise ConfigError(
+            f"config.json describes an impossible model ({describe_validation(exc, whole='model')})"
+        ) from None
+
+
+def check_depth(value: Any, *, limit: int = MAX_CONFIG_DEPTH) -> None:
+    """Refuse JSON nested deeper than `limit` (checked without recursion).
+
+    Raises:
+        ConfigError: says how deep is allowed.
+    """
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = (
+            item.values() if isinstance(item, Mapping) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            if isinstance(child, (Mapping, list)):
+                if depth + 1 > limit:
+                    raise ConfigError(
+                        f"config.json nests deeper than {limit} levels: not a model config"
+                    )
+                pending.append((child, depth + 1))
+
+
+def _read_geometry(raw: Mapping[str, Any], name: str | None) -> ModelGeometry:
     text: Mapping[str, Any] = raw
     if isinstance(raw.get("text_config"), Mapping):
         text = {**raw, **raw["text_config"]}
@@ -178,9 +219,9 @@ def read_geometry(raw: Mapping[str, Any], *, name: str | None = None) -> ModelGe
     dtype = dtype.removeprefix("torch.")
     read.record("kv_dtype", dtype or "bfloat16", "config.json" if dtype else "default")
     dtype = dtype or "bfloat16"
-    layer_types = [str(t) for t in text.get("layer_types") or []]
     vision = _has_vision(raw, architecture)
     layers = read.integer("num_hidden_layers")
+    layer_types = _layer_types(text, layers)
     common: dict[str, Any] = {
         "name": model_name,
         "architecture": architecture,
@@ -218,10 +259,21 @@ def read_geometry(raw: Mapping[str, Any], *, name: str | None = None) -> ModelGe
 
     heads = read.integer("num_attention_heads")
     kv_heads = read.integer("num_key_value_heads", heads)
-    if text.get("head_dim"):
+    if kv_heads > heads or heads % kv_heads:
+        raise ConfigError(
+            f"config.json num_key_value_heads ({kv_heads}) must divide num_attention_heads "
+            f"({heads}): each KV head serves a whole group of attention heads"
+        )
+    if text.get("head_dim") is not None:
         head_dim = read.integer("head_dim")
     else:
-        head_dim = _int(text, "hidden_size") // heads
+        hidden = _int(text, "hidden_size")
+        if hidden % heads:
+            raise ConfigError(
+                f"config.json hidden_size ({hidden}) is not a multiple of num_attention_heads "
+                f"({heads}), and there is no head_dim"
+            )
+        head_dim = hidden // heads
         read.record("head_dim", head_dim, "hidden_size / num_attention_heads")
     hybrid = _hybrid(read, layers, layer_types, dtype)
     if hybrid is not None:
@@ -255,19 +307,21 @@ def _sliding_window(
     """The window and how many layers use it: `layer_types`, else `sliding_window_pattern`
     (every Nth layer is global), else Gemma 2's alternation, else all layers."""
     window = read.config.get("sliding_window")
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        return None, 0
     if read.config.get("use_sliding_window") is False:  # Qwen2-style: a window that is off
         return None, 0
+    if window is None or window == 0 or isinstance(window, bool):
+        return None, 0
+    window = _int(read.config, "sliding_window")
     read.record("sliding_window", window, "config.json")
     if layer_types:
         sliding = sum(t == "sliding_attention" for t in layer_types)
         read.record("sliding_window_layers", sliding, "config.json layer_types")
         return window, sliding
     pattern = read.config.get("sliding_window_pattern")
-    if model_type == "gemma2" and not isinstance(pattern, int):
+    if model_type == "gemma2" and pattern is None:
         pattern = 2
-    if isinstance(pattern, int) and pattern > 0:
+    if pattern is not None:
+        pattern = _int({"sliding_window_pattern": pattern}, "sliding_window_pattern")
         read.record("sliding_window_pattern", pattern, "config.json")
         sliding = sum(1 for i in range(layers) if (i + 1) % pattern)
         return window, sliding
@@ -300,6 +354,11 @@ def _hybrid(
     if "linear_num_value_heads" in text or any(t == "linear_attention" for t in layer_types):
         return _gdn(read, layers, layer_types, dtype)
     pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) != layers:
+        raise ConfigError(
+            f"config.json hybrid_override_pattern has {len(pattern)} entries for "
+            f"num_hidden_layers {layers}: one per layer"
+        )
     if isinstance(pattern, str) and "M" in pattern:  # NemotronH: M = Mamba2, * = attention
         return _mamba2(
             read, pattern.count("M"), _NEMOTRON_H_KEYS, dtype=dtype, ssm_default="float32"
@@ -373,10 +432,36 @@ def _bytes(dtype: str) -> int:
     return DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
 
 
+def _layer_types(text: Mapping[str, Any], layers: int) -> list[str]:
+    types = text.get("layer_types")
+    if types is None:
+        return []
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise ConfigError("config.json layer_types must be a list of strings, one per layer")
+    if types and len(types) != layers:
+        raise ConfigError(
+            f"config.json layer_types has {len(types)} entries for num_hidden_layers {layers}: "
+            "one per layer"
+        )
+    return types
+
+
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """A positive integer field, bounded (`BOUNDS`, else `MAX_SIZE`).
+
+    Raises:
+        ConfigError: missing, not an integer, not positive, or too large; names the field.
+    """
     value = config.get(key, default)
     if value is None:
         raise ConfigError(f"config.json has no {key!r}, which sizing the KV cache needs")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"config.json {key!r} is {value!r}, not an integer")
+        shown = repr(value)[:80]
+        raise ConfigError(f"config.json {key!r} is {shown}, not an integer")
+    ceiling = BOUNDS.get(key, MAX_SIZE)
+    if not 1 <= value <= ceiling:
+        shown = str(value) if len(str(value)) <= 40 else f"a {len(str(value))}-digit number"
+        raise ConfigError(
+            f"config.json {key!r} is {shown}: it must be a positive integer of at most {ceiling:,}"
+        )
     return value

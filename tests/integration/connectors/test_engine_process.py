@@ -63,8 +63,11 @@ def test_a_data_dir_locked_by_another_engine_is_reported_with_its_reason(tmp_pat
     assert record is not None
     try:
         first.state_path.unlink()  # forget it: a second start must meet the engine's own lock
-        with pytest.raises(EngineProcessError, match="lock"):
+        with pytest.raises(EngineProcessError, match="lock") as refused:
             ManagedEngine(tmp_path).start(backend="memory", ready_timeout_s=15)
+        # The engine colours its log; the reason quoting it is plain text.
+        assert "\x1b" in (tmp_path / "engine" / "engine.log").read_text()
+        assert str(refused.value).isprintable()
     finally:
         first.state_path.write_text(record.model_dump_json())
         first.stop()

@@ -169,3 +169,62 @@ async def test_kv_get_refuses_an_empty_key_list_and_too_large_an_inline_cap(
         cap = await call_error(client, "kv_get", {"keys": ["k"], "max_inline_bytes": 10**9})
     assert "keys" in empty and "at least 1" in empty
     assert "max_inline_bytes" in cap
+
+
+async def test_a_nul_byte_in_any_path_argument_is_a_tool_error_naming_it(
+    memory_engine: RunningEngine, tmp_path: Path
+) -> None:
+    key = fresh_key("nul")
+    settings = memory_engine.settings.model_copy(update={"file_roots": (tmp_path,)})
+    bad = f"{tmp_path}/a\0b"
+    calls = [
+        ("kv_put", {"key": key, "file_path": bad}),
+        ("kv_save", {"key": key, "path": bad}),
+        ("diagnose_budget", {"hf_config": bad}),
+        ("vllm_trace_summary", {"path": bad}),
+    ]
+    async with Client(build_server(settings)) as client:
+        messages = [await call_error(client, tool, arguments) for tool, arguments in calls]
+    for (tool, _), message in zip(calls, messages, strict=True):
+        assert "NUL byte" in message, (tool, message)
+    assert memory_engine.sync_client().contains(key) == Presence(False)
+
+
+BROKEN_CONFIGS = [
+    pytest.param({"num_attention_heads": -4}, "num_attention_heads", id="negative-heads"),
+    pytest.param({"num_attention_heads": 0}, "num_attention_heads", id="zero-heads"),
+    pytest.param({"head_dim": 0}, "head_dim", id="zero-head-dim"),
+    pytest.param({"num_hidden_layers": 10**30}, "num_hidden_layers", id="huge-layers"),
+    pytest.param({"num_key_value_heads": 64}, "num_key_value_heads", id="kv-heads-over-heads"),
+    pytest.param({"sliding_window": -5}, "sliding_window", id="negative-window"),
+    pytest.param({"layer_types": ["full_attention"] * 100_000}, "layer_types", id="layer-types"),
+]
+
+
+@pytest.mark.parametrize(("override", "named"), BROKEN_CONFIGS)
+async def test_diagnose_budget_names_the_broken_config_field(
+    memory_engine: RunningEngine, override: dict[str, Any], named: str
+) -> None:
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "hidden_size": 256,
+        **override,
+    }
+    async with Client(build_server(memory_engine.settings)) as client:
+        message = await call_error(client, "diagnose_budget", {"hf_config": config})
+    assert named in message and "Fix the argument" in message
+
+
+@pytest.mark.parametrize("memory", [1e308, 1e300])
+async def test_diagnose_budget_refuses_an_absurd_kv_memory(
+    memory_engine: RunningEngine, memory: float
+) -> None:
+    config = {"architectures": ["X"], "num_hidden_layers": 2, "num_attention_heads": 4}
+    config["hidden_size"] = 256
+    async with Client(build_server(memory_engine.settings)) as client:
+        message = await call_error(
+            client, "diagnose_budget", {"hf_config": config, "kv_memory_gib": memory}
+        )
+    assert "kv_memory_gib is" in message and "at most" in message

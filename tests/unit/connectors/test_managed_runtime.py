@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from graph_kvcache_mcp.connectors.stack.runtime import environment_value, kv_connector_of
+from graph_kvcache_mcp.connectors.processes.identity import environment_value
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of
 
 
 def test_one_variable_of_a_live_process_environment_is_read_and_nothing_else() -> None:
