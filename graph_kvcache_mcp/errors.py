@@ -33,8 +33,7 @@ class InvalidKey(GraphKvcacheError, ValueError):
         self.key = key
         self.rule = rule
         self.hint = hint
-        shown = key if len(key) <= 80 else key[:77] + "..."
-        super().__init__(f"invalid key {shown!r} (rule: {rule}): {hint}")
+        super().__init__(f"invalid key {quoted(key, limit=80)} (rule: {rule}): {hint}")
 
 
 class InvalidValue(GraphKvcacheError, ValueError):
@@ -72,6 +71,22 @@ class VllmProcessError(ProcessError):
 
 class LmcacheProcessError(ProcessError):
     """The managed `lmcache server` could not be started, found, or stopped."""
+
+
+QUOTE_LIMIT = 200
+"""How many characters of an argument an error message quotes."""
+
+
+def quoted(value: object, *, limit: int = QUOTE_LIMIT) -> str:
+    """`value` as an error message quotes it: its repr, cut to `limit` characters with its length
+    named when longer (an error never echoes a 10 MB argument back)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = (
+        f"{len(value)} characters" if isinstance(value, str) else f"repr of {len(text)} characters"
+    )
+    return f"{text[: limit - 3]}... ({size} characters)"
 
 
 def describe_validation(

@@ -9,32 +9,46 @@
 - An unknown tool or prompt, or a prompt argument that is unknown or missing, is a JSON-RPC
   `-32602` error (2025-11-25 spec), not a tool result or a logged traceback; a tool withheld by
   read-only mode says that this server is read-only.
+- Over stdio, a line that is not one JSON-RPC message (not JSON, a lone surrogate escape, a
+  batch, params that are not an object, an id without a method) is answered at once with the
+  JSON-RPC error (`domain/jsonrpc.py`) and logged; the SDK alone drops it, and the client waits
+  for its timeout.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
 
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from mcp.types import (
     INVALID_PARAMS,
     CallToolResult,
+    ErrorData,
     GetPromptResult,
     Icon,
     InputRequiredResult,
+    JSONRPCError,
     Prompt,
     ToolAnnotations,
 )
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from graph_kvcache_mcp.errors import describe_validation
+from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
+from graph_kvcache_mcp.errors import describe_validation, quoted
 
 LifespanT = TypeVar("LifespanT")
+logger = logging.getLogger(__name__)
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
 _ONE_SCHEMA = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
@@ -224,7 +238,71 @@ class StrictServer(MCPServer[LifespanT]):
         check_prompt_arguments(prompts[name], arguments or {})
         return await super().get_prompt(name, arguments, context)
 
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio like the SDK, but answer every line it cannot read (see module)."""
+        server = self._lowlevel_server
+        async with (
+            stdio_server() as (read_stream, write_stream),
+            answering_malformed(read_stream, write_stream) as checked,
+        ):
+            await server.run(checked, write_stream, server.create_initialization_options())
+
     def _tool(self, name: str) -> Tool | None:
         # SDK 2.3 offers no public lookup of a registered Tool (nor a hook for its argument
         # model); tests/unit/test_strict_server.py fails if this private seam moves.
         return self._tool_manager.get_tool(name)
+
+
+class _Sender(Protocol):
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+
+@asynccontextmanager
+async def answering_malformed(
+    read_stream: AsyncIterable[SessionMessage | Exception], write_stream: _Sender
+) -> AsyncIterator[MemoryObjectReceiveStream[SessionMessage | Exception]]:
+    """`read_stream` with every message the transport could not read taken out and answered on
+    `write_stream` (JSON-RPC -32700 or -32600, with the id when one can be read) and logged."""
+    send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+    async def forward() -> None:
+        async with send:
+            async for item in read_stream:
+                if not isinstance(item, Exception):
+                    await send.send(item)
+                    continue
+                for refusal in refusals_for(item):
+                    logger.warning(
+                        "refused a malformed message (%d, id %s): %s",
+                        refusal.code,
+                        quoted(refusal.id),
+                        refusal.message,
+                    )
+                    error = ErrorData(code=refusal.code, message=refusal.message)
+                    answer = JSONRPCError(jsonrpc="2.0", id=refusal.id, error=error)
+                    await write_stream.send(SessionMessage(answer))
+
+    async with anyio.create_task_group() as group, receive:
+        group.start_soon(forward)
+        yield receive
+        group.cancel_scope.cancel()
+
+
+def refusals_for(exc: Exception) -> list[Refusal]:
+    """The answers to the message behind `exc`, the SDK's failure to read one line."""
+    if not isinstance(exc, ValidationError):
+        return refuse_text("")
+    for error in exc.errors(include_url=False):
+        if error["type"] == "json_invalid":
+            return refuse_text(str(error["input"]))
+    return refuse_value(_whole_message(exc))
+
+
+def _whole_message(exc: ValidationError) -> object:
+    # pydantic reports each union member's problems; one of them holds the whole message as its
+    # input: a type error at the top (an array, a string) or a missing field of the top object.
+    for error in exc.errors(include_url=False):
+        depth = len(error["loc"])
+        if depth <= 1 or (error["type"] == "missing" and depth == 2):
+            return error["input"]
+    return None

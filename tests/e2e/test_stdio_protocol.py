@@ -1,0 +1,78 @@
+"""The stdio transport answers what it cannot read: raw bytes over a real `graph-kvcache-mcp`
+process, each malformed line answered with its JSON-RPC error (and its id where one can be
+read) and logged, while the session keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.stdio_raw import INITIALIZE, RawStdio, raw_stdio
+
+START_S = 60.0  # a cold start under load (imports, a loaded 2-core machine)
+ANSWER_S = 5.0  # "at once": a client would otherwise wait for its own 20-60 s timeout
+
+PING = b'{"jsonrpc":"2.0","id":"after","method":"ping"}'
+
+# (raw line, code, ids answered): bytes no JSON encoder produces included.
+MALFORMED = {
+    "not JSON": (b"this is not json", -32700, [None]),
+    "cut JSON": (b'{"jsonrpc":"2.0","id":7,"method":"ping"', -32700, [None]),
+    "lone surrogate": (
+        b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"kv_get",'
+        b'"arguments":{"keys":["caf\xc3\xa9 \\ud83d"]}}}',
+        -32700,
+        [3],
+    ),
+    "batch": (
+        b'[{"jsonrpc":"2.0","id":11,"method":"ping"},{"jsonrpc":"2.0","id":"b","method":"ping"}]',
+        -32600,
+        [11, "b"],
+    ),
+    "empty batch": (b"[]", -32600, [None]),
+    "params as a string": (b'{"jsonrpc":"2.0","id":4,"method":"ping","params":"str"}', -32600, [4]),
+    "id without method": (b'{"jsonrpc":"2.0","id":5}', -32600, [5]),
+    "wrong jsonrpc": (b'{"jsonrpc":"1.0","id":6,"method":"ping"}', -32600, [6]),
+    "a bare number": (b"42", -32600, [None]),
+}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawStdio]:
+    with raw_stdio(tmp_path_factory.mktemp("stdio-raw"), "--toolsets", "kv") as server:
+        answer = server.ask(INITIALIZE, within_s=START_S)
+        assert answer["id"] == "init" and "result" in answer
+        server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        yield server
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_line_is_answered_at_once_with_its_id_and_the_session_keeps_serving(
+    session: RawStdio, case: str
+) -> None:
+    line, code, ids = MALFORMED[case]
+    session.send(line)
+    answers = session.answers(len(ids), within_s=ANSWER_S)
+    assert [answer["id"] for answer in answers] == ids
+    assert {answer["error"]["code"] for answer in answers} == {code}
+    assert all(answer["error"]["message"] for answer in answers)
+    after = session.ask(PING, within_s=ANSWER_S)
+    assert after == {"jsonrpc": "2.0", "id": "after", "result": {}}
+
+
+def test_every_refused_line_leaves_one_log_line_naming_the_code(session: RawStdio) -> None:
+    session.send(MALFORMED["params as a string"][0])
+    session.answers(1, within_s=ANSWER_S)
+    session.ask(PING, within_s=ANSWER_S)  # the log line is written before the answer
+    refused = [line for line in session.log().splitlines() if "refused a malformed message" in line]
+    assert refused and "(-32600, id 4)" in refused[-1]
+    assert "params must be an object" in refused[-1]
+
+
+def test_the_lone_surrogate_answer_says_the_text_was_cut_inside_a_character(
+    session: RawStdio,
+) -> None:
+    answer = session.ask(MALFORMED["lone surrogate"][0], within_s=ANSWER_S)
+    assert "surrogate" in answer["error"]["message"]
+    assert answer["id"] == 3
