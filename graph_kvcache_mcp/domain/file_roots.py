@@ -1,7 +1,9 @@
 """Where tools may read and write files: inside allowed roots. Pure: no I/O.
 
 The roots are `GRAPH_KVCACHE_FILE_ROOTS` when set, else the MCP client's roots when it declares
-them and the session can ask, else the server's working directory. Callers resolve paths (and
+them, the session can ask and it lists at least one local directory, else the server's working
+directory (a client that declares roots but lists none, as the MCP Inspector does, gets that
+too: an empty list is no rule, not a rule that allows nothing). Callers resolve paths (and
 roots) with symlinks followed before asking `FileRoots.contains`, so a link inside a root that
 points outside it is outside.
 """
@@ -19,6 +21,9 @@ ROOTS_ENV = "GRAPH_KVCACHE_FILE_ROOTS"
 FROM_SETTING = ROOTS_ENV
 FROM_CLIENT = "the MCP client's roots"
 FROM_WORKING_DIR = "the server's working directory"
+FROM_WORKING_DIR_NO_CLIENT_ROOTS = (
+    "the server's working directory (the MCP client declares roots but lists no local directory)"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ read) and logged, while the session keeps serving."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ ANSWER_S = 5.0  # "at once": a client would otherwise wait for its own 20-60 s t
 PING = b'{"jsonrpc":"2.0","id":"after","method":"ping"}'
 
 # (raw line, code, ids answered): bytes no JSON encoder produces included.
-MALFORMED = {
+MALFORMED: dict[str, tuple[bytes, int, list[Any]]] = {
     "not JSON": (b"this is not json", -32700, [None]),
     "cut JSON": (b'{"jsonrpc":"2.0","id":7,"method":"ping"', -32700, [None]),
     "lone surrogate": (

@@ -175,3 +175,20 @@ async def test_a_modern_session_cannot_ask_for_roots_and_uses_the_configured_rul
     async with client:
         # The client would allow nothing, but a 2026-07-28 session has no way to ask it.
         await call_ok(client, "vllm_trace_summary", {"path": str(mine / "t.jsonl")})
+
+
+async def test_a_client_that_declares_roots_but_lists_none_gets_the_working_directory(
+    memory_engine: RunningEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inside, outside = tmp_path / "cwd", tmp_path / "elsewhere.jsonl"
+    inside.mkdir()
+    _trace_file(inside / "t.jsonl")
+    _trace_file(outside)
+    monkeypatch.chdir(inside)
+    settings = memory_engine.settings.model_copy(update={"toolsets": ("vllm",)})
+    # The MCP Inspector declares the roots capability and answers roots/list with [].
+    client = Client(build_server(settings), mode="legacy", list_roots_callback=_roots_callback())
+    async with client:
+        await call_ok(client, "vllm_trace_summary", {"path": str(inside / "t.jsonl")})
+        message = await call_error(client, "vllm_trace_summary", {"path": str(outside)})
+    assert "lists no local directory" in message and str(inside) in message
