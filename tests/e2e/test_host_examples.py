@@ -15,8 +15,8 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
-from mcp.types import ListRootsResult
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import ListRootsResult
 
 from graph_kvcache_mcp.config import DEFAULT_TOOLSETS
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
