@@ -71,3 +71,17 @@ async def test_diagnose_miss_refuses_a_body_without_messages(tmp_path: Path) -> 
             client, "diagnose_miss", {"first": {"prompt": "hi"}, "second": request}
         )
     assert "first is not a chat-completions body" in message
+
+
+async def test_diagnose_stack_with_nothing_configured_names_the_managed_engine_not_a_port(
+    tmp_path: Path,
+) -> None:
+    unused_vllm = f"http://127.0.0.1:{free_port()}/v1"
+    base = Settings.build(data_dir=tmp_path, toolsets=("diagnose",))
+    settings = base.model_copy(update={"vllm_base_url": unused_vllm})
+    async with Client(build_server(settings)) as client:
+        out = await call_ok(client, "diagnose_stack", {})
+    (engine,) = [c for c in out["checked"] if c["component"] == "engine"]
+    assert engine["target"] == f"managed engine in {tmp_path}"
+    assert "9130" not in json.dumps(out)
+    assert "engine_not_started" in {f["id"] for f in out["findings"]}
