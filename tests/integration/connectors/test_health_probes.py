@@ -4,6 +4,8 @@ bytes no real server sends (named garbage peers)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx2
 import pytest
 
@@ -28,8 +30,9 @@ def test_the_lmcache_health_probe_reads_garbage_as_not_healthy(case: str) -> Non
 @pytest.mark.parametrize("case", sorted(GARBAGE))
 def test_the_vllm_health_probe_s_client_raises_only_httperror_on_garbage(case: str) -> None:
     # vllm/process.py counts httpx2.HTTPError as "not healthy yet"; any other exception fails.
-    with garbage_peer(GARBAGE[case]) as url, httpx2.Client(timeout=5.0) as http:
-        try:
-            http.get(url + "/health")
-        except httpx2.HTTPError:
-            pass
+    with (
+        garbage_peer(GARBAGE[case]) as url,
+        httpx2.Client(timeout=5.0) as http,
+        contextlib.suppress(httpx2.HTTPError),
+    ):
+        http.get(url + "/health")
