@@ -83,10 +83,15 @@ def quoted(value: object, *, limit: int = QUOTE_LIMIT) -> str:
     text = repr(value)
     if len(text) <= limit:
         return text
-    size = (
-        f"{len(value)} characters" if isinstance(value, str) else f"repr of {len(text)} characters"
-    )
+    size = len(value) if isinstance(value, str) else len(text)
     return f"{text[: limit - 3]}... ({size} characters)"
+
+
+def shortened(text: str, *, limit: int = QUOTE_LIMIT) -> str:
+    """`text` as is when short, else its first `limit` characters and its length (no quotes)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
 def describe_validation(

@@ -9,6 +9,8 @@
 - An unknown tool or prompt, or a prompt argument that is unknown or missing, is a JSON-RPC
   `-32602` error (2025-11-25 spec), not a tool result or a logged traceback; a tool withheld by
   read-only mode says that this server is read-only.
+- A tool error quotes at most `errors.QUOTE_LIMIT` characters of any argument (with its length):
+  a 10 MB argument is never echoed back whole, whichever tool's message named it.
 - Over stdio, a line that is not one JSON-RPC message (not JSON, a lone surrogate escape, a
   batch, params that are not an object, an id without a method) is answered at once with the
   JSON-RPC error (`domain/jsonrpc.py`) and logged; the SDK alone drops it, and the client waits
@@ -45,7 +47,7 @@ from mcp.types import (
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
-from graph_kvcache_mcp.errors import describe_validation, quoted
+from graph_kvcache_mcp.errors import QUOTE_LIMIT, describe_validation, quoted, shortened
 
 LifespanT = TypeVar("LifespanT")
 logger = logging.getLogger(__name__)
@@ -205,14 +207,21 @@ class StrictServer(MCPServer[LifespanT]):
         tool = self._tool(name)
         if tool is None:
             known = ", ".join(sorted(t.name for t in await self.list_tools()))
-            why = self._withheld.get(name) or f"unknown tool {name!r}; this server has: {known}"
-            raise MCPError(code=INVALID_PARAMS, message=why, data={"name": name})
+            unknown = f"unknown tool {quoted(name)}; this server has: {known}"
+            why = self._withheld.get(name) or unknown
+            raise MCPError(code=INVALID_PARAMS, message=why, data={"name": shortened(name)})
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
-            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+            if isinstance(exc, UnexpectedToolError):
                 raise
+            if not isinstance(cause, ValidationError):
+                message = str(exc)
+                clipped = clip_arguments(message, arguments)
+                if clipped == message:
+                    raise
+                raise ToolError(clipped) from cause
             problems = describe_validation(
                 cause, whole="arguments", accepted=argument_names(tool), noun="argument"
             )
@@ -231,9 +240,9 @@ class StrictServer(MCPServer[LifespanT]):
         if name not in prompts:
             raise MCPError(
                 code=INVALID_PARAMS,
-                message=f"unknown prompt {name!r}; this server has: "
+                message=f"unknown prompt {quoted(name)}; this server has: "
                 f"{', '.join(sorted(prompts)) or 'none'}",
-                data={"name": name},
+                data={"name": shortened(name)},
             )
         check_prompt_arguments(prompts[name], arguments or {})
         return await super().get_prompt(name, arguments, context)
@@ -251,6 +260,32 @@ class StrictServer(MCPServer[LifespanT]):
         # SDK 2.3 offers no public lookup of a registered Tool (nor a hook for its argument
         # model); tests/unit/test_strict_server.py fails if this private seam moves.
         return self._tool_manager.get_tool(name)
+
+
+MESSAGE_LIMIT = 2000
+"""The longest tool error sent whole; a longer one (an argument quoted in another form) is cut."""
+
+
+def clip_arguments(message: str, arguments: object) -> str:
+    """`message` with every long string argument it quotes (as given or as its repr) replaced by
+    `quoted(value)`: at most `QUOTE_LIMIT` characters of it, and its length."""
+    for value in sorted(_long_strings(arguments), key=len, reverse=True):
+        for form in (repr(value), value):
+            if form in message:
+                message = message.replace(form, quoted(value))
+    if len(message) > MESSAGE_LIMIT:
+        message = f"{message[: MESSAGE_LIMIT - 40]}... (error cut; {len(message)} characters)"
+    return message
+
+
+def _long_strings(value: object) -> set[str]:
+    if isinstance(value, str):
+        return {value} if len(value) > QUOTE_LIMIT else set()
+    if isinstance(value, dict):
+        return {text for item in value.values() for text in _long_strings(item)}
+    if isinstance(value, list | tuple):
+        return {text for item in value for text in _long_strings(item)}
+    return set()
 
 
 class _Sender(Protocol):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, quoted, shortened
 
 ROOTS_ENV = "GRAPH_KVCACHE_FILE_ROOTS"
 FROM_SETTING = ROOTS_ENV
@@ -40,9 +40,9 @@ class FileRoots:
     def refusal(self, param: str, given: str, resolved: PurePath) -> str:
         """Why `given` may not be used, naming the roots and how to widen them."""
         shown = ", ".join(str(root) for root in self.paths) or "(none)"
-        where = f" (it resolves to {resolved})" if str(resolved) != given else ""
+        where = f" (it resolves to {shortened(str(resolved))})" if str(resolved) != given else ""
         return (
-            f"{param} {given!r} is outside the allowed roots{where}. Allowed: {shown}, from "
+            f"{param} {quoted(given)} is outside the allowed roots{where}. Allowed: {shown}, from "
             f"{self.source}. Use a path inside them, or have the user set {ROOTS_ENV} "
             "(absolute directories separated by the OS path separator) when starting the server"
         )
@@ -57,7 +57,8 @@ def roots_from_setting(text: str, *, separator: str) -> tuple[PurePosixPath, ...
     entries = [entry.strip() for entry in text.split(separator) if entry.strip()]
     relative = [entry for entry in entries if not entry.startswith(("/", "~"))]
     if relative:
-        raise ConfigError(f"{ROOTS_ENV}: {relative[0]!r} is relative; give absolute directories")
+        shown = quoted(relative[0])
+        raise ConfigError(f"{ROOTS_ENV}: {shown} is relative; give absolute directories")
     if not entries:
         raise ConfigError(f"{ROOTS_ENV} is set but names no directory; unset it or give one")
     return tuple(PurePosixPath(entry) for entry in entries)

@@ -28,7 +28,7 @@ from graph_kvcache_mcp.domain.file_roots import (
     FileRoots,
     paths_from_root_uris,
 )
-from graph_kvcache_mcp.errors import FileRefused
+from graph_kvcache_mcp.errors import FileRefused, quoted
 from graph_kvcache_mcp.tools._common import state_of
 
 ROOTS_ANSWER_S = 10.0
@@ -96,7 +96,7 @@ async def new_file_inside_roots(ctx: Context[Any], given: str, *, param: str) ->
     """
     path = _absolute(given, param)
     if path.name in {"", ".", ".."}:
-        raise ToolError(f"{param} {given!r} names no file; give the path of a new file")
+        raise ToolError(f"{param} {quoted(given)} names no file; give the path of a new file")
     roots = await allowed_roots(ctx)
     target = await anyio.to_thread.run_sync(lambda: Path(os.path.realpath(path.parent)) / path.name)
     if not roots.contains(target):
@@ -124,7 +124,7 @@ async def hf_config_inside_roots(ctx: Context[Any], given: str, *, param: str) -
 def _absolute(given: str, param: str) -> Path:
     path = Path(given).expanduser()
     if not path.is_absolute():
-        raise ToolError(f"{param} {given!r} is relative; give an absolute path")
+        raise ToolError(f"{param} {quoted(given)} is relative; give an absolute path")
     return path
 
 
