@@ -109,12 +109,29 @@ def describe_validation(
     error or a tool error; input values are never quoted (they may be secrets or huge).
     """
     problems: list[str] = []
-    for error in exc.errors(include_url=False, include_input=False):
+    for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or whole
         problem = f"{where}: {_what_is_wrong(error, accepted, noun)}"
+        if error["type"].endswith("_type") and error["type"] != "model_type":
+            problem += f" (got {json_kind(error['input'])})"  # the kind only: values may be secret
         if problem not in problems:
             problems.append(problem)
     return "; ".join(problems)
+
+
+def json_kind(value: object) -> str:
+    """What kind of JSON value `value` is, as a message names it ("a string", "null")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return "an object"
 
 
 def _what_is_wrong(error: ErrorDetails, accepted: Sequence[str], noun: str) -> str:

@@ -4,6 +4,10 @@
   argument that defaults to null (they cost every conversation bytes and tell the model nothing
   the name and `required` do not), and `additionalProperties: false`: an unknown argument is
   refused by name, never silently dropped.
+- Arguments are checked strictly against the published schema, as the JSON they arrived as: a
+  wrong JSON type (`true` or `"5"` for an integer, `"yes"` or `"false"` for a boolean) is
+  refused by name, never coerced. (The SDK's one leniency stays: an array or object argument
+  sent as a JSON-encoded string, which some hosts do, is decoded first.)
 - Invalid arguments are described by `errors.describe_validation` (argument, what is wrong,
   what is accepted), not pydantic's report with its documentation links.
 - An unknown tool or prompt, or a prompt argument that is unknown or missing, is a JSON-RPC
@@ -19,6 +23,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -50,6 +55,7 @@ from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
 from graph_kvcache_mcp.errors import QUOTE_LIMIT, describe_validation, quoted, shortened
 
 LifespanT = TypeVar("LifespanT")
+ModelT = TypeVar("ModelT", bound=BaseModel)
 logger = logging.getLogger(__name__)
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
@@ -128,13 +134,24 @@ def _is_nullable(options: object) -> bool:
 
 
 def tighten(tool: Tool) -> None:
-    """Make `tool` refuse unknown arguments and publish a title-free, closed input schema."""
+    """Make `tool` refuse unknown arguments and wrong JSON types, and publish a title-free,
+    closed input schema."""
     loose = tool.fn_metadata.arg_model
     config = ConfigDict(**{**loose.model_config, "extra": "forbid"})
-    strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config})
+    namespace = {"model_config": config, "model_validate": classmethod(_validate_as_json)}
+    strict: type[BaseModel] = type(loose.__name__, (loose,), namespace)
     tool.fn_metadata.arg_model = strict  # type: ignore[assignment]
     # The SDK's schema of the same fields, closed: cheaper than generating it again at start-up.
     tool.parameters = lean_schema({**tool.parameters, "additionalProperties": False})
+
+
+def _validate_as_json(cls: type[ModelT], obj: Any, /, **options: Any) -> ModelT:
+    # The SDK validates arguments in Python mode, which is lax ("5" -> 5, "yes" -> True) and, made
+    # strict, refuses what JSON cannot carry (tuples, datetimes). Strict JSON mode is the schema.
+    # The SDK passes no options here; any given are honoured except `strict`.
+    options.pop("strict", None)
+    options.pop("from_attributes", None)
+    return cls.model_validate_json(json.dumps(obj), strict=True, **options)
 
 
 def argument_names(tool: Tool) -> list[str]:

@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from graph_kvcache_mcp.errors import json_kind
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 
@@ -56,7 +58,7 @@ def refuse_value(value: object) -> list[Refusal]:
     if isinstance(value, list):
         return _refuse_batch(value)
     if not isinstance(value, dict):
-        kind = _json_kind(value)
+        kind = json_kind(value)
         return [_invalid(None, f"a JSON-RPC message is an object, got {kind}; {_ONE_PER_LINE}")]
     return [_invalid(readable_id(value), _what_is_wrong(value))]
 
@@ -83,15 +85,15 @@ def _what_is_wrong(message: dict[object, object]) -> str:
     if message.get("jsonrpc") != "2.0":
         return 'field jsonrpc must be "2.0"'
     if "id" in message and readable_id(message) is None and "method" in message:
-        return f"field id must be a string or an integer, got {_json_kind(message['id'])}"
+        return f"field id must be a string or an integer, got {json_kind(message['id'])}"
     if "method" not in message:
         if "result" in message or "error" in message:
             return "a response must carry either result or error and the id of a request"
         return "a message with an id needs a method (a request) or result/error (a response)"
     if not isinstance(message["method"], str):
-        return f"field method must be a string, got {_json_kind(message['method'])}"
+        return f"field method must be a string, got {json_kind(message['method'])}"
     if "params" in message and not isinstance(message["params"], dict):
-        return f"field params must be an object, got {_json_kind(message['params'])}"
+        return f"field params must be an object, got {json_kind(message['params'])}"
     return "not a valid JSON-RPC 2.0 request, notification or response"
 
 
@@ -107,17 +109,3 @@ def _has_lone_surrogate(value: object) -> bool:
     if isinstance(value, dict):
         return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
     return False
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"

@@ -41,7 +41,7 @@ MALFORMED: dict[str, tuple[bytes, int, list[Any]]] = {
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawStdio]:
-    with raw_stdio(tmp_path_factory.mktemp("stdio-raw"), "--toolsets", "kv") as server:
+    with raw_stdio(tmp_path_factory.mktemp("stdio-raw"), "--toolsets", "kv,engine") as server:
         answer = server.ask(INITIALIZE, within_s=START_S)
         assert answer["id"] == "init" and "result" in answer
         server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
@@ -77,3 +77,30 @@ def test_the_lone_surrogate_answer_says_the_text_was_cut_inside_a_character(
     answer = session.ask(MALFORMED["lone surrogate"][0], within_s=ANSWER_S)
     assert "surrogate" in answer["error"]["message"]
     assert answer["id"] == 3
+
+
+WRONG_TYPES = {
+    "samples true": ("kv_probe", {"samples": True}, "samples: should be a valid integer"),
+    'samples "5"': ("kv_probe", {"samples": "5"}, "samples: should be a valid integer"),
+    'include_value "yes"': (
+        "kv_get",
+        {"keys": ["k"], "include_value": "yes"},
+        "include_value: should be a valid boolean",
+    ),
+    'force "false"': ("engine_stop", {"force": "false"}, "force: should be a valid boolean"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_TYPES))
+def test_a_wrong_json_type_is_refused_by_name_never_coerced(session: RawStdio, case: str) -> None:
+    tool, arguments, wanted = WRONG_TYPES[case]
+    call = {
+        "jsonrpc": "2.0",
+        "id": case,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    answer = session.ask(call, within_s=START_S)
+    assert answer["id"] == case and answer["result"]["isError"] is True
+    text = answer["result"]["content"][0]["text"]
+    assert wanted in text and "(got a " in text
