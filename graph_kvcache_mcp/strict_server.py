@@ -15,6 +15,9 @@
   read-only mode says that this server is read-only.
 - A tool error quotes at most `errors.QUOTE_LIMIT` characters of any argument (with its length):
   a 10 MB argument is never echoed back whole, whichever tool's message named it.
+- Protocol errors say what to do (`protocol_errors`): a request before `initialize` is -32600
+  "initialize first", a second `initialize` on a session is refused, and params that do not fit
+  the method are -32602 naming the field (the SDK answers "Invalid request parameters" alone).
 - Over stdio, a line that is not one JSON-RPC message (not JSON, a lone surrogate escape, a
   batch, params that are not an object, an id without a method) is answered at once with the
   JSON-RPC error (`domain/jsonrpc.py`) and logged; the SDK alone drops it, and the client waits
@@ -33,6 +36,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
@@ -40,6 +44,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp.types import (
     INVALID_PARAMS,
+    INVALID_REQUEST,
     CallToolResult,
     ErrorData,
     GetPromptResult,
@@ -49,6 +54,7 @@ from mcp.types import (
     Prompt,
     ToolAnnotations,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
@@ -188,6 +194,7 @@ class StrictServer(MCPServer[LifespanT]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._withheld: dict[str, str] = {}
+        self.middleware.insert(0, protocol_errors)
 
     def add_tool(
         self,
@@ -277,6 +284,45 @@ class StrictServer(MCPServer[LifespanT]):
         # SDK 2.3 offers no public lookup of a registered Tool (nor a hook for its argument
         # model); tests/unit/test_strict_server.py fails if this private seam moves.
         return self._tool_manager.get_tool(name)
+
+
+_SDK_VAGUE_PARAMS = "Invalid request parameters"
+_EXEMPT_BEFORE_INIT = frozenset({"initialize", "ping"})
+
+
+async def protocol_errors(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext
+) -> HandlerResult:
+    """Middleware: the SDK's protocol errors with a message that says what to do (see module)."""
+    if ctx.request_id is None:  # notifications get no answer
+        return await call_next(ctx)
+    legacy = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+    initialized = ctx.session.client_params is not None
+    if ctx.method == "initialize" and legacy and initialized:
+        raise MCPError(
+            code=INVALID_REQUEST,
+            message="this session is already initialized: send initialize once per session "
+            "(to start over, open a new session)",
+        )
+    try:
+        return await call_next(ctx)
+    except ValidationError as exc:
+        problems = describe_validation(exc, whole="params")
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"invalid params for {shortened(ctx.method)}: {problems}",
+            data={"method": shortened(ctx.method)},
+        ) from None
+    except MCPError as exc:
+        vague = exc.error.code == INVALID_PARAMS and exc.error.message == _SDK_VAGUE_PARAMS
+        if vague and legacy and not initialized and ctx.method not in _EXEMPT_BEFORE_INIT:
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"initialize first: send an initialize request, then the "
+                f"notifications/initialized notification, before {shortened(ctx.method)}",
+                data={"method": shortened(ctx.method)},
+            ) from None
+        raise
 
 
 MESSAGE_LIMIT = 2000

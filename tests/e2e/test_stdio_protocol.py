@@ -5,6 +5,7 @@ read) and logged, while the session keeps serving."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,3 +105,47 @@ def test_a_wrong_json_type_is_refused_by_name_never_coerced(session: RawStdio, c
     assert answer["id"] == case and answer["result"]["isError"] is True
     text = answer["result"]["content"][0]["text"]
     assert wanted in text and "(got a " in text
+
+
+def test_a_call_before_initialize_says_to_initialize_first(tmp_path: Path) -> None:
+    with raw_stdio(tmp_path, "--toolsets", "kv") as fresh:
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "kv_stats"}}
+        early = fresh.ask(call, within_s=START_S)
+        ping = fresh.ask(PING, within_s=ANSWER_S)  # ping needs no handshake
+        assert fresh.ask(INITIALIZE, within_s=ANSWER_S)["id"] == "init"
+    assert early["id"] == 1 and early["error"]["code"] == -32600
+    assert early["error"]["message"].startswith("initialize first")
+    assert ping["result"] == {}
+
+
+def test_a_second_initialize_on_the_session_is_refused(session: RawStdio) -> None:
+    again = session.ask({**INITIALIZE, "id": "again"}, within_s=ANSWER_S)
+    assert again["id"] == "again" and again["error"]["code"] == -32600
+    assert "already initialized" in again["error"]["message"]
+    assert session.ask(PING, within_s=ANSWER_S)["result"] == {}
+
+
+BAD_PARAMS = {
+    "tools/call without a name": (
+        {"method": "tools/call", "params": {"arguments": {}}},
+        "params.name: required field missing",
+    ),
+    "arguments as a string": (
+        {"method": "tools/call", "params": {"name": "kv_stats", "arguments": "x"}},
+        "arguments: should be a valid dictionary (got a string)",
+    ),
+    "resources/read without a uri": (
+        {"method": "resources/read", "params": {}},
+        "uri: required field missing",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PARAMS))
+def test_params_that_do_not_fit_the_method_are_32602_naming_the_field(
+    session: RawStdio, case: str
+) -> None:
+    request, wanted = BAD_PARAMS[case]
+    answer = session.ask({"jsonrpc": "2.0", "id": case, **request}, within_s=ANSWER_S)
+    assert answer["id"] == case and answer["error"]["code"] == -32602
+    assert wanted in answer["error"]["message"]
