@@ -24,11 +24,20 @@ from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
+from graph_kvcache_mcp.domain.jsonrpc import (
+    INVALID_PARAMS,
+    PARSE_ERROR,
+    Refusal,
+    RequestId,
+    readable_id,
+    refuse_text,
+    refuse_value,
+)
 from graph_kvcache_mcp.state import live_state
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
@@ -175,12 +184,93 @@ async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None)
     app: ASGIApp = server.streamable_http_app(
         host=HTTP_HOST, max_request_body_size=MAX_HTTP_BODY_BYTES
     )
+    app = ReadableRpcErrors(app)
     app = BearerTokenGate(app, token) if token is not None else NoOAuthDiscovery(app)
     url = f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
     gate = " (bearer token required)" if token is not None else ""
     note(f"serving MCP over streamable HTTP at {url}{gate}")
     config = uvicorn.Config(app, host=HTTP_HOST, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
+
+
+class ReadableRpcErrors:
+    """ASGI middleware: a 400 the SDK answers for a body that is not one JSON-RPC message gets
+    the JSON-RPC error the spec names (`domain/jsonrpc.py`: -32700 or -32600, with the id where
+    one can be read) instead of -32602 and pydantic's report, and no `mcp-session-id` (a session
+    minted for a refused message would only answer 404 next)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        held: list[Message] = []
+
+        async def receive_body() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+            return message
+
+        async def send_answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 400:
+                held.append(message)
+                return
+            if not held:
+                await send(message)
+                return
+            held.append(message)
+            if not message.get("more_body", False):
+                start, *bodies = held
+                body = b"".join(part.get("body", b"") for part in bodies)
+                await _send_400(send, start, readable_rpc_error(body, b"".join(chunks)))
+
+        await self.app(scope, receive_body, send_answer)
+
+
+def readable_rpc_error(answer: bytes, request: bytes) -> bytes:
+    """`answer` (the SDK's 400 body), or the spec's error for `request` when the SDK refused a
+    body that is not one JSON-RPC message or came without a session."""
+    try:
+        error = json.loads(answer)["error"]
+        code, message = error["code"], str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return answer
+    text = request.decode("utf-8", errors="replace")
+    if code == PARSE_ERROR:
+        refusal = refuse_text(text)[0]
+    elif code == INVALID_PARAMS and message.startswith("Validation error"):
+        refusal = refuse_value(json.loads(text))[0]
+    elif message == "Bad Request: Missing session ID":
+        why = (
+            "no mcp-session-id header: send initialize first, then send the mcp-session-id "
+            "header its answer carries with every later request"
+        )
+        refusal = Refusal(_request_id(text), code, why)
+    else:
+        return answer
+    fixed = {"code": refusal.code, "message": refusal.message}
+    return json.dumps({"jsonrpc": "2.0", "id": refusal.id, "error": fixed}).encode()
+
+
+def _request_id(text: str) -> RequestId | None:
+    try:
+        return readable_id(json.loads(text))
+    except ValueError:
+        return None
+
+
+async def _send_400(send: Send, start: Message, body: bytes) -> None:
+    drop = {b"mcp-session-id", b"content-length"}
+    headers = [
+        (name, value) for name, value in start.get("headers", []) if name.lower() not in drop
+    ]
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class NoOAuthDiscovery:

@@ -17,6 +17,7 @@ from graph_kvcache_mcp.errors import json_kind
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
 
 RequestId = str | int
 
