@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import hmac
 import json
+import logging
 import os
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -154,14 +156,22 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+CLIENT_GONE = "the client closed its end of stdout; shutting down"
+
+
 async def serve_stdio(server: MCPServer[Any]) -> None:
-    """Serve until stdin closes or a signal arrives; either way the lifespan cleans up."""
+    """Serve until stdin closes, a signal arrives or the client stops reading stdout (it was
+    killed); each way the lifespan cleans up (a managed engine is stopped) and the exit is 0."""
+    watched = _client_pipe()
+    leaving: list[str] = []
     async with anyio.create_task_group() as group:
 
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as sigs:
-                async for _ in sigs:
-                    break
+        async def leave(why: str | None) -> None:
+            if leaving:
+                return
+            leaving.append(why or "signal")
+            if why is not None:
+                logging.getLogger(__name__).warning("%s", why)
             group.cancel_scope.cancel()
             # The SDK reads stdin in a worker thread that only a line or EOF can wake, so the
             # task group would wait for it forever. Wait for the lifespan's cleanup (engine
@@ -173,9 +183,36 @@ async def serve_stdio(server: MCPServer[Any]) -> None:
             sys.stderr.flush()
             os._exit(0)
 
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as sigs:
+                async for _ in sigs:
+                    break
+            await leave(None)
+
+        async def stop_when_the_client_is_gone(fd: int) -> None:
+            # A pipe's write end turns "readable" only when its reader has closed it.
+            await anyio.wait_readable(fd)
+            await leave(CLIENT_GONE)
+
         group.start_soon(stop_on_signal)
-        await server.run_stdio_async()
+        if watched is not None:
+            group.start_soon(stop_when_the_client_is_gone, watched)
+        try:
+            await server.run_stdio_async()
+        except* (BrokenPipeError, ConnectionResetError):
+            await leave(CLIENT_GONE)  # an answer found the pipe closed first
         group.cancel_scope.cancel()
+
+
+def _client_pipe() -> int | None:
+    """A duplicate of stdout to watch, when it is a pipe (what hosts give), taken before the SDK
+    points fd 1 elsewhere; None for a file or terminal, which has no reader to lose."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(1).st_mode):
+            return None
+        return os.dup(1)
+    except OSError:
+        return None
 
 
 async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None) -> None:

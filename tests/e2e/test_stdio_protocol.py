@@ -149,3 +149,21 @@ def test_params_that_do_not_fit_the_method_are_32602_naming_the_field(
     answer = session.ask({"jsonrpc": "2.0", "id": case, **request}, within_s=ANSWER_S)
     assert answer["id"] == case and answer["error"]["code"] == -32602
     assert wanted in answer["error"]["message"]
+
+
+def test_a_client_that_vanishes_mid_call_ends_the_server_quietly(tmp_path: Path) -> None:
+    with raw_stdio(tmp_path, "--toolsets", "kv") as fresh:
+        fresh.ask(INITIALIZE, within_s=START_S)
+        fresh.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        call = {"name": "kv_probe", "arguments": {"samples": 20}}
+        fresh.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        assert fresh.process.stdout is not None and fresh.process.stdin is not None
+        fresh.process.stdout.close()  # the client is gone: its answer has nowhere to go
+        assert fresh.process.wait(timeout=START_S) == 0
+        log = fresh.log()
+    assert "Traceback" not in log
+    assert [line for line in log.splitlines() if line.strip()] == [
+        "WARNING graph_kvcache_mcp.commands.serve: the client closed its end of stdout; "
+        "shutting down"
+    ]
+    assert not (tmp_path / "engine" / "engine.sock").exists()
