@@ -36,6 +36,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
 import anyio
+import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -296,7 +297,7 @@ def compact(result: CallToolResult | InputRequiredResult) -> CallToolResult | In
         return result
     if len(result.content) != 1 or not isinstance(result.content[0], TextContent):
         return result
-    text = json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
+    text = pydantic_core.to_json(result.structured_content).decode()  # compact, ~3x json.dumps
     return result.model_copy(update={"content": [TextContent(type="text", text=text)]})
 
 
