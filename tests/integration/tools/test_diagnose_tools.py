@@ -33,6 +33,9 @@ async def test_diagnose_budget_takes_a_path_or_the_config_object(tmp_path: Path)
     assert KvBudget.model_validate(by_path).bytes_per_token == 80 * 8 * 128 * 2 * 2
     budget = KvBudget.model_validate(by_object)
     assert budget.tokens_fit == 40 * 2**30 // 327680
+    read = {item.source for item in budget.inputs}
+    assert "hf_config object" in read and "config.json" not in read  # no file was read
+    assert "config.json" in {item.source for item in KvBudget.model_validate(by_path).inputs}
     assert budget.chunk is not None and budget.chunk.over_engine_value_cap
 
 
