@@ -28,6 +28,7 @@ from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.domain.jsonrpc import (
     INVALID_PARAMS,
+    INVALID_REQUEST,
     PARSE_ERROR,
     Refusal,
     RequestId,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 HTTP_PATH = "/mcp"
+KEPT_REQUEST_BYTES = 1024 * 1024
+"""How much of a request body the HTTP error rewriter keeps to read a refused message's id."""
 MAX_HTTP_BODY_BYTES = 96 * 1024 * 1024
 """Room for a 64 MiB value as base64 (~85.4 MiB) inside a JSON-RPC request; the SDK's 4 MiB
 default refused values over ~3 MiB that the tools accept."""
@@ -244,12 +247,17 @@ class ReadableRpcErrors:
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
+        kept = [0]  # bytes of the request kept to read its id from; past the cap, none
         held: list[Message] = []
 
         async def receive_body() -> Message:
             message = await receive()
-            if message["type"] == "http.request":
-                chunks.append(message.get("body", b""))
+            if message["type"] == "http.request" and kept[0] <= KEPT_REQUEST_BYTES:
+                chunk = message.get("body", b"")
+                kept[0] += len(chunk)
+                chunks.append(chunk)
+                if kept[0] > KEPT_REQUEST_BYTES:
+                    chunks.clear()  # a large body is a value, not a malformed message
             return message
 
         async def send_answer(message: Message) -> None:
@@ -263,24 +271,29 @@ class ReadableRpcErrors:
             if not message.get("more_body", False):
                 start, *bodies = held
                 body = b"".join(part.get("body", b"") for part in bodies)
-                await _send_400(send, start, readable_rpc_error(body, b"".join(chunks)))
+                request = b"".join(chunks) if kept[0] <= KEPT_REQUEST_BYTES else None
+                await _send_400(send, start, readable_rpc_error(body, request))
 
         await self.app(scope, receive_body, send_answer)
 
 
-def readable_rpc_error(answer: bytes, request: bytes) -> bytes:
+def readable_rpc_error(answer: bytes, request: bytes | None) -> bytes:
     """`answer` (the SDK's 400 body), or the spec's error for `request` when the SDK refused a
-    body that is not one JSON-RPC message or came without a session."""
+    body that is not one JSON-RPC message or came without a session (`request` None: a body too
+    large to keep, answered without its id)."""
     try:
         error = json.loads(answer)["error"]
         code, message = error["code"], str(error["message"])
     except (ValueError, KeyError, TypeError):
         return answer
-    text = request.decode("utf-8", errors="replace")
+    text = "" if request is None else request.decode("utf-8", errors="replace")
     if code == PARSE_ERROR:
         refusal = refuse_text(text)[0]
     elif code == INVALID_PARAMS and message.startswith("Validation error"):
-        refusal = refuse_value(json.loads(text))[0]
+        try:
+            refusal = refuse_value(json.loads(text))[0]
+        except ValueError:
+            refusal = Refusal(None, INVALID_REQUEST, "Invalid request: not one JSON-RPC message")
     elif message == "Bad Request: Missing session ID":
         why = (
             "no mcp-session-id header: send initialize first, then send the mcp-session-id "

@@ -76,3 +76,13 @@ def test_a_second_initialize_on_an_http_session_is_refused(server: HttpServer) -
     error = _json_or_sse(again)
     assert error["id"] == "again" and error["error"]["code"] == -32600
     assert "already initialized" in error["error"]["message"]
+
+
+def test_a_large_malformed_body_is_refused_without_its_id_and_no_session(
+    server: HttpServer,
+) -> None:
+    big = b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"' + b"x" * 2_000_000 + b'"'
+    answer = _post(server, big)  # cut JSON, past the 1 MiB the rewriter keeps
+    assert answer.status_code == 400 and "mcp-session-id" not in answer.headers
+    error = answer.json()
+    assert error["id"] is None and error["error"]["code"] == -32700
