@@ -119,6 +119,8 @@ def test_stop_removes_the_engine_s_unix_socket(tmp_path: Path) -> None:
     managed = ManagedEngine(tmp_path)
     managed.start(backend="durable")
     socket = managed.socket_path
-    wait_until(socket.is_socket, timeout_s=30, what="the engine to make its socket")
-    managed.stop()
+    try:
+        wait_until(socket.is_socket, timeout_s=30, what="the engine to make its socket")
+    finally:
+        managed.stop()
     assert not socket.exists()
