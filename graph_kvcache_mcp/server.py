@@ -6,7 +6,7 @@ import functools
 import importlib
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,30 +38,60 @@ TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
 }
 """The endpoints each toolset talks to: a refused one disables the toolset, not the server."""
 
-INSTRUCTIONS = """\
-Tools to drive and inspect an LLM KV-cache stack: the epistemic-graph engine's content-addressed
-KV store (kv_*, graph_kvcache) and the local engine process (engine_*).
-Start with kv_probe to see whether the store is reachable and healthy, then kv_stats for counters
-(pass an earlier result's snapshot_id as `since` to see what moved). kv_get reads keys (size
-and sha256; bytes only when asked and small), kv_save writes one value to a new file, kv_exists
-checks many keys at once, kv_put stores bytes: the engine keeps the first value ever stored under
-a key, so a repeat PUT reports already_present and changes nothing.
-graph_kvcache is the single-tool form older agents call (action=get|put|contains|exists|stats).
-With nothing configured the server runs its own local engine (engine_status shows it).
-Context bundles (bundle_*): bundle_compile selects evidence under a token budget and caches it by
-content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable prefix.
+INSTRUCTION_PARTS: dict[str, str] = {
+    "kv": """\
+KV store (kv_*, graph_kvcache): the epistemic-graph engine's content-addressed store. Start
+with kv_stats (read-only: counters; pass an earlier result's snapshot_id as `since` to see what
+moved); kv_probe also writes two canary keys. kv_get reads keys (size and sha256; bytes only
+when asked and small), kv_exists checks many keys at once, kv_save writes one value to a new
+file, kv_put stores bytes: the first value stored under a key wins, so a repeat PUT reports
+already_present and changes nothing. graph_kvcache is the single-tool form older agents call.""",
+    "engine": """\
+Engine (engine_*): with nothing configured the server runs its own local engine, started on
+first KV use; engine_status shows it.""",
+    "bundle": """\
+Context bundles (bundle_*): bundle_compile selects evidence under a token budget and caches it
+by content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable
+prefix.""",
+    "vllm": """\
 vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served from vLLM's
-prefix cache (never 0 for unknown: cached_tokens_source says where the count came from);
-vllm_metrics reads /metrics (pass a snapshot_id as `since` for a delta);
+prefix cache (cached_tokens_source says where the count came from, never 0 for unknown);
+vllm_metrics reads /metrics (pass an earlier snapshot_id as `since` for a delta);
 vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums up this
-session's calls or a JSONL trace file.
-LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
-with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
-Diagnosis (diagnose_*): diagnose_stack checks engine, vLLM and LMCache settings in one call;
-diagnose_miss says why a request missed vLLM's prefix cache and how to fix it; diagnose_budget
-sizes a model's KV cache from its config.json.
-A result with reachable=false means the store is down: report its reason, do not retry in a loop.
-"""
+session's calls.""",
+    "lmcache": """\
+LMCache (lmcache_*): lmcache_config generates lmcache server / vLLM / YAML config with the
+engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.""",
+    "diagnose": """\
+Diagnosis (diagnose_*, read-only): diagnose_stack checks engine, vLLM and LMCache settings in
+one call and says what is missing; diagnose_miss says why a request missed vLLM's prefix cache;
+diagnose_budget sizes a model's KV cache from its config.json.""",
+}
+"""What the server tells a model about each toolset; only the toolsets it registers are named."""
+
+REACHABLE = {"kv": "the engine for the KV, engine and bundle cache calls", "vllm": "vLLM for chats"}
+
+
+def instructions_for(toolsets: Sequence[str], *, read_only: bool = False) -> str:
+    """The server's instructions for a model that has the tools of `toolsets` (and no others)."""
+    parts = [INSTRUCTION_PARTS[name] for name in INSTRUCTION_PARTS if name in toolsets]
+    if read_only:
+        parts.append(
+            "This server is read-only: the tools that write, start or stop anything named above "
+            "are not registered."
+        )
+    down = [text for area, text in REACHABLE.items() if _names_endpoint(area, toolsets)]
+    if down:
+        parts.append(
+            "A result with reachable=false means the component that call needs is down ("
+            + "; ".join(down)
+            + "): report its reason, do not retry in a loop."
+        )
+    return "\n".join(["Tools to drive and inspect an LLM KV-cache stack.", *parts]) + "\n"
+
+
+def _names_endpoint(endpoint: str, toolsets: Sequence[str]) -> bool:
+    return any(endpoint in TOOLSET_ENDPOINTS.get(name, ()) for name in toolsets)
 
 
 def build_server(settings: Settings) -> StrictServer[AppState]:
@@ -86,7 +116,7 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
         "graph-kvcache-mcp",
         title="graph-kvcache-mcp",
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=instructions_for(settings.toolsets, read_only=settings.read_only),
         lifespan=lifespan,
     )
     for name in settings.toolsets:

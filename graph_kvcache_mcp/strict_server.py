@@ -4,37 +4,69 @@
   argument that defaults to null (they cost every conversation bytes and tell the model nothing
   the name and `required` do not), and `additionalProperties: false`: an unknown argument is
   refused by name, never silently dropped.
+- Arguments are checked strictly against the published schema, as the JSON they arrived as: a
+  wrong JSON type (`true` or `"5"` for an integer, `"yes"` or `"false"` for a boolean) is
+  refused by name, never coerced. (The SDK's one leniency stays: an array or object argument
+  sent as a JSON-encoded string, which some hosts do, is decoded first.)
 - Invalid arguments are described by `errors.describe_validation` (argument, what is wrong,
   what is accepted), not pydantic's report with its documentation links.
 - An unknown tool or prompt, or a prompt argument that is unknown or missing, is a JSON-RPC
   `-32602` error (2025-11-25 spec), not a tool result or a logged traceback; a tool withheld by
   read-only mode says that this server is read-only.
+- A tool error quotes at most `errors.QUOTE_LIMIT` characters of any argument (with its length):
+  a 10 MB argument is never echoed back whole, whichever tool's message named it.
+- Protocol errors say what to do (`protocol_errors`): a request before `initialize` is -32600
+  "initialize first", a second `initialize` on a session is refused, and params that do not fit
+  the method are -32602 naming the field (the SDK answers "Invalid request parameters" alone).
+- A result's text block is its structured content as compact JSON (the SDK indents it, which
+  costs a model ~25% more tokens for the same facts).
+- Over stdio, a line that is not one JSON-RPC message (not JSON, a lone surrogate escape, a
+  batch, params that are not an object, an id without a method) is answered at once with the
+  JSON-RPC error (`domain/jsonrpc.py`) and logged; the SDK alone drops it, and the client waits
+  for its timeout.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import Counter
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
 
+import anyio
+import pydantic_core
+from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from mcp.types import (
     INVALID_PARAMS,
+    INVALID_REQUEST,
     CallToolResult,
+    ErrorData,
     GetPromptResult,
     Icon,
     InputRequiredResult,
+    JSONRPCError,
     Prompt,
+    TextContent,
     ToolAnnotations,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from graph_kvcache_mcp.errors import describe_validation
+from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
+from graph_kvcache_mcp.errors import QUOTE_LIMIT, describe_validation, quoted, shortened
 
 LifespanT = TypeVar("LifespanT")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+logger = logging.getLogger(__name__)
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
 _ONE_SCHEMA = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
@@ -112,13 +144,24 @@ def _is_nullable(options: object) -> bool:
 
 
 def tighten(tool: Tool) -> None:
-    """Make `tool` refuse unknown arguments and publish a title-free, closed input schema."""
+    """Make `tool` refuse unknown arguments and wrong JSON types, and publish a title-free,
+    closed input schema."""
     loose = tool.fn_metadata.arg_model
     config = ConfigDict(**{**loose.model_config, "extra": "forbid"})
-    strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config})
+    namespace = {"model_config": config, "model_validate": classmethod(_validate_as_json)}
+    strict: type[BaseModel] = type(loose.__name__, (loose,), namespace)
     tool.fn_metadata.arg_model = strict  # type: ignore[assignment]
     # The SDK's schema of the same fields, closed: cheaper than generating it again at start-up.
     tool.parameters = lean_schema({**tool.parameters, "additionalProperties": False})
+
+
+def _validate_as_json(cls: type[ModelT], obj: Any, /, **options: Any) -> ModelT:
+    # The SDK validates arguments in Python mode, which is lax ("5" -> 5, "yes" -> True) and, made
+    # strict, refuses what JSON cannot carry (tuples, datetimes). Strict JSON mode is the schema.
+    # The SDK passes no options here; any given are honoured except `strict`.
+    options.pop("strict", None)
+    options.pop("from_attributes", None)
+    return cls.model_validate_json(json.dumps(obj), strict=True, **options)
 
 
 def argument_names(tool: Tool) -> list[str]:
@@ -158,6 +201,7 @@ class StrictServer(MCPServer[LifespanT]):
         # Static resources get no Context in SDK 2.3, so they find the running lifespan's state
         # here. A stack: each in-memory Client runs its own lifespan on the same server object.
         self._live: list[LifespanT] = []
+        self.middleware.insert(0, protocol_errors)
 
     def add_tool(
         self,
@@ -204,14 +248,22 @@ class StrictServer(MCPServer[LifespanT]):
         tool = self._tool(name)
         if tool is None:
             known = ", ".join(sorted(t.name for t in await self.list_tools()))
-            why = self._withheld.get(name) or f"unknown tool {name!r}; this server has: {known}"
-            raise MCPError(code=INVALID_PARAMS, message=why, data={"name": name})
+            unknown = f"unknown tool {quoted(name)}; this server has: {known}"
+            why = self._withheld.get(name) or unknown
+            raise MCPError(code=INVALID_PARAMS, message=why, data={"name": shortened(name)})
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
+            return compact(result) if not tool.fn_metadata.wrap_output else result
         except ToolError as exc:
             cause = exc.__cause__
-            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+            if isinstance(exc, UnexpectedToolError):
                 raise
+            if not isinstance(cause, ValidationError):
+                message = str(exc)
+                clipped = clip_arguments(message, arguments)
+                if clipped == message:
+                    raise
+                raise ToolError(clipped) from cause
             problems = describe_validation(
                 cause, whole="arguments", accepted=argument_names(tool), noun="argument"
             )
@@ -230,14 +282,153 @@ class StrictServer(MCPServer[LifespanT]):
         if name not in prompts:
             raise MCPError(
                 code=INVALID_PARAMS,
-                message=f"unknown prompt {name!r}; this server has: "
+                message=f"unknown prompt {quoted(name)}; this server has: "
                 f"{', '.join(sorted(prompts)) or 'none'}",
-                data={"name": name},
+                data={"name": shortened(name)},
             )
         check_prompt_arguments(prompts[name], arguments or {})
         return await super().get_prompt(name, arguments, context)
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio like the SDK, but answer every line it cannot read (see module)."""
+        server = self._lowlevel_server
+        async with (
+            stdio_server() as (read_stream, write_stream),
+            answering_malformed(read_stream, write_stream) as checked,
+        ):
+            await server.run(checked, write_stream, server.create_initialization_options())
 
     def _tool(self, name: str) -> Tool | None:
         # SDK 2.3 offers no public lookup of a registered Tool (nor a hook for its argument
         # model); tests/unit/test_strict_server.py fails if this private seam moves.
         return self._tool_manager.get_tool(name)
+
+
+def compact(result: CallToolResult | InputRequiredResult) -> CallToolResult | InputRequiredResult:
+    """`result` with its one text block written as compact JSON of its structured content."""
+    if not isinstance(result, CallToolResult) or result.structured_content is None:
+        return result
+    if len(result.content) != 1 or not isinstance(result.content[0], TextContent):
+        return result
+    text = pydantic_core.to_json(result.structured_content).decode()  # compact, ~3x json.dumps
+    return result.model_copy(update={"content": [TextContent(type="text", text=text)]})
+
+
+_SDK_VAGUE_PARAMS = "Invalid request parameters"
+_EXEMPT_BEFORE_INIT = frozenset({"initialize", "ping"})
+
+
+async def protocol_errors(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext
+) -> HandlerResult:
+    """Middleware: the SDK's protocol errors with a message that says what to do (see module)."""
+    if ctx.request_id is None:  # notifications get no answer
+        return await call_next(ctx)
+    legacy = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+    initialized = ctx.session.client_params is not None
+    if ctx.method == "initialize" and legacy and initialized:
+        raise MCPError(
+            code=INVALID_REQUEST,
+            message="this session is already initialized: send initialize once per session "
+            "(to start over, open a new session)",
+        )
+    try:
+        return await call_next(ctx)
+    except ValidationError as exc:
+        problems = describe_validation(exc, whole="params")
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"invalid params for {shortened(ctx.method)}: {problems}",
+            data={"method": shortened(ctx.method)},
+        ) from None
+    except MCPError as exc:
+        vague = exc.error.code == INVALID_PARAMS and exc.error.message == _SDK_VAGUE_PARAMS
+        if vague and legacy and not initialized and ctx.method not in _EXEMPT_BEFORE_INIT:
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"initialize first: send an initialize request, then the "
+                f"notifications/initialized notification, before {shortened(ctx.method)}",
+                data={"method": shortened(ctx.method)},
+            ) from None
+        raise
+
+
+MESSAGE_LIMIT = 2000
+"""The longest tool error sent whole; a longer one (an argument quoted in another form) is cut."""
+
+
+def clip_arguments(message: str, arguments: object) -> str:
+    """`message` with every long string argument it quotes (as given or as its repr) replaced by
+    `quoted(value)`: at most `QUOTE_LIMIT` characters of it, and its length."""
+    for value in sorted(_long_strings(arguments), key=len, reverse=True):
+        for form in (repr(value), value):
+            if form in message:
+                message = message.replace(form, quoted(value))
+    if len(message) > MESSAGE_LIMIT:
+        message = f"{message[: MESSAGE_LIMIT - 40]}... (error cut; {len(message)} characters)"
+    return message
+
+
+def _long_strings(value: object) -> set[str]:
+    if isinstance(value, str):
+        return {value} if len(value) > QUOTE_LIMIT else set()
+    if isinstance(value, dict):
+        return {text for item in value.values() for text in _long_strings(item)}
+    if isinstance(value, list | tuple):
+        return {text for item in value for text in _long_strings(item)}
+    return set()
+
+
+class _Sender(Protocol):
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+
+@asynccontextmanager
+async def answering_malformed(
+    read_stream: AsyncIterable[SessionMessage | Exception], write_stream: _Sender
+) -> AsyncIterator[MemoryObjectReceiveStream[SessionMessage | Exception]]:
+    """`read_stream` with every message the transport could not read taken out and answered on
+    `write_stream` (JSON-RPC -32700 or -32600, with the id when one can be read) and logged."""
+    send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+    async def forward() -> None:
+        async with send:
+            async for item in read_stream:
+                if not isinstance(item, Exception):
+                    await send.send(item)
+                    continue
+                for refusal in refusals_for(item):
+                    logger.warning(
+                        "refused a malformed message (%d, id %s): %s",
+                        refusal.code,
+                        quoted(refusal.id),
+                        refusal.message,
+                    )
+                    error = ErrorData(code=refusal.code, message=refusal.message)
+                    answer = JSONRPCError(jsonrpc="2.0", id=refusal.id, error=error)
+                    await write_stream.send(SessionMessage(answer))
+
+    async with anyio.create_task_group() as group, receive:
+        group.start_soon(forward)
+        yield receive
+        group.cancel_scope.cancel()
+
+
+def refusals_for(exc: Exception) -> list[Refusal]:
+    """The answers to the message behind `exc`, the SDK's failure to read one line."""
+    if not isinstance(exc, ValidationError):
+        return refuse_text("")
+    for error in exc.errors(include_url=False):
+        if error["type"] == "json_invalid":
+            return refuse_text(str(error["input"]))
+    return refuse_value(_whole_message(exc))
+
+
+def _whole_message(exc: ValidationError) -> object:
+    # pydantic reports each union member's problems; one of them holds the whole message as its
+    # input: a type error at the top (an array, a string) or a missing field of the top object.
+    for error in exc.errors(include_url=False):
+        depth = len(error["loc"])
+        if depth <= 1 or (error["type"] == "missing" and depth == 2):
+            return error["input"]
+    return None

@@ -8,6 +8,8 @@ Rows (interleaved in R rounds so drift hits every row alike; each call timed on 
   connector + view   the same plus building the tool's result model (sha256, base64)
   mcp auto           `client.call_tool("kv_get", ...)`, 2026-07-28 era (direct dispatch)
   mcp legacy         the same over the 2025 initialize handshake (JSON-RPC over memory streams)
+  mcp auto, no client check   `mcp auto` with the SDK client's output-schema validation turned
+                     off: the difference to `mcp auto` is what that client-side check costs
 Overhead = row p50 - connector p50, per call. Goal: mcp overhead p50 <= 2 ms.
 """
 
@@ -61,11 +63,18 @@ async def measure(settings: Settings, calls: int, rounds: int) -> dict[str, list
         "connector + view": [],
         "mcp auto": [],
         "mcp legacy": [],
+        "mcp auto, no client check": [],
     }
     async with (
         Client(build_server(settings), mode="auto") as auto,
         Client(build_server(settings), mode="legacy") as legacy,
+        Client(build_server(settings), mode="auto") as unchecked,
     ):
+
+        async def no_check(name: str, result: object) -> None:
+            del name, result
+
+        unchecked.session.validate_tool_result = no_check  # type: ignore[method-assign]
 
         async def via_auto() -> object:
             result = await auto.call_tool("kv_get", arguments)
@@ -77,11 +86,17 @@ async def measure(settings: Settings, calls: int, rounds: int) -> dict[str, list
             assert not result.is_error and result.structured_content is not None
             return result
 
+        async def via_unchecked() -> object:
+            result = await unchecked.call_tool("kv_get", arguments)
+            assert not result.is_error and result.structured_content is not None
+            return result
+
         paths: dict[str, Call] = {
             "connector": connector,
             "connector + view": connector_view,
             "mcp auto": via_auto,
             "mcp legacy": via_legacy,
+            "mcp auto, no client check": via_unchecked,
         }
         for call in paths.values():  # warm up connections, caches and code paths
             await timed(call, 20, [])
@@ -99,13 +114,13 @@ def report(samples: dict[str, list[float]]) -> bool:
         f"kv_get of a {VALUE_BYTES // 1024} KiB value, {len(samples['connector'])} calls per row "
         "(per-call ms)"
     )
-    print(f"{'path':<18} {'p50':>8} {'p95':>8} {'mean':>8} {'x conn p50':>11} {'overhead p50':>13}")
+    print(f"{'path':<26} {'p50':>8} {'p95':>8} {'mean':>8} {'x conn p50':>11} {'overhead p50':>13}")
     for name, values in samples.items():
         p50 = percentile(values, 50) or 0.0
         p95 = percentile(values, 95) or 0.0
         mean = sum(values) / len(values)
         print(
-            f"{name:<18} {p50:>8.3f} {p95:>8.3f} {mean:>8.3f} {p50 / base:>10.2f}x "
+            f"{name:<26} {p50:>8.3f} {p95:>8.3f} {mean:>8.3f} {p50 / base:>10.2f}x "
             f"{p50 - base:>12.3f}"
         )
     worst = max(

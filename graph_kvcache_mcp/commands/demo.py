@@ -1,6 +1,8 @@
 """`graph-kvcache-mcp demo`: an MCP client drives this server over stdio and prints a transcript.
 
-Workflow: kv_stats -> kv_put -> kv_get -> kv_probe -> kv_stats(since). It always uses the embedded
+Workflow: kv_stats -> kv_put -> kv_get -> kv_probe -> kv_stats(since), then what runs without
+vLLM: a context bundle compiled and compiled again (served from its KV cache), a KV budget for a
+model config, and a stack diagnosis that says what is missing. It always uses the embedded
 default (a managed engine; configured engine URLs are not passed on), in a temporary data dir
 unless --data-dir is given, and leaves no engine behind that it started.
 """
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_async
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.errors import shortened
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -123,6 +126,66 @@ async def run_workflow(client: Client, say: Say) -> None:
     delta = await _call(client, say, 5, "kv_stats", {"since": stats["snapshot_id"]})
     moved = {k: v for k, v in (delta["delta"] or {}).items() if isinstance(v, int) and v}
     say("   -> engine counters moved since step 1: " + (json.dumps(moved) if moved else "none"))
+    await run_beyond_kv(client, say)
+
+
+DEMO_EVIDENCE = [
+    {
+        "id": "e1",
+        "text": "vLLM reuses a cached prefix only when the tokens match exactly.",
+        "source_refs": ["docs/vllm.md"],
+    },
+    {
+        "id": "e2",
+        "text": "A timestamp at the top of a system prompt defeats prefix caching.",
+        "source_refs": ["docs/diagnose.md"],
+        "relations": [{"type": "supports", "target": "e1"}],
+    },
+    {
+        "id": "e3",
+        "text": "The engine keeps the first value stored under a key.",
+        "source_refs": ["docs/kv-store.md"],
+    },
+]
+DEMO_MODEL_CONFIG = {  # a Llama-3.1-8B-shaped config.json, inline
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_size": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+
+async def run_beyond_kv(client: Client, say: Say) -> None:
+    """bundle_compile twice (assembled, then served from the KV cache), diagnose_budget on an
+    inline config, diagnose_stack: what the stack lacks with no vLLM running."""
+    compile_args = {
+        "query": "why did my prompt miss the prefix cache?",
+        "items": DEMO_EVIDENCE,
+        "token_budget": 200,
+        "token_counter": "estimate",
+    }
+    first = await _call(client, say, 6, "bundle_compile", compile_args)
+    say(
+        f"   -> {first['selected']} of {first['candidates']} items, {first['tokens_used']} "
+        f"tokens, key {first['key'][:28]}..., cache: {first['cache']}"
+    )
+    again = await _call(client, say, 7, "bundle_compile", compile_args)
+    if not again["kv_cache_hit"]:
+        raise DemoFailed(f"the same bundle was not served from the KV cache: {again['reason']}")
+    say(f"   -> same key, served from the KV store (assembled again: {again['assembled']})")
+
+    budget = await _call(client, say, 8, "diagnose_budget", {"hf_config": DEMO_MODEL_CONFIG})
+    say(f"   -> {budget['bytes_per_token']} bytes of KV per token ({budget['kv_dtype']})")
+
+    stack = await _call(client, say, 9, "diagnose_stack", {})
+    checked = ", ".join(
+        f"{c['component']} {'up' if c['reachable'] else 'down'}" for c in stack["checked"]
+    )
+    say(f"   -> checked {checked}; {len(stack['findings'])} findings")
+    for finding in stack["findings"]:
+        say(f"      [{finding['severity']}] {finding['id']}: {finding['fix']}")
 
 
 async def _call(
@@ -132,7 +195,7 @@ async def _call(
     tool: str,
     arguments: dict[str, Any],
 ) -> dict[str, Any]:
-    say(f"\n{step}. {tool} {json.dumps(arguments)}")
+    say(f"\n{step}. {tool} {shortened(json.dumps(arguments), limit=120)}")
     result: CallToolResult = await client.call_tool(tool, arguments)
     if result.is_error or result.structured_content is None:
         text = " ".join(getattr(block, "text", "") for block in result.content)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, quoted, shortened
 
 DEFAULT_KV_HOST = "127.0.0.1"
 DEFAULT_KV_PORT = 9130
@@ -66,17 +66,17 @@ def parse_http_url(url: str, *, what: str) -> HttpEndpoint:
     """
     parts = urlsplit(url.strip())
     if parts.scheme not in {"http", "https"}:
-        raise ConfigError(f"{what}: {url!r} must start with http:// or https://")
+        raise ConfigError(f"{what}: {quoted(url)} must start with http:// or https://")
     if not parts.hostname:
-        raise ConfigError(f"{what}: {url!r} has no host")
+        raise ConfigError(f"{what}: {quoted(url)} has no host")
     if parts.username or parts.password:
         raise ConfigError(f"{what}: put credentials in the token setting, not in the URL")
     if parts.query or parts.fragment:
-        raise ConfigError(f"{what}: {url!r} must not carry a query or fragment")
+        raise ConfigError(f"{what}: {quoted(url)} must not carry a query or fragment")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
-        raise ConfigError(f"{what}: {url!r} has an invalid port") from exc
+        raise ConfigError(f"{what}: {quoted(url)} has an invalid port") from exc
     return HttpEndpoint(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
 
@@ -90,10 +90,11 @@ def approve_http_url(url: str, *, what: str, insecure_hosts: Sequence[str] = ())
     """
     endpoint = parse_http_url(url, what=what)
     if endpoint.scheme == "http" and not plain_http_allowed(endpoint.host, insecure_hosts):
+        host = shortened(endpoint.host)
         raise ConfigError(
-            f"{what}: plain http:// to {endpoint.host} would send tokens and data in clear, so "
+            f"{what}: plain http:// to {host} would send tokens and data in clear, so "
             f"it is refused. Use https://, or, on a network you trust, list the host in "
-            f"{INSECURE_HOSTS_ENV} (e.g. {endpoint.host} or a CIDR such as 10.0.0.0/8) and "
+            f"{INSECURE_HOSTS_ENV} (e.g. {host} or a CIDR such as 10.0.0.0/8) and "
             "restart the server"
         )
     return endpoint
@@ -118,7 +119,7 @@ def check_insecure_hosts(entries: Iterable[str]) -> tuple[str, ...]:
         name = entry.lower().rstrip(".")
         if not _HOST_NAME.match(name):
             raise ConfigError(
-                f"{INSECURE_HOSTS_ENV}: {entry!r} is not a host name, IP address or CIDR "
+                f"{INSECURE_HOSTS_ENV}: {quoted(entry)} is not a host name, IP address or CIDR "
                 "(write e.g. 10.0.0.18,gpu-box.lan,192.168.0.0/16)"
             )
         checked.append(name)
@@ -162,7 +163,7 @@ def url_from_addr(addr: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigError(
-            f"EPISTEMIC_GRAPH_KVCACHE_ADDR={addr!r}: use a port (9130), host:port "
+            f"EPISTEMIC_GRAPH_KVCACHE_ADDR={quoted(addr)}: use a port (9130), host:port "
             "(127.0.0.1:9130) or an enable word (1, true)"
         )
     return f"http://{host}:{_port(port, addr)}"
@@ -171,5 +172,5 @@ def url_from_addr(addr: str) -> str:
 def _port(text: str, original: str) -> int:
     port = int(text)
     if not 1 <= port <= 65535:
-        raise ConfigError(f"EPISTEMIC_GRAPH_KVCACHE_ADDR={original!r}: port must be 1-65535")
+        raise ConfigError(f"EPISTEMIC_GRAPH_KVCACHE_ADDR={quoted(original)}: port must be 1-65535")
     return port

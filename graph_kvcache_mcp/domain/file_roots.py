@@ -1,7 +1,9 @@
 """Where tools may read and write files: inside allowed roots. Pure: no I/O.
 
 The roots are `GRAPH_KVCACHE_FILE_ROOTS` when set, else the MCP client's roots when it declares
-them and the session can ask, else the server's working directory. Callers resolve paths (and
+them, the session can ask and it lists at least one local directory, else the server's working
+directory (a client that declares roots but lists none, as the MCP Inspector does, gets that
+too: an empty list is no rule, not a rule that allows nothing). Callers resolve paths (and
 roots) with symlinks followed before asking `FileRoots.contains`, so a link inside a root that
 points outside it is outside.
 """
@@ -13,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, quoted, shortened
 
 ROOTS_ENV = "GRAPH_KVCACHE_FILE_ROOTS"
 FROM_SETTING = ROOTS_ENV
 FROM_CLIENT = "the MCP client's roots"
 FROM_WORKING_DIR = "the server's working directory"
+FROM_WORKING_DIR_NO_CLIENT_ROOTS = (
+    "the server's working directory (the MCP client declares roots but lists no local directory)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +40,9 @@ class FileRoots:
     def refusal(self, param: str, given: str, resolved: PurePath) -> str:
         """Why `given` may not be used, naming the roots and how to widen them."""
         shown = ", ".join(str(root) for root in self.paths) or "(none)"
-        where = f" (it resolves to {resolved})" if str(resolved) != given else ""
+        where = f" (it resolves to {shortened(str(resolved))})" if str(resolved) != given else ""
         return (
-            f"{param} {given!r} is outside the allowed roots{where}. Allowed: {shown}, from "
+            f"{param} {quoted(given)} is outside the allowed roots{where}. Allowed: {shown}, from "
             f"{self.source}. Use a path inside them, or have the user set {ROOTS_ENV} "
             "(absolute directories separated by the OS path separator) when starting the server"
         )
@@ -52,7 +57,8 @@ def roots_from_setting(text: str, *, separator: str) -> tuple[PurePosixPath, ...
     entries = [entry.strip() for entry in text.split(separator) if entry.strip()]
     relative = [entry for entry in entries if not entry.startswith(("/", "~"))]
     if relative:
-        raise ConfigError(f"{ROOTS_ENV}: {relative[0]!r} is relative; give absolute directories")
+        shown = quoted(relative[0])
+        raise ConfigError(f"{ROOTS_ENV}: {shown} is relative; give absolute directories")
     if not entries:
         raise ConfigError(f"{ROOTS_ENV} is set but names no directory; unset it or give one")
     return tuple(PurePosixPath(entry) for entry in entries)

@@ -26,11 +26,23 @@ def budget_for(
     Raises:
         ConfigError: the file is missing or not a config.json, or a field or option is wrong.
     """
+    inline = isinstance(hf_config, Mapping)
     config = hf_config if isinstance(hf_config, Mapping) else read_hf_config(hf_config)
-    return kv_budget(
+    budget = kv_budget(
         config,
         kv_dtype=kv_dtype,
         kv_memory_gib=kv_memory_gib,
         chunk_size=chunk_size,
         block_size=block_size,
     )
+    if not inline:
+        return budget
+    # A value read from an object the caller passed did not come from a config.json file.
+    inputs = [
+        item.model_copy(update={"source": INLINE_SOURCE}) if item.source == "config.json" else item
+        for item in budget.inputs
+    ]
+    return budget.model_copy(update={"inputs": inputs})
+
+
+INLINE_SOURCE = "hf_config object"

@@ -47,8 +47,13 @@ async def check_stack(
     model: str | None = None,
     lmcache_url: str | None = None,
     shared_prefix_tokens: int | None = None,
+    server_manages_engine: bool = False,
 ) -> StackDiagnosis:
     """Findings for the engine, the vLLM `vllm` talks to, and LMCache when `lmcache_url` is given.
+
+    `server_manages_engine`: the caller (an MCP server with nothing configured) runs its own
+    engine on first use, so with none running yet "the engine" is that one, not the library's
+    fallback address.
 
     Raises:
         ConfigError: an LMCache URL that cannot be used.
@@ -57,18 +62,25 @@ async def check_stack(
         lmcache_url = approve_http_url(
             lmcache_url, what="lmcache_url", insecure_hosts=settings.insecure_http_hosts
         ).url
-    engine = await engine_facts(settings)
+    engine = await engine_facts(settings, server_manages_engine=server_manages_engine)
     served = await vllm_facts(settings, vllm, model=model, shared=shared_prefix_tokens)
     lmcache = None if lmcache_url is None else await lmcache_facts(lmcache_url, settings.data_dir)
     return stack_findings(engine, served, lmcache)
 
 
-async def engine_facts(settings: Settings) -> EngineFacts:
+async def engine_facts(settings: Settings, *, server_manages_engine: bool = False) -> EngineFacts:
     if problem := settings.endpoint_problem("kv"):  # refused at startup: never contacted
         return EngineFacts(
             target=settings.kv_url or "", source="configured", reachable=False, reason=problem
         )
     target = await anyio.to_thread.run_sync(resolve_kv_target, settings)
+    if target.source == "default" and server_manages_engine:
+        return EngineFacts(
+            target=f"managed engine in {settings.data_dir}",
+            source="default",
+            reachable=False,
+            reason="not started yet: this server starts it on first KV use or engine_start",
+        )
     client = KvClient(sync_client_for(target, settings))
     try:
         stats = await client.engine_stats()

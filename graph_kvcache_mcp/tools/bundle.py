@@ -89,10 +89,10 @@ async def bundle_compile(
     ] = 0.7,
     weights: Annotated[
         ScoreWeights | None,
-        Field(description="Score weights, normalized by their sum; default 0.6/0.25/0.15."),
+        Field(description="Score weights, normalized by their sum."),
     ] = None,
     freshness_half_life_days: Annotated[
-        float, Field(gt=0, description="Freshness halves every this many days before as_of.")
+        float, Field(gt=0, description="Freshness half-life before as_of, in days.")
     ] = 30.0,
     as_of: Annotated[
         datetime | None,
@@ -111,7 +111,7 @@ async def bundle_compile(
 ) -> BundleCompileOut:
     """Select evidence for a query under a token budget (relevance, evidence, freshness,
     MMR diversity) and cache the bundle by content and parameters (any edit: a new key). Returns
-    a summary and the key for bundle_render / bundle_chat."""
+    its key for bundle_render / bundle_chat."""
     try:
         request = make_request(
             query,

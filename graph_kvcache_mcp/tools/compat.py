@@ -101,9 +101,9 @@ async def graph_kvcache(
     key: CompatKey = None,
     value_b64: CompatValue = None,
 ) -> GraphKvcacheOut:
-    """The KV store as one action tool (the older graph_kvcache): get -> hit, value_b64
-    (up to 64 KiB); put -> stored, state (already_present: the first value was kept);
-    contains/exists -> present; stats -> counters."""
+    """The KV store as one tool (older agents): get -> hit, value_b64 (<= 64 KiB); put ->
+    state (already_present: first value kept); contains (HEAD) and exists
+    (GET /exists) -> present, same answer; stats -> counters. Many keys: kv_exists."""
     return await _run(ctx, action, key, value_b64)
 
 
@@ -116,8 +116,9 @@ async def graph_kvcache_read_only(
     ],
     key: CompatKey = None,
 ) -> GraphKvcacheOut:
-    """The KV store as one action tool (the older graph_kvcache; read-only server, no
-    put): get -> hit, value_b64 (up to 64 KiB); contains/exists -> present; stats -> counters."""
+    """The KV store as one tool (older agents; read-only: no put): get -> hit, value_b64
+    (<= 64 KiB); contains (HEAD) and exists (GET /exists) -> present, same answer;
+    stats -> counters. Many keys: kv_exists."""
     return await _run(ctx, action, key, None)
 
 

@@ -79,6 +79,7 @@ async def diagnose_stack(
                 model=model,
                 lmcache_url=lmcache_url,
                 shared_prefix_tokens=shared_prefix_tokens,
+                server_manages_engine=state.kv.source == "managed",
             )
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call diagnose_stack again.") from None

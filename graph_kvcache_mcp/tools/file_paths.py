@@ -24,10 +24,11 @@ from graph_kvcache_mcp.domain.file_roots import (
     FROM_CLIENT,
     FROM_SETTING,
     FROM_WORKING_DIR,
+    FROM_WORKING_DIR_NO_CLIENT_ROOTS,
     FileRoots,
     paths_from_root_uris,
 )
-from graph_kvcache_mcp.errors import FileRefused
+from graph_kvcache_mcp.errors import FileRefused, quoted
 from graph_kvcache_mcp.tools._common import state_of
 
 ROOTS_ANSWER_S = 10.0
@@ -35,8 +36,9 @@ ROOTS_ANSWER_S = 10.0
 
 
 async def allowed_roots(ctx: Context[Any]) -> FileRoots:
-    """`GRAPH_KVCACHE_FILE_ROOTS`, else the client's roots (when it declares them and this
-    session can ask), else the working directory; each resolved with symlinks followed.
+    """`GRAPH_KVCACHE_FILE_ROOTS`, else the client's roots (when it declares them, this session
+    can ask, and they name a local directory), else the working directory; each resolved with
+    symlinks followed.
 
     Raises:
         ToolError: the client declares roots but answers roots/list with an error or not at all.
@@ -45,7 +47,12 @@ async def allowed_roots(ctx: Context[Any]) -> FileRoots:
     if configured is not None:
         roots = FileRoots(tuple(configured), FROM_SETTING)
     else:
-        roots = await _client_roots(ctx) or FileRoots((Path.cwd(),), FROM_WORKING_DIR)
+        listed = await _client_roots(ctx)
+        if listed is not None and listed.paths:
+            roots = listed
+        else:
+            source = FROM_WORKING_DIR if listed is None else FROM_WORKING_DIR_NO_CLIENT_ROOTS
+            roots = FileRoots((Path.cwd(),), source)
     resolved = await anyio.to_thread.run_sync(
         lambda: tuple(Path(os.path.realpath(Path(root).expanduser())) for root in roots.paths)
     )
@@ -89,7 +96,7 @@ async def new_file_inside_roots(ctx: Context[Any], given: str, *, param: str) ->
     """
     path = _absolute(given, param)
     if path.name in {"", ".", ".."}:
-        raise ToolError(f"{param} {given!r} names no file; give the path of a new file")
+        raise ToolError(f"{param} {quoted(given)} names no file; give the path of a new file")
     roots = await allowed_roots(ctx)
     target = await anyio.to_thread.run_sync(lambda: Path(os.path.realpath(path.parent)) / path.name)
     if not roots.contains(target):
@@ -119,7 +126,7 @@ def _absolute(given: str, param: str) -> Path:
         raise ToolError(f"{param} contains a NUL byte, which no file name can hold; fix the path")
     path = Path(given).expanduser()
     if not path.is_absolute():
-        raise ToolError(f"{param} {given!r} is relative; give an absolute path")
+        raise ToolError(f"{param} {quoted(given)} is relative; give an absolute path")
     return path
 
 

@@ -69,8 +69,8 @@ Model = Annotated[
 
 
 class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["system", "user", "assistant"] = Field(description="Speaker.")
+    content: str = Field(description="The text.")
 
 
 async def vllm_chat(

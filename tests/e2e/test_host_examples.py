@@ -14,8 +14,11 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import ListRootsResult
 
+from graph_kvcache_mcp.config import DEFAULT_TOOLSETS
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from tests.support.processes import REPO, clean_env, venv_script, wait_until
 
@@ -57,6 +60,14 @@ def _launch(relative: str, config: dict[str, Any]) -> tuple[str, list[str], dict
     return launch
 
 
+MODELS = REPO / "tests" / "data" / "models"
+MODEL_CONFIG = MODELS / "llama-3.1-8b.config.json"
+
+
+async def _no_roots(context: ClientRequestContext) -> ListRootsResult:
+    return ListRootsResult(roots=[])
+
+
 @pytest.mark.parametrize("relative", HOST_FILES)
 def test_no_example_relies_on_a_hosts_own_variable_expansion(relative: str) -> None:
     text = (EXAMPLES / relative).read_text()
@@ -71,12 +82,19 @@ async def test_each_stdio_example_starts_the_server_and_lists_its_tools(
     command, args, env = _launch(relative, _filled(relative))
     # The host's own environment, with its user data dir pointed at a scratch dir.
     server = StdioServerParameters(
-        command=command, args=args, env={"XDG_DATA_HOME": str(tmp_path), **env}
+        command=command,
+        args=args,
+        env={"XDG_DATA_HOME": str(tmp_path), **env},
+        cwd=str(MODELS),  # hosts start servers in their own directory
     )
-    async with Client(server, mode="legacy") as client:
+    # Like the MCP Inspector: declares the roots capability, lists none.
+    async with Client(server, mode="legacy", list_roots_callback=_no_roots) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
-    toolsets = env["GRAPH_KVCACHE_TOOLSETS"].split(",")
-    assert {"kv_stats", "kv_get", "graph_kvcache", "engine_status"} <= names
+        budget = await client.call_tool("diagnose_budget", {"hf_config": str(MODEL_CONFIG)})
+    toolsets = env.get("GRAPH_KVCACHE_TOOLSETS", ",".join(DEFAULT_TOOLSETS)).split(",")
+    assert set(DEFAULT_TOOLSETS) <= set(toolsets)  # an example never drops a default toolset
+    assert {"kv_stats", "kv_get", "graph_kvcache", "engine_status", "diagnose_stack"} <= names
+    assert not budget.is_error, budget.content  # a path tool works with an empty roots list
     assert ("vllm_chat" in names, "bundle_render" in names) == (
         "vllm" in toolsets,
         "bundle" in toolsets,

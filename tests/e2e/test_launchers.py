@@ -100,9 +100,14 @@ def test_demo_runs_the_workflow_and_leaves_no_engine_behind(tmp_path: Path) -> N
         env=clean_env(EPISTEMIC_GRAPH_KVCACHE_URL="http://127.0.0.1:9"),  # must be ignored
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for step in ("1. kv_stats", "2. kv_put", "3. kv_get", "4. kv_probe", "5. kv_stats"):
+    steps = ("1. kv_stats", "2. kv_put", "3. kv_get", "4. kv_probe", "5. kv_stats")
+    beyond = ("6. bundle_compile", "7. bundle_compile", "8. diagnose_budget", "9. diagnose_stack")
+    for step in (*steps, *beyond):
         assert step in done.stdout
     assert "hello from the graph-kvcache-mcp demo" in done.stdout
+    assert "served from the KV store" in done.stdout  # the second compile hit the cache
+    assert "bytes of KV per token" in done.stdout
+    assert "-> checked engine up, vllm " in done.stdout and " findings" in done.stdout
     assert "done: every step answered as expected" in done.stdout
     assert running_engine_state(tmp_path) is None
 

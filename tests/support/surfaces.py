@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,25 @@ def assert_well_described(tool: dict[str, Any]) -> None:
     hints = tool.get("annotations", {})
     for hint in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"):
         assert isinstance(hints.get(hint), bool), f"{name}: {hint} not set"
-    for prop, schema in tool["inputSchema"].get("properties", {}).items():
-        assert schema.get("description"), f"{name}.{prop}: no description"
+    for where, schema in _properties(tool["inputSchema"], name):
+        assert schema.get("description"), f"{where}: no description"
     assert len(name) < 64 and name.replace("_", "").isalnum() and name.islower()
+
+
+def _properties(schema: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every property at any depth (objects, array items, unions, definitions), with its path."""
+    if not isinstance(schema, dict):
+        return
+    for prop, sub in (schema.get("properties") or {}).items():
+        yield f"{where}.{prop}", sub
+        yield from _properties(sub, f"{where}.{prop}")
+    for key in ("items", "additionalProperties"):
+        yield from _properties(schema.get(key), f"{where}[]")
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or []:
+            yield from _properties(sub, where)
+    for definition, sub in (schema.get("$defs") or {}).items():
+        yield from _properties(sub, f"{where}.$defs.{definition}")
 
 
 async def _print_default_cost() -> None:

@@ -255,3 +255,15 @@ async def test_an_unknown_prompt_argument_answers_32602_naming_it(
         "(valid: symptom)"
     )
     assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+
+
+def test_clip_arguments_quotes_each_long_argument_briefly_with_its_length() -> None:
+    from graph_kvcache_mcp.errors import QUOTE_LIMIT
+    from graph_kvcache_mcp.strict_server import clip_arguments
+
+    long = "y" * 5000
+    message = f"path {long!r} is outside; also {long}; short 'ok' stays"
+    clipped = clip_arguments(message, {"path": long, "other": ["ok"], "nested": {"a": long}})
+    assert "(5000 characters)" in clipped and "'ok'" in clipped
+    assert len(clipped) < 3 * QUOTE_LIMIT
+    assert clip_arguments("untouched", {"path": long}) == "untouched"

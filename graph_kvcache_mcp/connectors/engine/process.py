@@ -17,8 +17,10 @@ failed bind in the engine's log (`Address already in use`) is a failed start too
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -247,7 +249,8 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             )
         private_dir(self.store_dir)
         narrow_tree(self.home)  # a store or log an older version left 0644
-        command = (str(binary), "--socket-path", str(self.home / "engine.sock"))
+        self._remove_socket()  # one a killed engine left would refuse the new one's bind
+        command = (str(binary), "--socket-path", str(self.socket_path))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
         log_offset = _size(self.log_path)
         process, record = spawn_logged(
@@ -272,12 +275,23 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             return EngineStopResult(stopped=False, how="not_running", data_dir=str(self.data_dir))
         how = stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
+        self._remove_socket()
         return EngineStopResult(
             stopped=how != "not_running",
             how=how,
             pid=state.process.pid,
             data_dir=str(self.data_dir),
         )
+
+    @property
+    def socket_path(self) -> Path:
+        """The engine's unix socket (its local admin channel), removed once it stops."""
+        return self.home / "engine.sock"
+
+    def _remove_socket(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(self.socket_path.lstat().st_mode):
+                self.socket_path.unlink()
 
     def status(self, *, tidy: bool = True) -> EngineStatus:
         """Whether our engine runs and answers, with pid, port, backend, uptime and the live
@@ -398,6 +412,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                 time.sleep(0.05)
         stop_process(state.process, term_wait_s=5.0)
         self.state_file.clear()
+        self._remove_socket()
         raise EngineProcessError(
             f"engine did not answer on port {state.port} within {timeout_s:g} s ({last_reason}); "
             f"its log says: {_engine_reason(self.log_path)} (log: {self.log_path})"

@@ -12,6 +12,7 @@ session stops when the last session holding a lease releases it (`lease_rules`);
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -303,11 +304,12 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
 
 
 def _get_json(url: str, *, timeout_s: float = 3.0) -> dict[str, Any]:
-    """The JSON object at `url` ({} when the server does not answer with one)."""
+    """The JSON object at `url` ({} when the server does not answer with one: refused, timed
+    out, or bytes that are not HTTP, which count as "not ready yet", never as a crash)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             payload = json.loads(response.read())
-    except (OSError, ValueError, urllib.error.URLError):
+    except (OSError, ValueError, urllib.error.URLError, http.client.HTTPException):
         return {}
     return payload if isinstance(payload, dict) else {}
 

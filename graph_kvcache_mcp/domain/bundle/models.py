@@ -55,7 +55,7 @@ class Relation(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    type: RelationType
+    type: RelationType = Field(description="How it relates.")
     target: str = Field(min_length=1, max_length=MAX_ID_CHARS, description="Id of the other item.")
 
     @field_validator("target")
@@ -126,9 +126,9 @@ class ScoreWeights(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    relevance: float = Field(0.6, ge=0, le=1000, allow_inf_nan=False)
-    evidence: float = Field(0.25, ge=0, le=1000, allow_inf_nan=False)
-    freshness: float = Field(0.15, ge=0, le=1000, allow_inf_nan=False)
+    relevance: float = Field(0.6, ge=0, le=1000, allow_inf_nan=False, description="Query match.")
+    evidence: float = Field(0.25, ge=0, le=1000, allow_inf_nan=False, description="Support.")
+    freshness: float = Field(0.15, ge=0, le=1000, allow_inf_nan=False, description="Recency.")
 
     @field_validator("relevance", "evidence", "freshness")
     @classmethod

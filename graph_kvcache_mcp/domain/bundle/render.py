@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 HEADER = "Evidence bundle (most relevant first; cite items by [id]).\n"
 CITATIONS_HEADING = "\nCitations:\n"
@@ -74,8 +74,8 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["system", "user", "assistant"] = Field(description="Speaker.")
+    content: str = Field(description="The text.")
 
 
 def system_message_text(bundle_text: str, system_preamble: str) -> str:

@@ -128,7 +128,10 @@ class GeometryInput(BaseModel):
 
     name: str
     value: int | str
-    source: str = Field(description="config.json, default, given, or how it was computed.")
+    source: str = Field(
+        description="config.json (hf_config object when passed inline), default, given, or how it "
+        "was computed."
+    )
 
 
 class ModelGeometry(BaseModel):

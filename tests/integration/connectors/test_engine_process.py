@@ -14,6 +14,7 @@ from graph_kvcache_mcp.connectors.engine.process import EngineState, ManagedEngi
 from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord, start_ticks
 from graph_kvcache_mcp.errors import EngineProcessError
 from tests.support.engines import RunningEngine
+from tests.support.processes import wait_until
 
 
 def test_start_writes_private_secrets_and_a_state_file(memory_engine: RunningEngine) -> None:
@@ -115,3 +116,14 @@ def test_concurrent_starts_share_one_engine(tmp_path: Path) -> None:
     finally:
         managed[0].stop()
     assert not managed[1].status().running
+
+
+def test_stop_removes_the_engine_s_unix_socket(tmp_path: Path) -> None:
+    managed = ManagedEngine(tmp_path)
+    managed.start(backend="durable")
+    socket = managed.socket_path
+    try:
+        wait_until(socket.is_socket, timeout_s=30, what="the engine to make its socket")
+    finally:
+        managed.stop()
+    assert not socket.exists()

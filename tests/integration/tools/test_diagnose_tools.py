@@ -33,6 +33,9 @@ async def test_diagnose_budget_takes_a_path_or_the_config_object(tmp_path: Path)
     assert KvBudget.model_validate(by_path).bytes_per_token == 80 * 8 * 128 * 2 * 2
     budget = KvBudget.model_validate(by_object)
     assert budget.tokens_fit == 40 * 2**30 // 327680
+    read = {item.source for item in budget.inputs}
+    assert "hf_config object" in read and "config.json" not in read  # no file was read
+    assert "config.json" in {item.source for item in KvBudget.model_validate(by_path).inputs}
     assert budget.chunk is not None and budget.chunk.over_engine_value_cap
 
 
@@ -71,3 +74,17 @@ async def test_diagnose_miss_refuses_a_body_without_messages(tmp_path: Path) -> 
             client, "diagnose_miss", {"first": {"prompt": "hi"}, "second": request}
         )
     assert "first is not a chat-completions body" in message
+
+
+async def test_diagnose_stack_with_nothing_configured_names_the_managed_engine_not_a_port(
+    tmp_path: Path,
+) -> None:
+    unused_vllm = f"http://127.0.0.1:{free_port()}/v1"
+    base = Settings.build(data_dir=tmp_path, toolsets=("diagnose",))
+    settings = base.model_copy(update={"vllm_base_url": unused_vllm})
+    async with Client(build_server(settings)) as client:
+        out = await call_ok(client, "diagnose_stack", {})
+    (engine,) = [c for c in out["checked"] if c["component"] == "engine"]
+    assert engine["target"] == f"managed engine in {tmp_path}"
+    assert "9130" not in json.dumps(out)
+    assert "engine_not_started" in {f["id"] for f in out["findings"]}

@@ -105,8 +105,12 @@ async def test_paths_inside_the_roots_work_and_kv_save_creates_a_private_new_fil
     assert (tmp_path / "out.bin").stat().st_mode & 0o777 == 0o600
 
 
-async def test_without_a_setting_the_working_directory_is_the_root(
-    memory_engine: RunningEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "client_roots",
+    ["none declared", "declared but empty"],  # the second is what the MCP Inspector sends
+)
+async def test_without_a_setting_or_client_roots_the_working_directory_is_the_root(
+    memory_engine: RunningEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_roots: str
 ) -> None:
     inside, outside = tmp_path / "cwd", tmp_path / "elsewhere.jsonl"
     inside.mkdir()
@@ -114,10 +118,16 @@ async def test_without_a_setting_the_working_directory_is_the_root(
     _trace_file(outside)
     monkeypatch.chdir(inside)
     settings = memory_engine.settings.model_copy(update={"toolsets": ("vllm",)})
-    async with Client(build_server(settings)) as client:
+    if client_roots == "none declared":
+        client = Client(build_server(settings))
+    else:
+        roots = _roots_callback()
+        client = Client(build_server(settings), mode="legacy", list_roots_callback=roots)
+    async with client:
         await call_ok(client, "vllm_trace_summary", {"path": str(inside / "t.jsonl")})
         message = await call_error(client, "vllm_trace_summary", {"path": str(outside)})
     assert "the server's working directory" in message and str(inside) in message
+    assert ("lists no local directory" in message) == (client_roots == "declared but empty")
 
 
 def _roots_callback(*directories: Path) -> Any:
