@@ -27,6 +27,7 @@ TOOLSET_MODULES: dict[str, str] = {
     "vllm": "graph_kvcache_mcp.tools.vllm",
     "lmcache": "graph_kvcache_mcp.tools.lmcache",
     "diagnose": "graph_kvcache_mcp.tools.diagnose",
+    "fleet": "graph_kvcache_mcp.tools.fleet",
 }
 
 TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
@@ -55,6 +56,8 @@ prefix cache (never 0 for unknown: cached_tokens_source says where the count cam
 vllm_metrics reads /metrics (pass a snapshot_id as `since` for a delta);
 vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums up this
 session's calls or a JSONL trace file.
+Fleet (fleet_*, opt-in toolset): several vLLM instances through their KV event feeds:
+fleet_status, fleet_where_cached (where a prompt's prefix is cached), fleet_effectiveness.
 LMCache (lmcache_*, opt-in toolset): lmcache_config generates lmcache server / vLLM / YAML config
 with the engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.
 Diagnosis (diagnose_*): diagnose_stack checks engine, vLLM and LMCache settings in one call;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ import anyio
 from pydantic import BaseModel
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.errors import ConfigError
 
 EXIT_OK = 0
 EXIT_MISS = 1
@@ -58,6 +60,27 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     # it); a one-shot command refuses them at once.
     defer = bool(getattr(args, "defer_endpoint_errors", False))
     return Settings.from_env(defer_endpoint_errors=defer, **overrides)
+
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def chat_body(path: Path) -> dict[str, Any]:
+    """The chat-completions body (a JSON object) in the file at `path`.
+
+    Raises:
+        ConfigError: unreadable, not JSON, too large, or not an object.
+    """
+    try:
+        size = path.stat().st_size
+        body = None if size > MAX_BODY_BYTES else json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
+    if body is None:
+        raise ConfigError(f"{path} is over {MAX_BODY_BYTES:,} bytes: not a chat request")
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
+    return body
 
 
 def emit(model: BaseModel, *, as_json: bool, human: Callable[[Any], str]) -> None:
