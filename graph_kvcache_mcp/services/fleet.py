@@ -270,7 +270,11 @@ async def effectiveness(
 
 def _freshness(conn: FleetConnection, probe: InstanceProbe, now: float) -> Freshness:
     feed = conn.feeds.get(probe.name)
-    return freshness_of(feed.tracker if feed else None, now=now, reachable=probe.reachable)
+    if feed is None:
+        return freshness_of(None, now=now, reachable=probe.reachable)
+    return freshness_of(
+        feed.tracker, now=now, reachable=probe.reachable, replay_error=feed.last_replay_error
+    )
 
 
 def _index_info(conn: FleetConnection) -> IndexInfo:

@@ -24,7 +24,7 @@ from graph_kvcache_mcp.domain.fleet.freshness import SequenceTracker
 from graph_kvcache_mcp.domain.fleet.index import BlockIndex
 
 END_SEQ = (1 << 64) - 1  # -1 as the unsigned 8 bytes vLLM sends at the end of a replay
-REPLAY_TIMEOUT_S = 5.0
+REPLAY_TIMEOUT_S = 3.0
 MAX_LIVE_PER_SYNC = 10_000
 RCV_HWM = 100_000
 
@@ -67,8 +67,13 @@ class EventFeed:
     # --- reading -----------------------------------------------------------------------------
 
     def sync(self, *, settle_s: float = 0.2, deadline_s: float = 10.0) -> None:
-        """Apply every batch that has arrived, replaying what is missing; then keep reading
-        until the feed has been quiet for `settle_s` (events trail a request by an engine step)."""
+        """Bring the index up to date with the instance: replay what the live feed has not
+        brought (on connect: everything buffered), then keep reading the live feed until it has
+        been quiet for `settle_s` (events trail a request by an engine step).
+
+        Each replay after the first starts at the last batch applied, which the instance's
+        buffer still holds unless it restarted: a different batch under that number, or none,
+        is a restart even when the live feed missed the new process's first batches."""
         sub = self._subscribe()
         if not self._connected_once:
             self._connected_once = True
@@ -76,6 +81,8 @@ class EventFeed:
             # batch published meanwhile arrives live rather than falling between the two
             time.sleep(0.1)
             self._replay_from(0)
+        else:
+            self._replay_from(max(self.tracker.last_seq, 0))
         until = time.monotonic() + deadline_s
         read = 0
         while read < MAX_LIVE_PER_SYNC and time.monotonic() < until:
@@ -101,13 +108,13 @@ class EventFeed:
     def _take(self, seq: int, payload: bytes) -> None:
         batch = self._decode(payload)
         if batch is None:
+            self._lost(seq)
             return
         step = self.tracker.classify(seq, batch.ts)
         if step == "duplicate":
             return
         if step == "reset":
-            self.index.forget_instance(self.name)
-            self.tracker.restarted()
+            self._restarted()
             self._replay_from(0)  # the new process's buffer holds its whole history
         elif step == "gap":
             self.tracker.gaps += 1
@@ -127,16 +134,33 @@ class EventFeed:
         try:
             return decode_batch(msgpack.unpackb(payload, raw=False, strict_map_key=False))
         except (BadBatch, ValueError, TypeError, msgpack.UnpackException):
-            self.bad_payloads += 1
             return None
+
+    def _restarted(self) -> None:
+        self.index.forget_instance(self.name)
+        self.tracker.restarted()
+
+    def _lost(self, seq: int) -> None:
+        """A batch that cannot be read: counted once, its number passed, the history partial."""
+        if seq <= self.tracker.last_seq:
+            return  # the same batch again (live and replay overlap)
+        self.bad_payloads += 1
+        self.tracker.last_seq = seq
+        self.tracker.history_complete = False
 
     # --- replay ------------------------------------------------------------------------------
 
     def _replay_from(self, start: int) -> None:
-        """Ask for every buffered batch numbered `start` or later and apply them in order."""
+        """Ask for every buffered batch numbered `start` or later and apply them in order.
+
+        When the answer shows a restart (our last batch missing, or another batch under a number
+        we applied) nothing more of it is applied: the index forgets the instance and replays
+        the new process's buffer from its first batch."""
         if not self.replay_endpoint:
             return
         self.tracker.replays += 1
+        anchor = self.tracker.last_seq if start == self.tracker.last_seq >= 0 else None
+        answered = restarted = False
         dealer = self._context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         try:
@@ -155,22 +179,37 @@ class EventFeed:
                 seq = int.from_bytes(frames[2], "big")
                 if seq == END_SEQ:
                     break
-                self._replayed(seq, frames[3])
+                if restarted and start > 0:
+                    continue  # drain: the new history is read from its start below
+                if anchor is not None and not answered and seq != anchor:
+                    restarted = True  # the batch we applied last is not in its buffer
+                    continue
+                answered = True
+                restarted = self._replayed(seq, frames[3], start) or restarted
+            if anchor is not None and not answered:
+                restarted = True  # an empty buffer where our last batch should be
             self.tracker.synced = True
             self.last_replay_error = None
         finally:
             dealer.close(linger=0)
+        if restarted and start > 0:
+            self._restarted()
+            self._replay_from(0)
 
-    def _replayed(self, seq: int, payload: bytes) -> None:
+    def _replayed(self, seq: int, payload: bytes, start: int) -> bool:
+        """Apply one replayed batch; True when it shows the instance restarted."""
         batch = self._decode(payload)
         if batch is None:
-            return
+            self._lost(seq)
+            return False
         step = self.tracker.classify(seq, batch.ts)
         if step == "duplicate":
-            return
-        if step == "reset":  # the numbering began again while we were away: a restart
-            self.index.forget_instance(self.name)
-            self.tracker.restarted()
+            return False
+        if step == "reset":
+            if start > 0:
+                return True  # applied by the replay from 0 that follows
+            self._restarted()
         if seq > self.tracker.last_seq + 1:  # vLLM's buffer had moved past what we lack
             self.tracker.history_complete = False
         self._apply(seq, batch)
+        return step == "reset"

@@ -133,6 +133,17 @@ def sharing_findings(facts: Sequence[InstanceFacts]) -> list[Finding]:
                     "so the index starts clean",
                 )
             )
+        elif item.feed.state == "stale":
+            found.append(
+                Finding(
+                    severity="warning",
+                    code="feed_stale",
+                    instances=[item.name],
+                    message=f"{item.name}'s replay socket did not answer "
+                    f"({item.feed.replay_error}): its entries may be out of date",
+                    fix="check kv_events_replay against its --kv-events-config replay_endpoint",
+                )
+            )
         elif item.feed.state == "never_heard":
             found.append(
                 Finding(

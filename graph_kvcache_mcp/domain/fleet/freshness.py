@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Step = Literal["next", "duplicate", "gap", "reset"]
 RECENT_BATCHES = 4096
-FeedState = Literal["live", "replaying", "partial", "no_feed", "unreachable", "never_heard"]
+FeedState = Literal["live", "partial", "stale", "no_feed", "unreachable", "never_heard"]
 
 
 @dataclass(slots=True)
@@ -69,9 +69,10 @@ class Freshness(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     state: FeedState = Field(
-        description="live: feed read up to now; partial: some history was lost (answers may be "
-        "short); replaying: catching up; no_feed: no kv_events configured; unreachable: the "
-        "instance does not answer, its entries are stale; never_heard: no batch yet."
+        description="live: read up to now; partial: some history was lost (answers may be "
+        "short); stale: its replay socket did not answer (entries may be out of date); no_feed: "
+        "no kv_events configured; unreachable: the instance does not answer, its entries are "
+        "not trusted; never_heard: nothing came from its feed."
     )
     last_seq: int | None = Field(None, description="Last batch number applied (None: none).")
     last_event_age_s: float | None = Field(
@@ -83,10 +84,15 @@ class Freshness(BaseModel):
     history_complete: bool = Field(
         True, description="False when a replay could not reach back (vLLM's buffer moved on)."
     )
+    replay_error: str | None = None
 
 
 def freshness_of(
-    tracker: SequenceTracker | None, *, now: float, reachable: bool, replaying: bool = False
+    tracker: SequenceTracker | None,
+    *,
+    now: float,
+    reachable: bool,
+    replay_error: str | None = None,
 ) -> Freshness:
     """The report for a feed tracked by `tracker` (None: the instance has no feed)."""
     if tracker is None:
@@ -94,10 +100,10 @@ def freshness_of(
     state: FeedState
     if not reachable:
         state = "unreachable"
-    elif replaying:
-        state = "replaying"
     elif tracker.last_seq < 0 and not tracker.synced:
         state = "never_heard"
+    elif replay_error is not None:
+        state = "stale"
     elif not tracker.history_complete:
         state = "partial"
     else:
@@ -111,4 +117,5 @@ def freshness_of(
         resets=tracker.resets,
         replays=tracker.replays,
         history_complete=tracker.history_complete,
+        replay_error=replay_error,
     )
