@@ -65,7 +65,9 @@ def test_a_late_subscriber_rebuilds_the_index_from_the_replay_buffer(
         feed.close()
 
 
-def test_a_batch_lost_on_the_live_feed_is_replayed_and_garbage_is_counted(publisher: StandInPublisher) -> None:
+def test_a_batch_lost_on_the_live_feed_is_replayed_and_garbage_is_counted(
+    publisher: StandInPublisher,
+) -> None:
     index = BlockIndex()
     feed = feed_for(publisher, index)
     try:

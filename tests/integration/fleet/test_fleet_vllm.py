@@ -26,6 +26,7 @@ from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection, load_
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
+from graph_kvcache_mcp.domain.outcomes import Presence
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services import fleet as fleet_service
 from graph_kvcache_mcp.services.fleet_views import (
@@ -33,7 +34,9 @@ from graph_kvcache_mcp.services.fleet_views import (
     FleetStatusOut,
     FleetWhereOut,
 )
+from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import call_ok
+from tests.support.processes import wait_until
 from tests.support.vllm import (
     MODEL_NAME,
     READY_TIMEOUT_S,
@@ -44,6 +47,7 @@ from tests.support.vllm import (
     require_vllm_venv,
     tiny_model_dir,
 )
+from tests.support.vllm_connector import connector_vllm, random_prompt
 
 pytestmark = pytest.mark.vllm
 
@@ -316,3 +320,58 @@ async def test_a_killed_instance_is_unreachable_and_its_entries_are_not_trusted(
     finding = next(f for f in status.findings if f.code == "unreachable")
     assert finding.instances == ["a"] and "stale" in finding.message
     assert [p.name for p in status.pressure] == ["b"]
+
+
+async def test_two_instances_sharing_the_engine_tier_show_its_payoff(
+    pair: Pair, vllm_private: VllmServers, memory_engine: RunningEngine, tmp_path: Path
+) -> None:
+    for item in (pair.a, pair.b):
+        item.managed.stop(term_wait_s=10.0)  # memory: these two replace the pair
+    with (
+        connector_vllm(tmp_path / "ea", memory_engine, kv_events=True) as first,
+        connector_vllm(tmp_path / "eb", memory_engine, kv_events=True) as second,
+    ):
+        fleet_file = tmp_path / "fleet.json"
+        fleet_file.write_text(
+            json.dumps(
+                {
+                    "instances": [
+                        {
+                            "name": name,
+                            "base_url": f"http://127.0.0.1:{server.status.port}/v1",
+                            "kv_events": server.status.kv_events,
+                            "kv_events_replay": server.status.kv_events_replay,
+                        }
+                        for name, server in (("first", first), ("second", second))
+                    ]
+                }
+            )
+        )
+        conn = FleetConnection(
+            load_fleet(Settings.build(data_dir=tmp_path / "server", fleet_file=fleet_file))
+        )
+        try:
+            start = await fleet_service.counters(conn)
+            prompt = random_prompt(400, seed=19)
+            cold = first.complete(prompt)
+            keys = first.keys_of(prompt)
+            with memory_engine.sync_client() as engine:
+                wait_until(
+                    lambda: all(p == Presence(True) for p in engine.contains_many(keys)),
+                    timeout_s=60.0,
+                    what="the first instance's blocks in the engine",
+                )
+            warm = second.complete(prompt)
+            out, _ = await fleet_service.effectiveness(conn, start, since_id="start")
+        finally:
+            await conn.aclose()
+    by = {i.name: i for i in out.instances}
+    assert cold.cached_tokens == 0 and warm.cached_tokens > 0
+    first_split, second_split = by["first"].split, by["second"].split
+    assert first_split is not None and second_split is not None
+    assert first_split.computed == cold.prompt_tokens and first_split.from_tier == 0
+    assert second_split.from_tier == warm.cached_tokens
+    assert by["first"].engine_kv_saved_blocks == len(keys)
+    assert by["second"].engine_kv_loaded_blocks == warm.cached_tokens // 32
+    assert out.fleet.from_tier == warm.cached_tokens
+    assert out.fleet.tier_payoff == round(warm.cached_tokens / out.fleet.prompt_tokens, 4) > 0
