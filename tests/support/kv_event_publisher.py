@@ -19,6 +19,23 @@ import zmq
 END = (-1).to_bytes(8, "big", signed=True)
 
 
+def block_stored(
+    hashes: list[int], parent: int | None, tokens: list[int], *, block_size: int, **extra: Any
+) -> dict[str, Any]:
+    """A `BlockStored` event in vLLM's map encoding (the shape vLLM 0.32 publishes)."""
+    return {
+        "type": "BlockStored",
+        "block_hashes": hashes,
+        "parent_block_hash": parent,
+        "token_ids": tokens,
+        "block_size": block_size,
+        "lora_id": None,
+        "medium": "GPU",
+        "lora_name": None,
+        **extra,
+    }
+
+
 class StandInPublisher:
     def __init__(self, tmp_dir: str) -> None:
         self.endpoint = f"ipc://{tmp_dir}/pub.sock"

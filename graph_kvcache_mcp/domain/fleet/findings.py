@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
 
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+Severity = Literal["error", "warning", "info"]
 
 
 class InstanceFacts(BaseModel):
@@ -37,7 +38,7 @@ class InstanceFacts(BaseModel):
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    severity: Literal["error", "warning", "info"]
+    severity: Severity
     code: str
     instances: list[str]
     message: str
@@ -87,74 +88,65 @@ def sharing_findings(facts: Sequence[InstanceFacts]) -> list[Finding]:
                 )
             )
     for item in facts:
-        if not item.reachable:
-            found.append(
-                Finding(
-                    severity="error",
-                    code="unreachable",
-                    instances=[item.name],
-                    message=f"{item.name} does not answer ({item.reason}); its index entries "
-                    "are stale and not trusted",
-                    fix="start it again or remove it from the fleet file",
-                )
-            )
-            continue
-        if item.prefix_caching is False:
-            found.append(
-                Finding(
-                    severity="error",
-                    code="prefix_caching_off",
-                    instances=[item.name],
-                    message=f"{item.name} runs without prefix caching: it reuses nothing",
-                    fix="start it with --enable-prefix-caching",
-                )
-            )
-        if item.feed.state == "no_feed":
-            found.append(
-                Finding(
-                    severity="warning",
-                    code="events_off",
-                    instances=[item.name],
-                    message=f"{item.name} has no kv_events endpoint: where its prefixes are "
-                    "cached cannot be seen",
-                    fix="start it with --kv-events-config (publisher zmq, an endpoint and a "
-                    "replay_endpoint) and add both to the fleet file",
-                )
-            )
-        elif item.feed.state == "partial":
-            found.append(
-                Finding(
-                    severity="warning",
-                    code="feed_partial",
-                    instances=[item.name],
-                    message=f"{item.name}'s event history could not be replayed in full: blocks "
-                    "stored before it are missing, so its predictions may be short",
-                    fix="raise buffer_steps in its --kv-events-config, or reset its prefix cache "
-                    "so the index starts clean",
-                )
-            )
-        elif item.feed.state == "stale":
-            found.append(
-                Finding(
-                    severity="warning",
-                    code="feed_stale",
-                    instances=[item.name],
-                    message=f"{item.name}'s replay socket did not answer "
-                    f"({item.feed.replay_error}): its entries may be out of date",
-                    fix="check kv_events_replay against its --kv-events-config replay_endpoint",
-                )
-            )
-        elif item.feed.state == "never_heard":
-            found.append(
-                Finding(
-                    severity="warning",
-                    code="feed_silent",
-                    instances=[item.name],
-                    message=f"no event batch or replay answer came from {item.name}'s feed",
-                    fix="check that kv_events and kv_events_replay match its --kv-events-config",
-                )
-            )
+        found += [
+            Finding(severity=severity, code=code, instances=[item.name], message=message, fix=fix)
+            for severity, code, message, fix in _instance_problems(item)
+        ]
     return found
+
+
+def _instance_problems(item: InstanceFacts) -> list[tuple[Severity, str, str, str]]:
+    """(severity, code, message, fix) for what keeps one instance out of the fleet view."""
+    name, feed = item.name, item.feed
+    if not item.reachable:
+        return [
+            (
+                "error",
+                "unreachable",
+                f"{name} does not answer ({item.reason}); its index entries are stale and not "
+                "trusted",
+                "start it again or remove it from the fleet file",
+            )
+        ]
+    problems: list[tuple[Severity, str, str, str]] = []
+    if item.prefix_caching is False:
+        problems.append(
+            (
+                "error",
+                "prefix_caching_off",
+                f"{name} runs without prefix caching: it reuses nothing",
+                "start it with --enable-prefix-caching",
+            )
+        )
+    feed_problem = {
+        "no_feed": (
+            "events_off",
+            f"{name} has no kv_events endpoint: where its prefixes are cached cannot be seen",
+            "start it with --kv-events-config (publisher zmq, an endpoint and a "
+            "replay_endpoint) and add both to the fleet file",
+        ),
+        "partial": (
+            "feed_partial",
+            f"{name}'s event history could not be replayed in full: blocks stored before it "
+            "are missing, so its predictions may be short",
+            "raise buffer_steps in its --kv-events-config, or reset its prefix cache so the "
+            "index starts clean",
+        ),
+        "stale": (
+            "feed_stale",
+            f"{name}'s replay socket did not answer ({feed.replay_error}): its entries may be "
+            "out of date",
+            "check kv_events_replay against its --kv-events-config replay_endpoint",
+        ),
+        "never_heard": (
+            "feed_silent",
+            f"no event batch or replay answer came from {name}'s feed",
+            "check that kv_events and kv_events_replay match its --kv-events-config",
+        ),
+    }.get(feed.state)
+    if feed_problem is not None:
+        problems.append(("warning", *feed_problem))
+    return problems
 
 
 def pressure_ranking(facts: Sequence[InstanceFacts]) -> list[PressureRank]:

@@ -12,23 +12,14 @@ import pytest
 
 from graph_kvcache_mcp.connectors.fleet.feed import EventFeed
 from graph_kvcache_mcp.domain.fleet.index import BlockIndex, prompt_keys
-from tests.support.kv_event_publisher import StandInPublisher
+from tests.support.kv_event_publisher import StandInPublisher, block_stored
 
 BS = 4
 TOKENS = list(range(1, 17))
 
 
 def stored(hashes: list[int], parent: int | None, tokens: list[int]) -> dict[str, Any]:
-    return {
-        "type": "BlockStored",
-        "block_hashes": hashes,
-        "parent_block_hash": parent,
-        "token_ids": tokens,
-        "block_size": BS,
-        "lora_id": None,
-        "medium": "GPU",
-        "lora_name": None,
-    }
+    return block_stored(hashes, parent, tokens, block_size=BS)
 
 
 @pytest.fixture

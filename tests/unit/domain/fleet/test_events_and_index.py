@@ -18,6 +18,7 @@ from graph_kvcache_mcp.domain.fleet.index import (
     cacheable_tokens,
     prompt_keys,
 )
+from tests.support.kv_event_publisher import block_stored
 
 BS = 4
 PROMPT = list(range(100, 113))  # 13 tokens: three full blocks of 4 and one token over
@@ -26,17 +27,7 @@ PROMPT = list(range(100, 113))  # 13 tokens: three full blocks of 4 and one toke
 def stored_map(
     hashes: list[int], parent: int | None, tokens: list[int], **extra: Any
 ) -> dict[str, Any]:
-    return {
-        "type": "BlockStored",
-        "block_hashes": hashes,
-        "parent_block_hash": parent,
-        "token_ids": tokens,
-        "block_size": BS,
-        "lora_id": None,
-        "medium": "GPU",
-        "lora_name": None,
-        **extra,
-    }
+    return block_stored(hashes, parent, tokens, block_size=BS, **extra)
 
 
 def test_the_map_and_the_array_encodings_decode_to_the_same_events() -> None:
