@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.fleet.findings import (
-    Finding,
+    FleetFinding,
     InstanceFacts,
     PressureRank,
     SourceSplit,
@@ -77,7 +77,7 @@ class FleetStatusOut(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     instances: list[InstanceFacts]
-    findings: list[Finding]
+    findings: list[FleetFinding]
     pressure: list[PressureRank] = Field(description="Most pressed first.")
     prefixes: list[CachedPrefix] = Field(description="Longest cached prefixes, longest first.")
     index: IndexInfo

@@ -4,14 +4,13 @@ much each instance's prompt tokens came from where over a window. Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import Severity
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
 
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
-Severity = Literal["error", "warning", "info"]
 
 
 class InstanceFacts(BaseModel):
@@ -35,7 +34,7 @@ class InstanceFacts(BaseModel):
     feed: Freshness
 
 
-class Finding(BaseModel):
+class FleetFinding(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     severity: Severity
@@ -65,9 +64,9 @@ _SHARED = (
 )
 
 
-def sharing_findings(facts: Sequence[InstanceFacts]) -> list[Finding]:
+def sharing_findings(facts: Sequence[InstanceFacts]) -> list[FleetFinding]:
     """Why cross-instance reuse would be silently zero, with the fix for each."""
-    found: list[Finding] = []
+    found: list[FleetFinding] = []
     live = [f for f in facts if f.reachable]
     for field, label, fix in _SHARED:
         values: dict[str, list[str]] = {}
@@ -78,7 +77,7 @@ def sharing_findings(facts: Sequence[InstanceFacts]) -> list[Finding]:
         if len(values) > 1:
             seen = "; ".join(f"{v} on {', '.join(names)}" for v, names in sorted(values.items()))
             found.append(
-                Finding(
+                FleetFinding(
                     severity="error" if field != "version" else "warning",
                     code=f"{field}_mismatch",
                     instances=sorted(n for names in values.values() for n in names),
@@ -89,7 +88,9 @@ def sharing_findings(facts: Sequence[InstanceFacts]) -> list[Finding]:
             )
     for item in facts:
         found += [
-            Finding(severity=severity, code=code, instances=[item.name], message=message, fix=fix)
+            FleetFinding(
+                severity=severity, code=code, instances=[item.name], message=message, fix=fix
+            )
             for severity, code, message, fix in _instance_problems(item)
         ]
     return found
