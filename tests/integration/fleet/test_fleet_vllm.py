@@ -35,7 +35,7 @@ from graph_kvcache_mcp.services.fleet_views import (
     FleetWhereOut,
 )
 from tests.support.engines import RunningEngine
-from tests.support.mcp_calls import call_ok
+from tests.support.mcp_calls import call_error, call_ok
 from tests.support.processes import wait_until
 from tests.support.vllm import (
     MODEL_NAME,
@@ -149,6 +149,10 @@ def messages_of(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+SENT: list[tuple[int, int]] = []
+"""(prompt_tokens, cached_tokens) of every request the tests sent, in order."""
+
+
 def reported_cached(item: Instance, text: str) -> int:
     """Send the request; the cached_tokens vLLM reports for it."""
     reply = httpx2.post(
@@ -162,8 +166,10 @@ def reported_cached(item: Instance, text: str) -> int:
         timeout=120,
     )
     reply.raise_for_status()
-    cached = reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    usage = reply.json()["usage"]
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
     assert isinstance(cached, int)
+    SENT.append((usage["prompt_tokens"], cached))
     return cached
 
 
@@ -175,26 +181,43 @@ async def test_where_cached_predicts_the_cached_tokens_each_instance_then_report
     pair: Pair, vllm_private: VllmServers
 ) -> None:
     only_a, both, neither = prompt_text(), prompt_text(), prompt_text()
-    reported_cached(pair.a, only_a)
-    reported_cached(pair.a, both)
-    reported_cached(pair.b, both)
+    cases = (("only_a", only_a), ("both", both), ("neither", neither))
     async with Client(build_server(pair.settings)) as client:
+        start = FleetEffectivenessOut.model_validate(
+            await call_ok(client, "fleet_effectiveness", {})
+        )
+        sent_before = len(SENT)
+        reported_cached(pair.a, only_a)
+        reported_cached(pair.a, both)
+        reported_cached(pair.b, both)
         answers = {
-            name: FleetWhereOut.model_validate(
-                await call_ok(client, "fleet_where_cached", {"messages": messages_of(text)})
+            case: by_name(
+                FleetWhereOut.model_validate(
+                    await call_ok(client, "fleet_where_cached", {"messages": messages_of(text)})
+                )
             )
-            for name, text in (("only_a", only_a), ("both", both), ("neither", neither))
+            for case, text in cases
         }
-    for case, text in (("only_a", only_a), ("both", both), ("neither", neither)):
-        out = by_name(answers[case])
-        predicted = {n: out[n].cached_tokens for n in ("a", "b")}
-        actual = {"a": reported_cached(pair.a, text), "b": reported_cached(pair.b, text)}
-        assert predicted == actual, case
+        actual = {
+            case: {"a": reported_cached(pair.a, text), "b": reported_cached(pair.b, text)}
+            for case, text in cases
+        }
+        window = FleetEffectivenessOut.model_validate(
+            await call_ok(client, "fleet_effectiveness", {"since": start.snapshot_id})
+        )
+        unknown = await call_error(client, "fleet_effectiveness", {"since": "fleet-0000"})
+    for case, _text in cases:
+        out = answers[case]
+        assert {n: out[n].cached_tokens for n in ("a", "b")} == actual[case], case
         assert all(out[n].trusted and out[n].freshness.state == "live" for n in ("a", "b"))
-    assert by_name(answers["only_a"])["a"].cached_tokens > 0
-    assert by_name(answers["both"])["b"].cached_tokens > 0
-    assert answers["only_a"].best == "a"
-    assert by_name(answers["neither"])["a"].cached_tokens == 0
+    assert answers["only_a"]["a"].cached_tokens > 0 == answers["only_a"]["b"].cached_tokens
+    assert answers["both"]["b"].cached_tokens > 0
+    assert answers["neither"]["a"].cached_tokens == 0
+    sent = SENT[sent_before:]
+    assert window.fleet.prompt_tokens == sum(p for p, _ in sent)
+    assert window.fleet.local_cache == sum(c for _, c in sent) > 0
+    assert window.fleet.from_tier == 0 and window.window_s is not None
+    assert "not a snapshot this server holds" in unknown
 
 
 async def test_a_reset_prefix_cache_on_one_instance_clears_it_in_the_index(
