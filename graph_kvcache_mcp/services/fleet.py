@@ -26,6 +26,7 @@ from graph_kvcache_mcp.domain.fleet.freshness import Freshness, freshness_of
 from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens, prompt_keys
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.fleet_views import (
     CachedPrefix,
     FleetEffectivenessOut,
@@ -63,13 +64,26 @@ async def where_cached(
     probes = await conn.probe_all()
     now = time.time()
     answers: dict[str, InstanceWhere] = {}
+    refusals: list[VllmRequestError] = []
 
     async def one(probe: InstanceProbe) -> None:
-        answers[probe.name] = await _where_one(conn, probe, request, prompt, now)
+        try:
+            answers[probe.name] = await _where_one(conn, probe, request, prompt, now)
+        except VllmRequestError as exc:  # this instance refused the request: say so there
+            refusals.append(exc)
+            answers[probe.name] = InstanceWhere(
+                name=probe.name,
+                reachable=True,
+                reason=f"it refused to tokenize the request: {exc}",
+                trusted=False,
+                freshness=_freshness(conn, probe, now),
+            )
 
     async with anyio.create_task_group() as group:
         for probe in probes.values():
             group.start_soon(one, probe)
+    if refusals and len(refusals) == sum(p.reachable for p in probes.values()):
+        raise refusals[0]  # every instance that answers refused it: the request is bad
     instances = [answers[name] for name in conn.names]
     best, why = _best(instances, probes)
     return FleetWhereOut(

@@ -206,6 +206,10 @@ async def test_where_cached_predicts_the_cached_tokens_each_instance_then_report
             await call_ok(client, "fleet_effectiveness", {"since": start.snapshot_id})
         )
         unknown = await call_error(client, "fleet_effectiveness", {"since": "fleet-0000"})
+        refused = await call_error(
+            client, "fleet_where_cached", {"messages": [{"role": "nobody", "content": "x"}]}
+        )
+        neither_given = await call_error(client, "fleet_where_cached", {})
     for case, _text in cases:
         out = answers[case]
         assert {n: out[n].cached_tokens for n in ("a", "b")} == actual[case], case
@@ -218,6 +222,8 @@ async def test_where_cached_predicts_the_cached_tokens_each_instance_then_report
     assert window.fleet.local_cache == sum(c for _, c in sent) > 0
     assert window.fleet.from_tier == 0 and window.window_s is not None
     assert "not a snapshot this server holds" in unknown
+    assert "Fix the messages" in refused
+    assert "exactly one of messages or prompt" in neither_given
 
 
 async def test_a_reset_prefix_cache_on_one_instance_clears_it_in_the_index(
