@@ -164,7 +164,7 @@ async def vllm_start(
         Field(description="External KV tier: engine (CPU), an LMCache mode, or none."),
     ] = "none",
     kv_events: Annotated[
-        bool, Field(description="Publish KV events: the fleet_* tools then index it.")
+        bool, Field(description="Publish KV events (for the fleet_* tools).")
     ] = False,
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
