@@ -207,7 +207,7 @@ async def test_where_cached_predicts_the_cached_tokens_each_instance_then_report
         )
         unknown = await call_error(client, "fleet_effectiveness", {"since": "fleet-0000"})
         refused = await call_error(
-            client, "fleet_where_cached", {"messages": [{"role": "nobody", "content": "x"}]}
+            client, "fleet_where_cached", {"messages": [{"role": "user", "content": 5}]}
         )
         neither_given = await call_error(client, "fleet_where_cached", {})
     for case, _text in cases:
