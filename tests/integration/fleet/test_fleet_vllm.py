@@ -47,7 +47,7 @@ from tests.support.vllm import (
     require_vllm_venv,
     tiny_model_dir,
 )
-from tests.support.vllm_connector import connector_vllm, random_prompt
+from tests.support.vllm_connector import connector_vllms, random_prompt
 
 pytestmark = pytest.mark.vllm
 
@@ -356,10 +356,8 @@ async def test_two_instances_sharing_the_engine_tier_show_its_payoff(
 ) -> None:
     for item in (pair.a, pair.b):
         item.managed.stop(term_wait_s=10.0)  # memory: these two replace the pair
-    with (
-        connector_vllm(tmp_path / "ea", memory_engine, kv_events=True) as first,
-        connector_vllm(tmp_path / "eb", memory_engine, kv_events=True) as second,
-    ):
+    homes = [tmp_path / "ea", tmp_path / "eb"]
+    with connector_vllms(homes, memory_engine, kv_events=True) as (first, second):
         fleet_file = tmp_path / "fleet.json"
         fleet_file.write_text(
             json.dumps(
