@@ -164,7 +164,10 @@ def connector_vllms(
 
         try:
             with ThreadPoolExecutor(len(managers)) as pool:
-                jobs = [pool.submit(start, m, launch) for m, launch in zip(managers, launches)]
+                jobs = [
+                    pool.submit(start, m, launch)
+                    for m, launch in zip(managers, launches, strict=True)
+                ]
                 servers = [job.result() for job in jobs]
             yield servers
         finally:
