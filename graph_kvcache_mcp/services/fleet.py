@@ -1,8 +1,8 @@
 """The fleet view's use cases, shared by the fleet_* tools and the `fleet` commands.
 
-Each answer first folds every feed's new events into the index (`FleetConnection.sync`), then
-asks each instance about itself, so what it says is as fresh as the feeds allow; each
-instance's `freshness` says how fresh that is.
+Each answer first asks each instance about itself, then folds the new events of every instance
+that answered into the index (`FleetConnection.sync`), so what it says is as fresh as the feeds
+allow; each instance's `freshness` says how fresh that is.
 """
 
 from __future__ import annotations
@@ -60,8 +60,7 @@ async def where_cached(
     """
     if (request is None) == (prompt is None):
         raise ValueError("give exactly one of messages or prompt")
-    await conn.sync()
-    probes = await conn.probe_all()
+    probes = await _probe_then_sync(conn)
     now = time.time()
     answers: dict[str, InstanceWhere] = {}
     refusals: list[VllmRequestError] = []
@@ -171,8 +170,7 @@ def _best(
 
 async def status(conn: FleetConnection, *, prefixes: int = 10) -> FleetStatusOut:
     """Every instance's facts, the findings, the pressure ranking and the longest prefixes."""
-    await conn.sync()
-    probes = await conn.probe_all()
+    probes = await _probe_then_sync(conn)
     now = time.time()
     facts = [_facts(conn, probe, now) for probe in probes.values()]
     return FleetStatusOut(
@@ -280,6 +278,14 @@ async def effectiveness(
         fleet=fleet_split([e.split for e in effects if e.split and not e.split.counter_reset]),
     )
     return out, now
+
+
+async def _probe_then_sync(conn: FleetConnection) -> dict[str, InstanceProbe]:
+    """Every instance's probe, then the index brought up to date from the feeds of those that
+    answered (an unreachable one's replay could only time out)."""
+    probes = await conn.probe_all()
+    await conn.sync(skip={name for name, probe in probes.items() if not probe.reachable})
+    return probes
 
 
 def _freshness(conn: FleetConnection, probe: InstanceProbe, now: float) -> Freshness:
