@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services import fleet as fleet_service
 from graph_kvcache_mcp.services.fleet_views import (
     FleetEffectivenessOut,
@@ -92,5 +93,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)
