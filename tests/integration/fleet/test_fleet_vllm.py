@@ -84,6 +84,20 @@ class Pair:
     cache_root: Path
 
 
+def write_fleet_file(path: Path, members: list[tuple[str, VllmStatus]]) -> None:
+    """The fleet file listing managed vLLMs under the given names, with their event sockets."""
+    instances = [
+        {
+            "name": name,
+            "base_url": status.base_url,
+            "kv_events": status.kv_events,
+            "kv_events_replay": status.kv_events_replay,
+        }
+        for name, status in members
+    ]
+    path.write_text(json.dumps({"instances": instances}))
+
+
 def _instance(name: str, home: Path, cache_root: Path, **overrides: Any) -> Instance:
     managed = ManagedVllm(home, python=require_vllm_venv())
     item = Instance(name, managed, VllmStatus(running=False, data_dir=str(home)), overrides)
@@ -113,21 +127,7 @@ def pair(vllm_servers: VllmServers, tmp_path_factory: pytest.TempPathFactory) ->
                     started.append(job.result())
             a, b = started
             fleet_file = root / "fleet.json"
-            fleet_file.write_text(
-                json.dumps(
-                    {
-                        "instances": [
-                            {
-                                "name": i.name,
-                                "base_url": i.base_url,
-                                "kv_events": i.status.kv_events,
-                                "kv_events_replay": i.status.kv_events_replay,
-                            }
-                            for i in (a, b)
-                        ]
-                    }
-                )
-            )
+            write_fleet_file(fleet_file, [(i.name, i.status) for i in (a, b)])
             settings = Settings.build(
                 data_dir=root / "server", fleet_file=fleet_file, toolsets=("fleet",)
             )
@@ -359,21 +359,7 @@ async def test_two_instances_sharing_the_engine_tier_show_its_payoff(
     homes = [tmp_path / "ea", tmp_path / "eb"]
     with connector_vllms(homes, memory_engine, kv_events=True) as (first, second):
         fleet_file = tmp_path / "fleet.json"
-        fleet_file.write_text(
-            json.dumps(
-                {
-                    "instances": [
-                        {
-                            "name": name,
-                            "base_url": f"http://127.0.0.1:{server.status.port}/v1",
-                            "kv_events": server.status.kv_events,
-                            "kv_events_replay": server.status.kv_events_replay,
-                        }
-                        for name, server in (("first", first), ("second", second))
-                    ]
-                }
-            )
-        )
+        write_fleet_file(fleet_file, [("first", first.status), ("second", second.status)])
         conn = FleetConnection(
             load_fleet(Settings.build(data_dir=tmp_path / "server", fleet_file=fleet_file))
         )
