@@ -12,7 +12,17 @@ import sys
 from collections.abc import Sequence
 
 from graph_kvcache_mcp import __version__
-from graph_kvcache_mcp.commands import bundle, demo, diagnose, engine, kv, lmcache, serve, vllm
+from graph_kvcache_mcp.commands import (
+    bundle,
+    demo,
+    diagnose,
+    engine,
+    fleet,
+    kv,
+    lmcache,
+    serve,
+    vllm,
+)
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, settings_from_args
 from graph_kvcache_mcp.errors import (
     ConfigError,
@@ -22,7 +32,7 @@ from graph_kvcache_mcp.errors import (
     ProcessError,
 )
 
-COMMAND_GROUPS = (serve, demo, engine, kv, bundle, vllm, lmcache, diagnose)
+COMMAND_GROUPS = (serve, demo, engine, kv, bundle, vllm, lmcache, diagnose, fleet)
 
 
 def build_parser() -> argparse.ArgumentParser:

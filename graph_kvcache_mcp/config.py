@@ -33,7 +33,7 @@ from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose")
+TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet")
 DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose")
 Endpoint = Literal["kv", "vllm"]
 # The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
@@ -114,6 +114,9 @@ class Settings(BaseModel):
     )
     lmcache_python: Path | None = Field(
         None, description="Interpreter of the venv that has LMCache; default: the current one."
+    )
+    fleet_file: Path | None = Field(
+        None, description="The fleet file the fleet_* tools read (GRAPH_KVCACHE_FLEET)."
     )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:
@@ -217,6 +220,8 @@ class Settings(BaseModel):
             values["vllm_timeout_s"] = _number(vllm_timeout, "GRAPH_KVCACHE_VLLM_TIMEOUT_S")
         if lmcache_python := env.get("GRAPH_KVCACHE_LMCACHE_PYTHON", "").strip():
             values["lmcache_python"] = Path(lmcache_python)
+        if fleet_file := env.get("GRAPH_KVCACHE_FLEET", "").strip():
+            values["fleet_file"] = Path(fleet_file).expanduser()
         values.update({k: v for k, v in overrides.items() if v is not None})
         if defer_endpoint_errors:
             values["endpoint_problems"] = _endpoint_problems(values)

@@ -27,6 +27,7 @@ TOOLSET_MODULES: dict[str, str] = {
     "vllm": "graph_kvcache_mcp.tools.vllm",
     "lmcache": "graph_kvcache_mcp.tools.lmcache",
     "diagnose": "graph_kvcache_mcp.tools.diagnose",
+    "fleet": "graph_kvcache_mcp.tools.fleet",
 }
 
 TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
@@ -58,7 +59,11 @@ vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served 
 prefix cache (cached_tokens_source says where the count came from, never 0 for unknown);
 vllm_metrics reads /metrics (pass an earlier snapshot_id as `since` for a delta);
 vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums up this
-session's calls.""",
+session's calls or a JSONL trace file.""",
+    "fleet": """\
+Fleet (fleet_*, read-only): several vLLM instances seen through their KV event feeds:
+fleet_status (who can share, who is under pressure, the index), fleet_where_cached (where a
+prompt's prefix is cached), fleet_effectiveness (prompt tokens by source over a window).""",
     "lmcache": """\
 LMCache (lmcache_*): lmcache_config generates lmcache server / vLLM / YAML config with the
 engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.""",

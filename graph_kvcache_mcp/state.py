@@ -11,6 +11,7 @@ import anyio
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
@@ -18,6 +19,7 @@ from graph_kvcache_mcp.services.bundles import BundleCounters
 
 if TYPE_CHECKING:
     from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
+    from graph_kvcache_mcp.services.fleet import FleetCounters
 
 T = TypeVar("T")
 SNAPSHOTS_KEPT = 32
@@ -54,9 +56,11 @@ class AppState:
     kv: KvAccess = field(init=False)
     vllm: VllmAccess = field(init=False)
     lmcache: LmcacheAccess = field(init=False)
+    fleet: FleetAccess = field(init=False)
     bundles: BundleCounters = field(default_factory=BundleCounters)
     kv_snapshots: Snapshots[EngineStats] = field(default_factory=lambda: Snapshots("kv"))
     vllm_snapshots: Snapshots[MetricsSnapshot] = field(default_factory=lambda: Snapshots("vllm"))
+    fleet_snapshots: Snapshots[FleetCounters] = field(default_factory=lambda: Snapshots("fleet"))
 
     closed: anyio.Event = field(init=False, repr=False)
     """Set once the lifespan has cleaned up (a signalled `serve` waits for it)."""
@@ -65,12 +69,14 @@ class AppState:
         self.kv = KvAccess(self.settings)
         self.vllm = VllmAccess(self.settings)
         self.lmcache = LmcacheAccess(self.settings)
+        self.fleet = FleetAccess(self.settings)
         self.closed = anyio.Event()
 
     async def startup(self) -> None:
         await self.kv.startup()
 
     async def aclose(self) -> None:
+        await self.fleet.aclose()
         await self.vllm.aclose()
         await self.lmcache.aclose()  # before the engine: the server's L2 adapter writes to it
         await self.kv.aclose()

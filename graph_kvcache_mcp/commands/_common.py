@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from pydantic import BaseModel
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.files.access import read_input
-from graph_kvcache_mcp.errors import FileRefused, InvalidValue
+from graph_kvcache_mcp.errors import ConfigError, FileRefused, InvalidValue
 
 EXIT_OK = 0
 EXIT_MISS = 1
@@ -60,6 +61,26 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     # it); a one-shot command refuses them at once.
     defer = bool(getattr(args, "defer_endpoint_errors", False))
     return Settings.from_env(defer_endpoint_errors=defer, **overrides)
+
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def chat_body(path: Path) -> dict[str, Any]:
+    """The chat-completions body (a JSON object) in the file at `path`.
+
+    Raises:
+        InvalidValue: unreadable or over MAX_BODY_BYTES (a FIFO, /dev/zero, a huge file).
+        ConfigError: not JSON (or nested too deep), or not an object.
+    """
+    raw = read_cli_input(str(path), max_bytes=MAX_BODY_BYTES, what="a chat request")
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
+    return body
 
 
 def emit(model: BaseModel, *, as_json: bool, human: Callable[[Any], str]) -> None:

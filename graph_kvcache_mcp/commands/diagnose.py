@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
 
 from graph_kvcache_mcp.commands._common import (
     EXIT_MISS,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    chat_body,
     common_options,
     emit,
-    read_cli_input,
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
@@ -25,8 +23,6 @@ from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.kv_budget import budget_for
 from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
 from graph_kvcache_mcp.services.stack_check import check_stack
-
-MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_miss(args: argparse.Namespace, settings: Settings) -> int:
-    first, second = _body(args.first), _body(args.second)
+    first, second = chat_body(args.first), chat_body(args.second)
 
     async def diagnose() -> MissDiagnosis:
         if args.tokenizer is not None:
@@ -120,17 +116,6 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
         )
 
     return run_async(main)
-
-
-def _body(path: Path) -> dict[str, Any]:
-    raw = read_cli_input(str(path), max_bytes=MAX_BODY_BYTES, what="a chat request")
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ConfigError(f"{path} is not a readable JSON file ({type(exc).__name__})") from None
-    if not isinstance(body, dict):
-        raise ConfigError(f"{path} holds JSON but not a chat-completions body (an object)")
-    return body
 
 
 def _describe_miss(out: MissDiagnosis) -> str:

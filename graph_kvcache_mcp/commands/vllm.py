@@ -96,6 +96,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="external KV tier: engine (EngineKVConnector, CPU vLLM) or an LMCache mode",
     )
     start.add_argument(
+        "--kv-events",
+        action="store_true",
+        help="publish KV events (private ipc feed, loopback replay port) for `fleet`",
+    )
+    start.add_argument(
         "--no-prompt-tokens-details",
         action="store_true",
         help="leave out --enable-prompt-tokens-details (cached tokens then come from /metrics)",
@@ -222,6 +227,7 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         prompt_tokens_details=not args.no_prompt_tokens_details,
         dev_mode=args.dev_mode,
         kv_connector=args.kv_connector,
+        kv_events=args.kv_events,
         extra_args=tuple(args.extra_arg),
     )
 

@@ -164,6 +164,9 @@ async def vllm_start(
         KvConnector,
         Field(description="External KV tier: engine (CPU), an LMCache mode, or none."),
     ] = "none",
+    kv_events: Annotated[
+        bool, Field(description="Publish KV events (for the fleet_* tools).")
+    ] = False,
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
     ] = 600.0,
@@ -184,6 +187,7 @@ async def vllm_start(
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             dev_mode=dev_mode,
             kv_connector=kv_connector,
+            kv_events=kv_events,
             extra_args=tuple(extra_args or ()),
         )
         env = engine_environment(access.settings) if launch.needs_engine_environment else None

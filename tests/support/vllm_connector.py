@@ -12,6 +12,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
 from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
+from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import parse_snapshot
 from tests.support.engines import RunningEngine
 from tests.support.vllm import (
@@ -138,6 +140,39 @@ def connector_vllm(
             yield ConnectorVllm(managed, status, launch.block_size or 32)
         finally:
             managed.stop(term_wait_s=10.0)
+
+
+@contextmanager
+def connector_vllms(
+    data_dirs: Sequence[Path], engine: RunningEngine, **launch_overrides: object
+) -> Iterator[list[ConnectorVllm]]:
+    """Several vLLMs with `EngineKVConnector` on `engine`, started at once (a start mostly waits
+    on vLLM's own processes) and all stopped when the block exits."""
+    managers = [ManagedVllm(data_dir, python=require_vllm_venv()) for data_dir in data_dirs]
+    launches = [
+        fast_cpu_launch(tiny_model_dir(), free_port(), kv_connector="engine", **launch_overrides)
+        for _ in managers
+    ]
+    with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache_root:
+        env = connector_environment(engine.settings, Path(cache_root))
+
+        def start(managed: ManagedVllm, launch: VllmLaunch) -> ConnectorVllm:
+            status = managed.start(
+                launch, env=env, ready_timeout_s=READY_TIMEOUT_S, platform=VLLM_CPU
+            )
+            return ConnectorVllm(managed, status, launch.block_size or 32)
+
+        try:
+            with ThreadPoolExecutor(len(managers)) as pool:
+                jobs = [
+                    pool.submit(start, m, launch)
+                    for m, launch in zip(managers, launches, strict=True)
+                ]
+                servers = [job.result() for job in jobs]
+            yield servers
+        finally:
+            for managed in managers:
+                managed.stop(term_wait_s=10.0)
 
 
 def random_prompt(length: int, *, seed: int, vocab: int = 4000) -> list[int]:

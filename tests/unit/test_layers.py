@@ -33,9 +33,17 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("connectors", ("services", "plugins", *ADAPTERS)),
     ("connectors.processes", ("connectors.engine", "connectors.vllm", "connectors.lmcache")),
     ("connectors.files", ("connectors.engine", "connectors.vllm", "connectors.lmcache")),
+    ("connectors.processes", ("connectors.fleet",)),
+    ("connectors.files", ("connectors.fleet",)),
     ("connectors.engine", ("connectors.vllm", "connectors.lmcache", "connectors.stack")),
     ("connectors.vllm", ("connectors.lmcache", "connectors.stack")),
     ("connectors.lmcache", ("connectors.vllm", "connectors.stack")),
+    # the fleet spans vLLM instances (and may read the engine), like stack; nothing imports it
+    ("connectors.engine", ("connectors.fleet",)),
+    ("connectors.vllm", ("connectors.fleet",)),
+    ("connectors.lmcache", ("connectors.fleet",)),
+    ("connectors.stack", ("connectors.fleet",)),
+    ("connectors.fleet", ("connectors.stack",)),
     ("plugins", ("services", *ADAPTERS)),
     ("plugins.vllm_kv", ("plugins.lmcache", "connectors.vllm", "connectors.lmcache")),
     ("plugins.lmcache", ("plugins.vllm_kv", "connectors.vllm", "connectors.lmcache")),
@@ -104,6 +112,8 @@ def test_no_module_breaks_a_layer_or_ties_two_subsystems_together() -> None:
         ("graph_kvcache_mcp.plugins.vllm_kv.x", "from graph_kvcache_mcp.state import AppState"),
         ("graph_kvcache_mcp.connectors.engine.x", "from ...services import kv_probe"),
         ("graph_kvcache_mcp.services.x", "from graph_kvcache_mcp import tools"),
+        ("graph_kvcache_mcp.connectors.vllm.x", "from ..fleet import feed"),
+        ("graph_kvcache_mcp.domain.fleet.x", "import zmq, graph_kvcache_mcp.connectors.fleet"),
     ],
 )
 def test_the_check_catches_a_violating_import(module: str, source: str) -> None:

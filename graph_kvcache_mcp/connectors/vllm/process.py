@@ -35,7 +35,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     is_ours,
     listener_owner,
 )
-from graph_kvcache_mcp.connectors.processes.ports import port_in_use
+from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
@@ -59,9 +59,10 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     check_extra_args,
     plan_launch,
 )
-from graph_kvcache_mcp.errors import VllmProcessError
+from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
+MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 # progress(elapsed_s, deadline_s, message)
 Progress = Callable[[float, float, str], None]
@@ -135,6 +136,7 @@ class ManagedVllm:
         if port_in_use(VLLM_HOST, launch.port):
             return self._reuse_foreign(launch, wanted)
         check_vllm_importable(self.python)
+        launch = self._with_event_endpoints(launch)
         plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
         if launch.kv_connector == "engine":
             check_vllm_importable(
@@ -257,6 +259,11 @@ class ManagedVllm:
         ready_timeout_s: float,
         note: Progress,
     ) -> VllmStatus:
+        if launch.kv_events and not state.kv_events:
+            raise VllmProcessError(
+                f"the vLLM started from {self.data_dir} (pid {state.process.pid}) publishes no KV "
+                "events; stop it first with vllm_stop, then start it with kv_events"
+            )
         if launch.port != state.port or wanted != state.served_model_name:
             raise VllmProcessError(
                 f"a vLLM started from {self.data_dir} already runs (pid {state.process.pid}, "
@@ -303,6 +310,26 @@ class ManagedVllm:
             "not stop it",
         )
 
+    def _with_event_endpoints(self, launch: VllmLaunch) -> VllmLaunch:
+        """`launch` with the KV event sockets filled in: the live feed as an ipc socket in our
+        private dir (vLLM binds tcp only on a wildcard, i.e. every interface), the replay
+        socket on a free loopback port."""
+        if not launch.kv_events or launch.kv_events_endpoint:
+            return launch
+        private_dir(self.home)
+        socket = self.home / "kv-events.sock"
+        if len(str(socket)) > MAX_IPC_PATH:
+            raise ConfigError(
+                f"the KV event socket path {socket} is longer than {MAX_IPC_PATH} characters "
+                "(the limit of a unix socket); use a shorter --data-dir"
+            )
+        return launch.model_copy(
+            update={
+                "kv_events_endpoint": f"ipc://{socket}",
+                "kv_events_replay_endpoint": f"tcp://{VLLM_HOST}:{free_port()}",
+            }
+        )
+
     def _launch(
         self,
         launch: VllmLaunch,
@@ -336,6 +363,8 @@ class ManagedVllm:
             plan_env=dict(plan.env),
             dev_mode=launch.dev_mode,
             prompt_tokens_details=launch.prompt_tokens_details,
+            kv_events=launch.kv_events_endpoint if launch.kv_events else None,
+            kv_events_replay=launch.kv_events_replay_endpoint if launch.kv_events else None,
         )
         self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, note, began)
@@ -418,6 +447,8 @@ class ManagedVllm:
             notes=state.notes,
             dev_mode=state.dev_mode,
             prompt_tokens_details=state.prompt_tokens_details,
+            kv_events=state.kv_events,
+            kv_events_replay=state.kv_events_replay,
             uptime_s=round(time.time() - state.process.started_at, 3),
             log_path=state.process.log_path,
             data_dir=str(self.data_dir),

@@ -97,6 +97,9 @@ class VllmRoutes:
         body.update({k: request[k] for k in TEMPLATE_FIELDS if k in request})
         body.setdefault("add_generation_prompt", not body.get("continue_final_message", False))
         payload = await self._post_json("/tokenize", body)
+        return self._token_ids(payload)
+
+    def _token_ids(self, payload: dict[str, object] | Unavailable) -> ChatTokens | Unavailable:
         if isinstance(payload, Unavailable):
             return payload
         tokens = payload.get("tokens")
@@ -106,6 +109,15 @@ class VllmRoutes:
             return vllm_errors.bad_answer(self.root_url, "/tokenize answered without token ids")
         limit = payload.get("max_model_len")
         return ChatTokens(tokens=tokens, max_model_len=limit if isinstance(limit, int) else None)
+
+    async def tokenize_prompt(self, prompt: str, *, model: str) -> ChatTokens | Unavailable:
+        """The token ids of a completions prompt (special tokens added, as a completion does).
+
+        Raises:
+            VllmRequestError: vLLM refused the request.
+        """
+        payload = await self._post_json("/tokenize", {"model": model, "prompt": prompt})
+        return self._token_ids(payload)
 
     async def detokenize(self, tokens: Sequence[int], *, model: str) -> str | Unavailable:
         """The text of `tokens`.

@@ -21,6 +21,8 @@ class VllmState(ProcessState):
     notes: list[str]
     dev_mode: bool
     prompt_tokens_details: bool
+    kv_events: str | None = Field(None, description="The KV event feed vLLM publishes on.")
+    kv_events_replay: str | None = Field(None, description="Its replay socket.")
     plan_env: dict[str, str] = Field(
         default_factory=dict,
         description="The launch plan's own environment (never a secret), which a restart must "
@@ -46,6 +48,8 @@ class VllmStatus(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Why these flags were chosen.")
     dev_mode: bool | None = None
     prompt_tokens_details: bool | None = None
+    kv_events: str | None = Field(None, description="KV event feed (fleet view), if published.")
+    kv_events_replay: str | None = None
     uptime_s: float | None = None
     startup_s: float | None = Field(None, description="Launch to healthy, for a fresh start.")
     log_path: str | None = None

@@ -85,6 +85,15 @@ class VllmLaunch(BaseModel):
     lmcache_config_file: str = Field(
         "lmcache.yaml", description="LMCACHE_CONFIG_FILE for inprocess_plugin."
     )
+    kv_events: bool = Field(
+        False, description="Publish KV events (ZMQ) so the fleet view can index this server."
+    )
+    kv_events_endpoint: str | None = Field(
+        None, description="Where vLLM binds the live feed (the lifecycle picks a private one)."
+    )
+    kv_events_replay_endpoint: str | None = Field(
+        None, description="Where vLLM binds the replay socket (a free loopback port)."
+    )
     extra_args: tuple[str, ...] = ()
 
     @property
@@ -165,6 +174,8 @@ def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchP
     env: dict[str, str] = {}
     if launch.kv_connector != "none":
         args += _kv_connector_flags(launch, platform, env, notes)
+    if launch.kv_events:
+        args += _kv_events_flags(launch, notes)
     args += launch.extra_args
     return LaunchPlan(
         args=tuple(args),
@@ -224,6 +235,35 @@ def _kv_connector_flags(
             )
         notes.append(f"--kv-transfer-config {json.dumps(transfer)}")
     return ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+
+
+KV_EVENTS_BUFFER_STEPS = 10_000
+
+
+def kv_events_config(endpoint: str, replay_endpoint: str) -> dict[str, Any]:
+    """vLLM's `--kv-events-config` publishing on `endpoint`, replaying on `replay_endpoint`."""
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": endpoint,
+        "replay_endpoint": replay_endpoint,
+        "buffer_steps": KV_EVENTS_BUFFER_STEPS,
+        "topic": "kv",
+    }
+
+
+def _kv_events_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:
+    if any(arg.split("=", 1)[0] == "--kv-events-config" for arg in launch.extra_args):
+        raise ConfigError("extra_args repeat --kv-events-config, which kv_events sets; drop one")
+    if not launch.kv_events_endpoint or not launch.kv_events_replay_endpoint:
+        raise ConfigError("kv_events needs both endpoints (the lifecycle picks them)")
+    config = kv_events_config(launch.kv_events_endpoint, launch.kv_events_replay_endpoint)
+    notes.append(
+        f"--kv-events-config: KV events on {launch.kv_events_endpoint} (replay "
+        f"{launch.kv_events_replay_endpoint}); vLLM binds a tcp feed only on every interface, so "
+        "the live feed is a private ipc socket"
+    )
+    return ["--kv-events-config", json.dumps(config, separators=(",", ":"))]
 
 
 def _cpu_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:

@@ -147,3 +147,27 @@ def test_a_kv_connector_and_a_hand_written_transfer_config_clash() -> None:
     )
     with pytest.raises(ConfigError, match="--kv-transfer-config"):
         plan_launch(launch, CPU, host="127.0.0.1")
+
+
+def test_kv_events_publish_on_the_endpoints_the_lifecycle_picked() -> None:
+    launch = VllmLaunch(
+        model="/m",
+        kv_events=True,
+        kv_events_endpoint="ipc:///run/x/kv-events.sock",
+        kv_events_replay_endpoint="tcp://127.0.0.1:5558",
+    )
+    config = json.loads(
+        flag_value(plan_launch(launch, CPU, host="127.0.0.1").args, "--kv-events-config")
+    )
+    assert config["endpoint"] == "ipc:///run/x/kv-events.sock"
+    assert config["replay_endpoint"] == "tcp://127.0.0.1:5558"
+    assert config["enable_kv_cache_events"] is True and config["publisher"] == "zmq"
+    assert "--kv-events-config" not in plan_launch(VllmLaunch(model="/m"), CPU, host="h").args
+    with pytest.raises(ConfigError, match="both endpoints"):
+        plan_launch(VllmLaunch(model="/m", kv_events=True), CPU, host="127.0.0.1")
+    with pytest.raises(ConfigError, match="kv-events-config"):
+        plan_launch(
+            launch.model_copy(update={"extra_args": ("--kv-events-config={}",)}),
+            CPU,
+            host="127.0.0.1",
+        )

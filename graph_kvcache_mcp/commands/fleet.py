@@ -1,0 +1,181 @@
+"""`graph-kvcache-mcp fleet status|where|effectiveness`: the fleet_* tools, one shot: connect to
+each feed, replay its buffer, answer, exit."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import anyio
+
+from graph_kvcache_mcp.commands._common import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    chat_body,
+    common_options,
+    emit,
+    run_async,
+)
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
+from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
+from graph_kvcache_mcp.services import fleet as fleet_service
+from graph_kvcache_mcp.services.fleet_views import (
+    FleetEffectivenessOut,
+    FleetStatusOut,
+    FleetWhereOut,
+)
+
+MAX_WINDOW_S = 3600.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser(
+        "fleet", help="several vLLM instances: where prefixes are cached, pressure, payoff"
+    )
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="{status,where,effectiveness}")
+    parent = common_options()
+    parent.add_argument(
+        "--fleet", type=Path, default=None, help="fleet file (default: $GRAPH_KVCACHE_FLEET)"
+    )
+
+    status = verbs.add_parser("status", parents=[parent], help="instances, findings, index")
+    status.add_argument("--prefixes", type=int, default=10, help="longest prefixes to list")
+    status.set_defaults(handler=run_status)
+
+    where = verbs.add_parser("where", parents=[parent], help="where a prompt's prefix is cached")
+    what = where.add_mutually_exclusive_group(required=True)
+    what.add_argument("--messages", type=Path, help="JSON chat-completions body")
+    what.add_argument("--prompt", help="a completions prompt")
+    where.set_defaults(handler=run_where)
+
+    effect = verbs.add_parser(
+        "effectiveness", parents=[parent], help="prompt tokens by source, hit rates, tier payoff"
+    )
+    effect.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="measure over the next SECONDS (default: since each instance started)",
+    )
+    effect.set_defaults(handler=run_effectiveness)
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    if not 0 <= args.prefixes <= 100:
+        raise ConfigError("--prefixes takes 0 to 100")
+
+    async def main() -> int:
+        access = FleetAccess(settings)
+        try:
+            out = await fleet_service.status(
+                await access.connection(args.fleet), prefixes=args.prefixes
+            )
+        finally:
+            await access.aclose()
+        emit(out, as_json=args.json, human=_describe_status)
+        return EXIT_OK if any(i.reachable for i in out.instances) else EXIT_UNAVAILABLE
+
+    return run_async(main)
+
+
+def run_where(args: argparse.Namespace, settings: Settings) -> int:
+    request = None
+    if args.messages is not None:
+        request = chat_body(args.messages)
+        if not isinstance(request.get("messages"), list):
+            raise ConfigError(f"{args.messages} has no messages list")
+
+    async def main() -> int:
+        access = FleetAccess(settings)
+        try:
+            conn = await access.connection(args.fleet)
+            out = await fleet_service.where_cached(conn, request=request, prompt=args.prompt)
+        except VllmRequestError as exc:
+            raise ConfigError(str(exc)) from None
+        finally:
+            await access.aclose()
+        emit(out, as_json=args.json, human=_describe_where)
+        return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
+
+    return run_async(main)
+
+
+def run_effectiveness(args: argparse.Namespace, settings: Settings) -> int:
+    if args.window is not None and not 0 < args.window <= MAX_WINDOW_S:
+        raise ConfigError(f"--window takes 0 to {MAX_WINDOW_S:g} seconds")
+
+    async def main() -> int:
+        access = FleetAccess(settings)
+        try:
+            conn = await access.connection(args.fleet)
+            before = None
+            if args.window is not None:
+                before = await fleet_service.counters(conn)
+                await anyio.sleep(args.window)
+            out, _now = await fleet_service.effectiveness(
+                conn, before, since_id=None if before is None else f"{args.window:g} s ago"
+            )
+        finally:
+            await access.aclose()
+        emit(out, as_json=args.json, human=_describe_effectiveness)
+        return EXIT_OK if any(i.reachable for i in out.instances) else EXIT_UNAVAILABLE
+
+    return run_async(main)
+
+
+def _describe_status(out: FleetStatusOut) -> str:
+    lines = []
+    for i in out.instances:
+        if not i.reachable:
+            lines.append(f"{i.name}: unreachable ({i.reason})")
+            continue
+        usage = f"{i.kv_usage * 100:.1f}%" if i.kv_usage is not None else "?"
+        lines.append(
+            f"{i.name}: {i.model} vLLM {i.version}, block {i.block_size}, hash {i.hash_algo}, "
+            f"KV {usage}, waiting {i.waiting}, preemptions {i.preemptions}, "
+            f"{i.blocks_indexed} blocks indexed, feed {i.feed.state}"
+        )
+    lines += [f"[{f.severity}] {f.message}; fix: {f.fix}" for f in out.findings]
+    if out.pressure:
+        lines.append("pressure: " + ", ".join(f"{p.rank}. {p.name}" for p in out.pressure))
+    for p in out.prefixes:
+        holders = ", ".join(f"{n} ({'/'.join(m)})" for n, m in p.holders.items())
+        lines.append(f"{p.tokens} tokens on {holders}: {p.head!r}")
+    return "\n".join(lines)
+
+
+def _describe_where(out: FleetWhereOut) -> str:
+    lines = []
+    for i in out.instances:
+        if not i.reachable:
+            lines.append(f"{i.name}: unreachable ({i.reason})")
+        elif i.cached_tokens is None:
+            lines.append(f"{i.name}: unknown ({i.reason})")
+        else:
+            trust = "" if i.trusted else f" (feed {i.freshness.state}: a guess)"
+            lines.append(
+                f"{i.name}: {i.cached_tokens} of {i.prompt_tokens} prompt tokens cached{trust}"
+            )
+    if out.best:
+        lines.append(f"best: {out.best}: {out.why}")
+    return "\n".join(lines)
+
+
+def _describe_effectiveness(out: FleetEffectivenessOut) -> str:
+    lines = []
+    for i in out.instances:
+        if i.split is None:
+            lines.append(f"{i.name}: {i.reason or 'no prompt_tokens_by_source'}")
+            continue
+        s = i.split
+        lines.append(
+            f"{i.name}: {s.prompt_tokens} prompt tokens: {s.computed} computed, "
+            f"{s.local_cache} local cache, {s.from_tier} from the tier (hit rate {s.hit_rate})"
+        )
+    f = out.fleet
+    lines.append(
+        f"fleet: {f.prompt_tokens} prompt tokens, hit rate {f.hit_rate}, "
+        f"tier payoff {f.tier_payoff}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""The fleet one server watches: its connection, made on first use and remade when the fleet
+changes (the fleet file was edited, or a managed vLLM with KV events started or stopped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+from graph_kvcache_mcp.config import Settings
+
+if TYPE_CHECKING:  # zmq and openai load with the first fleet call, not with the server
+    from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
+
+
+class FleetAccess:
+    """Hands out the current `FleetConnection`; close with `aclose()`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._connection: FleetConnection | None = None
+        self._lock = anyio.Lock()
+
+    def __repr__(self) -> str:
+        return f"FleetAccess(file={self.settings.fleet_file})"
+
+    async def connection(self, fleet_file: Path | None = None) -> FleetConnection:
+        """The connection to the fleet as it is now described.
+
+        Raises:
+            ConfigError: no fleet, or a fleet file that is refused.
+        """
+        from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection, load_fleet
+
+        async with self._lock:
+            fleet = load_fleet(self.settings, fleet_file)
+            if self._connection is not None and self._connection.fleet == fleet:
+                return self._connection
+            if self._connection is not None:
+                await self._connection.aclose()
+                self._connection = None
+            self._connection = FleetConnection(fleet, timeout_s=self.settings.vllm_timeout_s)
+            return self._connection
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            if self._connection is not None:
+                await self._connection.aclose()
+                self._connection = None

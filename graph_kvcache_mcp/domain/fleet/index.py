@@ -1,0 +1,249 @@
+"""The fleet's block index: which instance holds which KV block, keyed by token-chain content.
+
+vLLM's block hashes depend on its hash function, seed and version, so they are kept only as each
+instance's private names. A block's key here is a digest of its parent's key and its own token
+ids (plus any LoRA name and extra keys, so salted or LoRA blocks never match a plain prompt), so
+a prompt is looked up by chunking its token ids: no vLLM hash function is reproduced, and two
+instances holding the same tokens meet at the same key whatever their hash settings.
+
+Memory is bounded: at most `max_blocks` keys are kept; past it the oldest are forgotten (counted
+in `forgotten`, so a short answer can say it may be short). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graph_kvcache_mcp.domain.fleet.events import (
+    AllCleared,
+    BlockHash,
+    BlocksRemoved,
+    BlocksStored,
+    Event,
+)
+
+ChainKey = bytes
+ROOT: ChainKey = b""
+DEFAULT_MAX_BLOCKS = 200_000
+UNSPECIFIED_MEDIUM = "unspecified"
+
+
+def chain_key(parent: ChainKey, tokens: Sequence[int], extra: Any = None) -> ChainKey:
+    """The content key of a block holding `tokens` after the block keyed `parent`."""
+    digest = hashlib.blake2b(parent, digest_size=16)
+    digest.update(array("q", tokens).tobytes())
+    if extra is not None:
+        digest.update(repr(extra).encode())
+    return digest.digest()
+
+
+def prompt_keys(tokens: Sequence[int], block_size: int) -> list[ChainKey]:
+    """The content keys of every full block of `tokens`, first block first."""
+    keys: list[ChainKey] = []
+    parent = ROOT
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = chain_key(parent, tokens[start : start + block_size])
+        keys.append(parent)
+    return keys
+
+
+def cacheable_tokens(prompt_tokens: int, block_size: int) -> int:
+    """The most prompt tokens vLLM will take from its prefix cache: whole blocks, and never the
+    last prompt token (it must be computed to produce the first output)."""
+    return max(prompt_tokens - 1, 0) // block_size * block_size
+
+
+@dataclass(slots=True)
+class Block:
+    """One block's content and who holds it."""
+
+    tokens: tuple[int, ...]
+    parent: ChainKey
+    depth: int
+    holders: dict[str, set[str]] = field(default_factory=dict)
+    """Instance name → media (GPU, CPU, ...) that hold it."""
+
+
+@dataclass(slots=True)
+class InstanceCounts:
+    stored: int = 0
+    removed: int = 0
+    cleared: int = 0
+    orphans: int = 0
+    """Stored blocks whose parent this index never saw (stored before the feed's history)."""
+    skipped_groups: int = 0
+    """Blocks of a KV cache group other than the first (hybrid models; not indexed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """How much of a prompt one instance holds."""
+
+    blocks: int
+    tokens: int
+    by_medium: dict[str, int]
+    """Leading prompt tokens held in each medium (each a consecutive run from the start)."""
+
+
+class BlockIndex:
+    """Every instance's blocks, by content."""
+
+    def __init__(self, *, max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
+        self.max_blocks = max_blocks
+        self._blocks: OrderedDict[ChainKey, Block] = OrderedDict()
+        self._names: dict[str, dict[BlockHash, ChainKey]] = {}
+        self._held: dict[str, set[ChainKey]] = {}
+        self.counts: dict[str, InstanceCounts] = {}
+        self.forgotten = 0
+
+    def __repr__(self) -> str:
+        return f"BlockIndex(blocks={len(self._blocks)}, instances={sorted(self._held)})"
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    # --- updates ----------------------------------------------------------------------------
+
+    def apply(self, instance: str, events: Iterable[Event]) -> None:
+        """Fold `instance`'s events into the index, in order."""
+        counts = self.counts.setdefault(instance, InstanceCounts())
+        for event in events:
+            match event:
+                case BlocksStored():
+                    self._store(instance, event, counts)
+                case BlocksRemoved():
+                    self._remove(instance, event, counts)
+                case AllCleared():
+                    self.forget_instance(instance)
+                    counts.cleared += 1
+
+    def forget_instance(self, instance: str) -> None:
+        """Drop everything `instance` holds (it cleared its cache, or restarted)."""
+        for key in self._held.pop(instance, set()):
+            block = self._blocks.get(key)
+            if block is not None:
+                block.holders.pop(instance, None)
+        self._names.pop(instance, None)
+
+    def _store(self, instance: str, event: BlocksStored, counts: InstanceCounts) -> None:
+        if event.group_idx not in (None, 0):
+            counts.skipped_groups += len(event.block_hashes)
+            return
+        names = self._names.setdefault(instance, {})
+        held = self._held.setdefault(instance, set())
+        if event.parent_block_hash is None:
+            parent: ChainKey | None = ROOT
+        else:
+            parent = names.get(event.parent_block_hash)
+        if parent is None:
+            counts.orphans += len(event.block_hashes)
+            return
+        medium = event.medium or UNSPECIFIED_MEDIUM
+        depth = self._blocks[parent].depth if parent in self._blocks else 0
+        size = event.block_size
+        for i, name in enumerate(event.block_hashes):
+            tokens = event.token_ids[i * size : (i + 1) * size]
+            extra = _extra(event, i)
+            key = chain_key(parent, tokens, extra)
+            depth += 1
+            block = self._blocks.get(key)
+            if block is None:
+                block = Block(tuple(tokens), parent, depth)
+                self._blocks[key] = block
+            else:
+                self._blocks.move_to_end(key)
+            block.holders.setdefault(instance, set()).add(medium)
+            names[name] = key
+            held.add(key)
+            parent = key
+            counts.stored += 1
+        self._bound()
+
+    def _remove(self, instance: str, event: BlocksRemoved, counts: InstanceCounts) -> None:
+        names = self._names.get(instance, {})
+        held = self._held.get(instance, set())
+        for name in event.block_hashes:
+            key = names.get(name)
+            block = self._blocks.get(key) if key is not None else None
+            if key is None or block is None or instance not in block.holders:
+                continue
+            media = block.holders[instance]
+            if event.medium is None:
+                media.clear()
+            else:
+                media.discard(event.medium)
+            if not media:
+                del block.holders[instance]
+                held.discard(key)
+            counts.removed += 1
+
+    def _bound(self) -> None:
+        while len(self._blocks) > self.max_blocks:
+            key, block = self._blocks.popitem(last=False)
+            for instance in block.holders:
+                self._held.get(instance, set()).discard(key)
+            self.forgotten += 1
+
+    # --- questions --------------------------------------------------------------------------
+
+    def match(self, instance: str, keys: Sequence[ChainKey], block_size: int) -> Match:
+        """How many leading blocks of a prompt (its `keys`) `instance` holds, and where."""
+        blocks = 0
+        by_medium: dict[str, int] = {}
+        open_media: set[str] | None = None
+        for key in keys:
+            block = self._blocks.get(key)
+            media = block.holders.get(instance) if block is not None else None
+            if not media:
+                break
+            blocks += 1
+            open_media = set(media) if open_media is None else open_media & media
+            for medium in open_media:
+                by_medium[medium] = blocks * block_size
+        return Match(blocks, blocks * block_size, by_medium)
+
+    def blocks_held(self, instance: str) -> int:
+        return len(self._held.get(instance, ()))
+
+    def leaves(self, limit: int) -> list[tuple[list[tuple[int, ...]], dict[str, set[str]]]]:
+        """The deepest chains still held somewhere, longest first: each as its blocks' tokens
+        from the root and who holds the whole chain (instance → media held at every block)."""
+        parents = {block.parent for block in self._blocks.values() if block.holders}
+        tips = sorted(
+            (
+                (key, block)
+                for key, block in self._blocks.items()
+                if block.holders and key not in parents
+            ),
+            key=lambda item: -item[1].depth,
+        )
+        out: list[tuple[list[tuple[int, ...]], dict[str, set[str]]]] = []
+        for key, _block in tips[:limit]:
+            chain: list[tuple[int, ...]] = []
+            holders: dict[str, set[str]] | None = None
+            cursor: ChainKey | None = key
+            while cursor and (block := self._blocks.get(cursor)) is not None:
+                chain.append(block.tokens)
+                now = {name: set(media) for name, media in block.holders.items()}
+                holders = now if holders is None else _common(holders, now)
+                cursor = block.parent
+            if cursor:  # an ancestor was forgotten: the chain cannot be spelled from the root
+                continue
+            out.append((chain[::-1], holders or {}))
+        return out
+
+
+def _common(a: dict[str, set[str]], b: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {name: a[name] & b[name] for name in a.keys() & b.keys() if a[name] & b[name]}
+
+
+def _extra(event: BlocksStored, i: int) -> Any:
+    extra = event.extra_keys[i] if event.extra_keys and i < len(event.extra_keys) else None
+    if event.lora_name is None and extra is None:
+        return None
+    return (event.lora_name, extra)
