@@ -18,7 +18,9 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
 from graph_kvcache_mcp.domain.lmcache.config import MODES, LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.keys import (
     DEFAULT_NAMESPACE,
@@ -161,11 +163,17 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     managed = ManagedLmcache(
         settings.data_dir, python=args.lmcache_python or settings.lmcache_python
     )
-    status = managed.start(
-        server,
-        env=server_environment(server.env, settings),
-        ready_timeout_s=args.ready_timeout_s,
-    )
+    env = server_environment(server.env, settings)
+    if plan.mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
+        status = start_resp_lmcache(
+            ManagedEngine(settings.data_dir),
+            managed,
+            server,
+            env=env,
+            ready_timeout_s=args.ready_timeout_s,
+        )
+    else:
+        status = managed.start(server, env=env, ready_timeout_s=args.ready_timeout_s)
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK
 

@@ -15,6 +15,7 @@ from pydantic import Field
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
@@ -266,11 +267,17 @@ async def lmcache_start(
     if server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
     server = server.model_copy(update={"argv": [*server.argv, *(extra_args or [])]})
+    env = server_environment(server.env, settings)
     try:
+        peer = None
+        if mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
+            engine = state_of(ctx).kv.engine
+            launch = await anyio.to_thread.run_sync(
+                lambda: prepare_resp_launch(engine, server, env)
+            )
+            server, env, peer = launch.server, launch.env, launch.peer
         status = await access.start(
-            server,
-            env=server_environment(server.env, settings),
-            ready_timeout_s=ready_timeout_s,
+            server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
         )
     except LmcacheProcessError as exc:
         raise ToolError(str(exc)) from exc

@@ -157,16 +157,17 @@ class KvAccess:
             log.warning("managed engine did not start: %s", outcome.reason)
 
     async def start_engine(
-        self, *, backend: Backend | None = None, port: int | None = None
+        self, *, backend: Backend | None = None, port: int | None = None, resp: bool = False
     ) -> EngineStatus:
-        """Start (or reuse) the managed engine and point the shared client at it.
+        """Start (or reuse) the managed engine and point the shared client at it; `resp` opens
+        its RESP wire too.
 
         Raises:
             EngineProcessError: a URL is configured, or the engine could not start.
         """
         self._refuse_when_configured("start")
         async with self._lock:
-            status = await self._start_locked(backend=backend, port=port)
+            status = await self._start_locked(backend=backend, port=port, resp=resp)
             self._stopped_by_tool = False
             return status
 
@@ -239,8 +240,9 @@ class KvAccess:
         if self.settings.read_only:
             return await self._attach_read_only()
         backend = lost.state.backend if lost is not None else None
+        resp = lost is not None and lost.state.resp_port is not None  # healed as it was
         try:
-            status = await self._start_locked(backend=backend, port=None)
+            status = await self._start_locked(backend=backend, port=None, resp=resp)
         except EngineProcessError as exc:
             return Unavailable(f"managed engine could not start: {exc}")
         except GraphKvcacheError as exc:  # a symlinked state or secret path, say
@@ -273,7 +275,9 @@ class KvAccess:
         self._bind(state, stamp)
         return await self._point_at(state.base_url)
 
-    async def _start_locked(self, *, backend: Backend | None, port: int | None) -> EngineStatus:
+    async def _start_locked(
+        self, *, backend: Backend | None, port: int | None, resp: bool
+    ) -> EngineStatus:
         # Taken before the start: a session exiting meanwhile sees this lease and leaves the
         # engine running (release and start are serialized on the engine's lock).
         await self._lease.take()
@@ -283,6 +287,7 @@ class KvAccess:
                 port=port or self.settings.engine_port,
                 progress=lambda message: log.info("%s", message),
                 runs_until_stop=False,
+                resp=resp,
             )
         )
         if not status.reused:

@@ -21,6 +21,7 @@ from graph_kvcache_mcp.connectors.lmcache.process import (
     LmcacheStatus,
     LmcacheStopResult,
     ManagedLmcache,
+    RespPeer,
 )
 from graph_kvcache_mcp.connectors.processes.lease_rules import SessionLease, stop_refusal
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
@@ -51,8 +52,10 @@ class LmcacheAccess:
         *,
         env: Mapping[str, str],
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        resp_peer: RespPeer | None = None,
     ) -> LmcacheStatus:
         """Start the planned server (or reuse the running one) and hold a lease on it.
+        `resp_peer`: the engine process a `resp` L2 adapter connects to (`stack.resp`).
 
         Raises:
             LmcacheProcessError: as `ManagedLmcache.start`; a lease this call took is dropped.
@@ -64,7 +67,11 @@ class LmcacheAccess:
             try:
                 return await anyio.to_thread.run_sync(
                     lambda: self.managed.start(
-                        server, env=env, ready_timeout_s=ready_timeout_s, runs_until_stop=False
+                        server,
+                        env=env,
+                        ready_timeout_s=ready_timeout_s,
+                        runs_until_stop=False,
+                        resp_peer=resp_peer,
                     )
                 )
             except Exception:  # cancelled, the start may have worked: keep the lease until exit

@@ -8,6 +8,10 @@ readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP po
 and release hold `<home>/lifecycle.lock`, so two callers never interleave. A server started by a
 session stops when the last session holding a lease releases it (`lease_rules`); one started by
 `lmcache start` runs until `lmcache stop`.
+
+A server whose L2 is LMCache's `resp` adapter records the process it connected to (`resp_peer`):
+that adapter connects once and never reconnects, so once that process is gone (stopped, or
+restarted as a new process) the status says L2 is dead until the server restarts.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
+from graph_kvcache_mcp.connectors.processes.identity import is_alive
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
     LeasedState,
@@ -56,6 +61,16 @@ INSTALL_HINT = (
 )
 
 
+class RespPeer(BaseModel):
+    """The process whose RESP wire the server's `resp` L2 adapter connected to at start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    start_ticks: int
+    address: str = Field(description="host:port of the RESP wire.")
+
+
 class LmcacheState(LeasedState):
     """`state.json`: the server we started. Holds no secret."""
 
@@ -63,6 +78,7 @@ class LmcacheState(LeasedState):
     port: int
     http_port: int
     http_url: str
+    resp_peer: RespPeer | None = None
 
 
 class LmcacheStatus(BaseModel):
@@ -83,6 +99,11 @@ class LmcacheStatus(BaseModel):
     log_path: str | None = None
     data_dir: str
     reason: str | None = None
+    resp_peer_gone: str | None = Field(
+        None,
+        description="Set when the engine the `resp` L2 adapter connected to has stopped or "
+        "restarted since the server started: L2 is dead until the server restarts.",
+    )
     runs_until_stop: bool | None = Field(
         None,
         description="True: runs until `lmcache stop`; false: stops when the last session using "
@@ -126,6 +147,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         env: Mapping[str, str],
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         runs_until_stop: bool = True,
+        resp_peer: RespPeer | None = None,
     ) -> LmcacheStatus:
         """Ensure the planned server runs; reuse ours when it already does.
 
@@ -133,7 +155,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         environment with real values (the plan's holds `${...}` references). A new server
         records `runs_until_stop`: server sessions pass False, so the last session to release
         it stops it (`release`); otherwise only `stop` ends it, and reusing a session's server
-        with True marks it so.
+        with True marks it so. `resp_peer`: the process a `resp` L2 adapter will connect to; a
+        running server whose peer is gone is refused (it must restart).
 
         Raises:
             LmcacheProcessError: LMCache missing, a port held by something else, or the server
@@ -147,6 +170,13 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                         f"an lmcache server started from {self.data_dir} already runs (pid "
                         f"{state.process.pid}, port {state.port}); stop it first with lmcache_stop"
                     )
+                peer = state.resp_peer
+                if peer is not None and not is_alive(peer.pid, peer.start_ticks):
+                    raise LmcacheProcessError(
+                        f"the running lmcache server (pid {state.process.pid}) is tied to an "
+                        f"engine process that is gone ({_peer_gone(peer)}); stop it "
+                        "with lmcache_stop and start it again"
+                    )
                 if runs_until_stop:
                     state = keep_until_stop(self.state_file, state)
                 return self._status_of(state).model_copy(update={"reused": True})
@@ -157,7 +187,9 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                         "start; it was left alone. Choose other ports"
                     )
             self._check_importable()
-            return self._launch(server, env, port, http_port, ready_timeout_s, runs_until_stop)
+            return self._launch(
+                server, env, port, http_port, ready_timeout_s, runs_until_stop, resp_peer
+            )
 
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
         """The recorded server when it is still the process we started; a stale record is
@@ -232,6 +264,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         http_port: int,
         ready_timeout_s: float,
         runs_until_stop: bool,
+        resp_peer: RespPeer | None,
     ) -> LmcacheStatus:
         command = (self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
@@ -250,6 +283,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             http_port=http_port,
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
             runs_until_stop=runs_until_stop,
+            resp_peer=resp_peer,
         )
         self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, began)
@@ -297,9 +331,21 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             log_path=state.process.log_path,
             data_dir=str(self.data_dir),
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",
+            resp_peer_gone=None
+            if state.resp_peer is None or is_alive(state.resp_peer.pid, state.resp_peer.start_ticks)
+            else _peer_gone(state.resp_peer),
             runs_until_stop=state.runs_until_stop,
             leases=list(self.leases.live(tidy=tidy).values()),
         )
+
+
+def _peer_gone(peer: RespPeer) -> str:
+    return (
+        f"the engine (pid {peer.pid}) whose RESP wire {peer.address} the resp L2 adapter "
+        "connected to has stopped or restarted since this server started; the adapter never "
+        "reconnects, so L2 stores fail and lookups can hang: start the engine (with resp), then "
+        "restart the lmcache server"
+    )
 
 
 def _get_json(url: str, *, timeout_s: float = 3.0) -> dict[str, Any]:

@@ -460,3 +460,23 @@ def _shell_value(value: str) -> str:
     if value.startswith("${") and value.endswith("}"):
         return f'"{value}"'
     return shlex.quote(value)
+
+
+L2_ADAPTER_FLAG = "--l2-adapter"
+
+
+def point_resp_adapter(server: ProcessSpec, host: str, port: int) -> ProcessSpec:
+    """`server` with its `resp` L2 adapter aimed at host:port (the managed engine's RESP wire).
+
+    Raises:
+        ConfigError: the planned server has no `resp` adapter.
+    """
+    argv = list(server.argv)
+    for index, arg in enumerate(argv[:-1]):
+        if arg != L2_ADAPTER_FLAG:
+            continue
+        adapter = json.loads(argv[index + 1])
+        if isinstance(adapter, dict) and adapter.get("type") == "resp":
+            argv[index + 1] = _compact({**adapter, "host": host, "port": port})
+            return server.model_copy(update={"argv": argv})
+    raise ConfigError("the planned lmcache server has no resp L2 adapter (plan mode redis_resp)")
