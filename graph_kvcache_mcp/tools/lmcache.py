@@ -263,17 +263,17 @@ async def lmcache_start(
         lmcache_http_port=lmcache_http_port,
         l1_size_gb=l1_size_gb,
     )
-    server = planned.plan.lmcache_server
-    if server is None:
+    planned_server = planned.plan.lmcache_server
+    if planned_server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
-    server = server.model_copy(update={"argv": [*server.argv, *(extra_args or [])]})
+    server = planned_server.model_copy(update={"argv": [*planned_server.argv, *(extra_args or [])]})
     env = server_environment(server.env, settings)
     try:
         peer = None
         if mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
-            engine = state_of(ctx).kv.engine
+            engine, planned_env = state_of(ctx).kv.engine, env
             launch = await anyio.to_thread.run_sync(
-                lambda: prepare_resp_launch(engine, server, env)
+                lambda: prepare_resp_launch(engine, server, planned_env)
             )
             server, env, peer = launch.server, launch.env, launch.peer
         status = await access.start(
