@@ -1,0 +1,214 @@
+"""The design's stack for tests and benches: a real engine, a real managed `lmcache server` (from
+.venv-lmcache) with either L2 adapter, and real CPU vLLMs with LMCache's MP connector.
+
+- `resp_server` / `native_server`: the generator's `redis_resp` / `mp_native` server plus the CPU
+  flags (eager small L1, `--supported-transfer-mode auto` with its own `--shm-name`), started by
+  the project's own lifecycle code and stopped when the block exits.
+- `mp_vllm`: a vLLM whose KV connector is `LMCacheMPConnector` to such a server (vLLM's venv must
+  hold lmcache).
+- `complete`: a greedy token-id completion with logprobs, so a test compares restored KV with
+  the cold run's.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode, ProcessSpec, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
+from tests.support.engines import RunningEngine, require_in_ci
+from tests.support.lmcache import require_lmcache
+from tests.support.vllm import (
+    MODEL_NAME,
+    READY_TIMEOUT_S,
+    VLLM_CPU,
+    fast_cpu_launch,
+    offline_environment,
+    require_vllm_venv,
+    tiny_model_dir,
+)
+
+CHUNK_TOKENS = 64
+SERVER_READY_S = 240.0
+
+
+def require_mp_connector() -> Path:
+    """vLLM's python, when its venv can import LMCache's MP connector; skips locally (fails in
+    CI) otherwise."""
+    python = require_vllm_venv()
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') else 3)"
+    if subprocess.run([str(python), "-c", probe], check=False, timeout=120).returncode != 0:
+        require_in_ci("lmcache in the vLLM venv (LMCache's MP connector)")
+    return python
+
+
+@dataclass(frozen=True)
+class StackServer:
+    managed: ManagedLmcache
+    status: LmcacheStatus
+    port: int
+
+    @property
+    def http_url(self) -> str:
+        assert self.status.http_url is not None
+        return self.status.http_url
+
+    def counter(self, name: str) -> float:
+        """One counter of the server's `/metrics` (summed over its labels; 0 when absent)."""
+        with urllib.request.urlopen(self.http_url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.MULTILINE)
+        return sum(float(value) for value in pattern.findall(text))
+
+    def wait_counter(self, name: str, *, at_least: float, timeout_s: float = 120.0) -> float:
+        """Poll a counter until it reaches `at_least` (L2 stores finish after vLLM answers)."""
+        deadline = time.monotonic() + timeout_s
+        while (value := self.counter(name)) < at_least:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} stayed at {value} (wanted >= {at_least})")
+            time.sleep(0.2)
+        return value
+
+
+def server_plan(facts: ModelFacts, mode: Mode, engine_url: str, *, port: int) -> ProcessSpec:
+    plan = plan_lmcache(
+        facts,
+        LmcacheChoices(
+            mode=mode,
+            engine_url=engine_url,
+            chunk_size=CHUNK_TOKENS,
+            lmcache_port=port,
+            lmcache_http_port=free_port(),
+            l1_size_gb=0.25,
+            num_workers=2,
+        ),
+    )
+    assert plan.lmcache_server is not None
+    cpu = [
+        "--no-l1-use-lazy",
+        "--supported-transfer-mode",
+        "auto",
+        "--shm-name",
+        f"gkm-test-{port}",
+    ]
+    return plan.lmcache_server.model_copy(update={"argv": [*plan.lmcache_server.argv, *cpu]})
+
+
+@contextmanager
+def resp_server(data_dir: Path, engine: RunningEngine, facts: ModelFacts) -> Iterator[StackServer]:
+    """A `redis_resp` server on `engine`'s RESP wire (which must answer)."""
+    managed = ManagedLmcache(data_dir, python=require_lmcache().with_name("python"))
+    port = free_port()
+    server = server_plan(facts, "redis_resp", engine.base_url, port=port)
+    try:
+        status = start_resp_lmcache(
+            engine.managed, managed, server, env=_telemetry_off(), ready_timeout_s=SERVER_READY_S
+        )
+        yield StackServer(managed, status, port)
+    finally:
+        managed.stop(term_wait_s=15.0)
+
+
+@contextmanager
+def native_server(
+    data_dir: Path, engine: RunningEngine, facts: ModelFacts
+) -> Iterator[StackServer]:
+    """An `mp_native` server whose L2 is our adapter on `engine`'s `/kv`."""
+    managed = ManagedLmcache(data_dir, python=require_lmcache().with_name("python"))
+    port = free_port()
+    server = server_plan(facts, "mp_native", engine.base_url, port=port)
+    env = {**_telemetry_off(), "EPISTEMIC_GRAPH_KVCACHE_TOKEN": engine.token.get_secret_value()}
+    try:
+        status = managed.start(server, env=env, ready_timeout_s=SERVER_READY_S)
+        yield StackServer(managed, status, port)
+    finally:
+        managed.stop(term_wait_s=15.0)
+
+
+def _telemetry_off() -> dict[str, str]:
+    return {"PYTHONHASHSEED": "0", "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
+
+
+@dataclass(frozen=True)
+class Completion:
+    prompt_tokens: int
+    cached_tokens: int
+    logprobs: list[float]
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class MpVllm:
+    managed: ManagedVllm
+    status: VllmStatus
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.status.port}"
+
+    def complete(self, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
+        """Greedy completion of a token-id prompt with each generated token's logprob."""
+        began = time.perf_counter()
+        response = httpx.post(
+            f"{self.root_url}/v1/completions",
+            json={
+                "model": MODEL_NAME,
+                "prompt": list(token_ids),
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "logprobs": 1,
+            },
+            timeout=300.0,
+        )
+        elapsed = time.perf_counter() - began
+        response.raise_for_status()
+        body = response.json()
+        usage = body["usage"]
+        details = usage.get("prompt_tokens_details") or {}
+        return Completion(
+            prompt_tokens=int(usage["prompt_tokens"]),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+            logprobs=[float(x) for x in body["choices"][0]["logprobs"]["token_logprobs"]],
+            elapsed_s=elapsed,
+        )
+
+
+@contextmanager
+def mp_vllm(
+    data_dir: Path,
+    server: StackServer,
+    *,
+    kv_connector: str,
+    model_dir: Path | None = None,
+    **launch_overrides: object,
+) -> Iterator[MpVllm]:
+    """A vLLM with LMCache's MP connector (`kv_connector` mp_native or redis_resp: the same on
+    vLLM's side) to `server`, stopped when the block exits."""
+    managed = ManagedVllm(data_dir, python=require_mp_connector())
+    values: dict[str, object] = {"kv_connector": kv_connector, "lmcache_port": server.port}
+    values.update(launch_overrides)
+    launch = fast_cpu_launch(model_dir or tiny_model_dir(), free_port(), **values)
+    with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache_root:
+        env = {**offline_environment(Path(cache_root)), "GLOO_SOCKET_IFNAME": "lo"}
+        try:
+            status = managed.start(
+                launch, env=env, ready_timeout_s=READY_TIMEOUT_S, platform=VLLM_CPU
+            )
+            yield MpVllm(managed, status)
+        finally:
+            managed.stop(term_wait_s=30.0)
