@@ -10,6 +10,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 
@@ -22,6 +23,9 @@ class LmcacheStatus(BaseModel):
     version: str | None = None
     unhealthy_l2: list[str] = Field(
         default_factory=list, description="Type of each L2 adapter reporting is_healthy=false."
+    )
+    report: LmcacheServerReport = Field(
+        default_factory=LmcacheServerReport, description="From GET /status."
     )
 
 
@@ -48,16 +52,17 @@ class LmcacheHttp:
             return health
         status = await self._get("/status")
         version = await self._get("/lmc_version")
-        adapters = status.get("l2_adapters") if isinstance(status, dict) else None
+        report = report_from_status(status if isinstance(status, dict) else {})
         unhealthy = [
-            str(adapter.get("type", f"adapter {index}"))
-            for index, adapter in enumerate(adapters if isinstance(adapters, list) else [])
-            if isinstance(adapter, dict) and adapter.get("is_healthy") is False
+            str(adapter.detail.get("type", f"adapter {adapter.index}"))
+            for adapter in report.l2_adapters
+            if adapter.healthy is False
         ]
         return LmcacheStatus(
             healthy=isinstance(health, dict) and health.get("status") == "healthy",
             version=None if isinstance(version, Unavailable) else str(version),
             unhealthy_l2=unhealthy,
+            report=report,
         )
 
     async def _get(self, path: str) -> Any:
