@@ -7,16 +7,21 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 from pydantic import SecretStr
 
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.resp_wire import resp_ping
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
+from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, ProcessSpec, plan_lmcache
 from graph_kvcache_mcp.errors import EngineProcessError, LmcacheProcessError
+from graph_kvcache_mcp.services.stack_check import check_stack
 from tests.support.engines import RunningEngine, running_engine
 from tests.support.lmcache import TEST_MODEL, require_lmcache
 
@@ -25,6 +30,13 @@ from tests.support.lmcache import TEST_MODEL, require_lmcache
 def resp_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
     with running_engine(tmp_path_factory.mktemp("engine-resp"), "durable", resp=True) as engine:
         yield engine
+
+
+async def diagnose(data_dir: Path) -> StackDiagnosis:
+    vllm_url = f"http://127.0.0.1:{free_port()}/v1"
+    settings = Settings.build(data_dir=data_dir, vllm_base_url=vllm_url)
+    async with VllmClient(vllm_url, timeout_s=5.0, max_retries=0) as client:
+        return await check_stack(settings, client)
 
 
 def resp_server_plan(*, port: int, http_port: int) -> ProcessSpec:
@@ -115,6 +127,11 @@ def test_a_resp_server_keeps_the_password_off_its_command_line_and_flags_an_engi
         )
         with pytest.raises(LmcacheProcessError, match="gone"):
             start_resp_lmcache(engine, lmcache, server, env={}, ready_timeout_s=60)
+        # diagnose_stack finds the managed server by itself and says what to do
+        diagnosis = anyio.run(diagnose, tmp_path)
+        found = {f.id: f for f in diagnosis.findings}
+        assert "restart the lmcache server" in found["lmcache_resp_engine_restarted"].fix
+        assert ("lmcache", True) in [(c.component, c.reachable) for c in diagnosis.checked]
         assert json.loads((tmp_path / "lmcache" / "state.json").read_text())["resp_peer"]
     finally:
         lmcache.stop(term_wait_s=15.0)
