@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Annotated, Any, Literal
 
@@ -14,20 +15,26 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus
 from graph_kvcache_mcp.connectors.vllm.process import Progress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import (
     ConfigError,
+    EngineProcessError,
     FileRefused,
     InvalidValue,
+    LmcacheProcessError,
     VllmProcessError,
     VllmRequestError,
 )
 from graph_kvcache_mcp.services import vllm as vllm_service
 from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut, measure_restart_reuse
+from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -166,11 +173,22 @@ async def vllm_start(
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
     ] = 600.0,
+    lmcache_port: Annotated[
+        int, Field(ge=1024, le=65535, description="mp_native: the lmcache server's port.")
+    ] = 5555,
+    lmcache_http_port: Annotated[
+        int, Field(ge=1024, le=65535, description="mp_native: its HTTP port (/metrics).")
+    ] = 8080,
+    chunk_size: Annotated[
+        int | None, Field(ge=32, description="mp_native: tokens per LMCache chunk (256).")
+    ] = None,
 ) -> VllmStatusOut:
     """Start (or reuse) a loopback vLLM with prefix caching and cached-token counts
     (CPU-safe flags without a GPU). Reports progress; returns once healthy; keeps running after
-    this server exits (see vllm_stop)."""
-    access = state_of(ctx).vllm
+    this server exits (see vllm_stop). kv_connector=mp_native first starts the engine and an
+    lmcache server (its L1; the engine is L2)."""
+    state = state_of(ctx)
+    access = state.vllm
     try:
         launch = VllmLaunch(
             model=model,
@@ -183,8 +201,14 @@ async def vllm_start(
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             dev_mode=dev_mode,
             kv_connector=kv_connector,
+            lmcache_port=lmcache_port,
             extra_args=tuple(extra_args or ()),
         )
+        if launch.kv_connector in MP_CONNECTORS:
+            options = StackOptions(http_port=lmcache_http_port, chunk_size=chunk_size)
+            out = await _start_stack(ctx, launch, options, ready_timeout_s)
+            await access.use(out.tools_base_url)
+            return out
         env = engine_environment(access.settings) if launch.needs_engine_environment else None
         out = await anyio.to_thread.run_sync(
             partial(
@@ -197,10 +221,34 @@ async def vllm_start(
                 calls_base_url=access.base_url,
             )
         )
-    except (VllmProcessError, ConfigError) as exc:
+    except (VllmProcessError, LmcacheProcessError, EngineProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
     await access.use(out.tools_base_url)
     return out
+
+
+async def _start_stack(
+    ctx: Context[Any], launch: VllmLaunch, options: StackOptions, ready_timeout_s: float
+) -> VllmStatusOut:
+    """Engine (this session's), lmcache server (its lease), then vLLM."""
+    state = state_of(ctx)
+
+    async def ensure_engine() -> None:
+        await state.kv.client()
+
+    async def start_lmcache(server: ProcessSpec, env: Mapping[str, str]) -> LmcacheStatus:
+        return await state.lmcache.start(server, env=env)
+
+    return await start_mp_stack(
+        state.vllm.managed,
+        launch,
+        state.settings,
+        ensure_engine=ensure_engine,
+        start_lmcache=start_lmcache,
+        options=options,
+        ready_timeout_s=ready_timeout_s,
+        progress=_progress_reporter(ctx),
+    )
 
 
 async def vllm_stop(

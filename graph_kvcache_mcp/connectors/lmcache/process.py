@@ -50,9 +50,9 @@ LMCACHE_HOST = "127.0.0.1"
 ENTRY_MODULE = "lmcache.cli.main"
 DEFAULT_READY_TIMEOUT_S = 180.0
 INSTALL_HINT = (
-    "install LMCache into its own venv (`pip install torch==2.13.0` for CPU first, then "
-    "`pip install lmcache==0.5.6` and `pip install --no-deps graph-kvcache-mcp` for our adapter) "
-    "and point GRAPH_KVCACHE_LMCACHE_PYTHON at that venv's python"
+    "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
+    "`pip install --no-deps graph-kvcache-mcp` for our adapter) or a venv of its own, and point "
+    "GRAPH_KVCACHE_LMCACHE_PYTHON (or GRAPH_KVCACHE_VLLM_PYTHON) at that venv's python"
 )
 
 
@@ -101,6 +101,9 @@ class LmcacheStopResult(BaseModel):
     pid: int | None = None
     data_dir: str
     reason: str | None = None
+    also_stopped: list[str] = Field(
+        default_factory=list, description="What was stopped before it (a vLLM that used it)."
+    )
 
 
 class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):

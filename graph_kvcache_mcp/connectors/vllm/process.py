@@ -37,6 +37,7 @@ from graph_kvcache_mcp.connectors.vllm.health import last_log_line, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
+    LMCACHE_MP_HINT,
     VLLM_HOST,
     check_vllm_importable,
     child_environment,
@@ -132,6 +133,8 @@ class ManagedVllm:
             return self._reuse_foreign(launch, wanted)
         check_vllm_importable(self.python)
         plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
+        if launch.kv_connector in ("mp_native", "redis_resp"):
+            check_vllm_importable(self.python, module="lmcache", hint=LMCACHE_MP_HINT)
         if launch.kv_connector == "engine":
             check_vllm_importable(
                 self.python,
