@@ -43,6 +43,7 @@ from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError, describe_validation
 from graph_kvcache_mcp.services import vllm as vllm_service
 from graph_kvcache_mcp.services.vllm_restart_reuse import (
+    RestartMode,
     RestartReuseOut,
     ReuseCall,
     measure_restart_reuse,
@@ -139,6 +140,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     reuse.add_argument("--prompt-tokens", type=int, default=2048)
     reuse.add_argument("--ready-timeout-s", type=float, default=600.0)
+    reuse.add_argument(
+        "--restart",
+        choices=get_args(RestartMode),
+        default="vllm",
+        help="vllm, or stack (mp_native: the lmcache server too, so hits come from the engine)",
+    )
     reuse.set_defaults(handler=run_restart_reuse)
 
     stop = verbs.add_parser("stop", parents=[parent], help="stop the vLLM we started")
@@ -287,6 +294,7 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
             prompt_tokens=args.prompt_tokens,
             env=engine_environment(settings),
             ready_timeout_s=args.ready_timeout_s,
+            mode=args.restart,
             progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
         )
     )

@@ -33,7 +33,11 @@ from graph_kvcache_mcp.errors import (
     VllmRequestError,
 )
 from graph_kvcache_mcp.services import vllm as vllm_service
-from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut, measure_restart_reuse
+from graph_kvcache_mcp.services.vllm_restart_reuse import (
+    RestartMode,
+    RestartReuseOut,
+    measure_restart_reuse,
+)
 from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
@@ -335,10 +339,14 @@ async def vllm_restart_reuse(
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="How long the restarted vLLM may take.")
     ] = 600.0,
+    restart: Annotated[
+        RestartMode,
+        Field(description="vllm; or stack (mp_native): the lmcache server too, so hits are L2."),
+    ] = "vllm",
 ) -> RestartReuseOut:
-    """On the managed vLLM started with kv_connector=engine: a long prompt cold, a vLLM
-    restart, the same prompt again. Returns both TTFTs, cached tokens by tier and engine
-    bytes. The restart drops vLLM's own cache and takes as long as a start."""
+    """On the managed vLLM started with kv_connector=engine or mp_native: a long prompt cold,
+    a restart, the same prompt again. Returns both TTFTs, cached tokens by tier (LMCache L1/L2)
+    and engine bytes. The restart drops vLLM's own cache and takes as long as a start."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:
@@ -349,8 +357,9 @@ async def vllm_restart_reuse(
             env=engine_environment(settings),
             ready_timeout_s=ready_timeout_s,
             progress=_progress_reporter(ctx),
+            mode=restart,
         )
-    except (VllmProcessError, ConfigError) as exc:
+    except (VllmProcessError, LmcacheProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
 
 

@@ -63,6 +63,11 @@ class LmcacheState(LeasedState):
     port: int
     http_port: int
     http_url: str
+    plan_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="The plan's environment with `${NAME}` references, never their values: a "
+        "restart fills them in again.",
+    )
 
 
 class LmcacheStatus(BaseModel):
@@ -162,6 +167,28 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             self._check_importable()
             return self._launch(server, env, port, http_port, ready_timeout_s, runs_until_stop)
 
+    def restart(
+        self, *, env: Mapping[str, str], ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    ) -> LmcacheStatus:
+        """Stop our server and start the very same command again (its L1 starts empty; its L2,
+        the engine, keeps what was stored). `env` fills in the recorded plan environment.
+
+        Raises:
+            LmcacheProcessError: no server of ours runs, or the new one is not healthy in time.
+        """
+        with self._exclusive():
+            state = self.running_state()
+            if state is None:
+                raise LmcacheProcessError(
+                    f"no lmcache server started from {self.data_dir} is running; start one "
+                    "with lmcache_start or vllm_start kv_connector=mp_native"
+                )
+            self._stop(self.TERM_WAIT_S)
+            server = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+            return self._launch(
+                server, env, state.port, state.http_port, ready_timeout_s, state.runs_until_stop
+            )
+
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
         """The recorded server when it is still the process we started; a stale record is
         cleared when `tidy` (read-only callers leave everything as it is)."""
@@ -253,6 +280,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             http_port=http_port,
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
             runs_until_stop=runs_until_stop,
+            plan_env=dict(server.env),
         )
         self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, began)

@@ -180,8 +180,10 @@ class ManagedVllm:
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         progress: Progress | None = None,
+        while_stopped: Callable[[], object] | None = None,
     ) -> VllmStatus:
-        """Stop our server and start the very same command again (flags, port, data dir).
+        """Stop our server and start the very same command again (flags, port, data dir);
+        `while_stopped` runs in between (e.g. restart the lmcache server vLLM connects to).
 
         Of the environment only the plan's own part is recorded (the rest may hold secrets):
         the restart gets that again, with `env` added to this process's own, as for `start`.
@@ -195,6 +197,8 @@ class ManagedVllm:
                 f"no vLLM started from {self.data_dir} is running; start one with vllm_start"
             )
         self.stop()
+        if while_stopped is not None:
+            while_stopped()
         launch = VllmLaunch(
             model=state.model,
             port=state.port,
