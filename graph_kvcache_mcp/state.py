@@ -13,6 +13,7 @@ import anyio
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
+from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.services.bundles import BundleCounters
@@ -65,7 +66,10 @@ class AppState:
     def __post_init__(self) -> None:
         self.kv = KvAccess(self.settings)
         self.vllm = VllmAccess(self.settings)
-        self.lmcache = LmcacheAccess(self.settings)
+        data_dir = self.settings.data_dir
+        self.lmcache = LmcacheAccess(
+            self.settings, dependents=lambda server: dependency_reason(data_dir, server)
+        )
         self.closed = anyio.Event()
 
     async def startup(self) -> None:

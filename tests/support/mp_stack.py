@@ -1,9 +1,8 @@
 """The design's stack for tests and benches: a real engine, a real managed `lmcache server` (from
 .venv-lmcache) with either L2 adapter, and real CPU vLLMs with LMCache's MP connector.
 
-- `resp_server` / `native_server`: the generator's `redis_resp` / `mp_native` server plus the CPU
-  flags (eager small L1, `--supported-transfer-mode auto` with its own `--shm-name`), started by
-  the project's own lifecycle code and stopped when the block exits.
+- `resp_server` / `native_server`: the generator's `redis_resp` / `mp_native` server for a CPU
+  vLLM (small L1), started by the project's own lifecycle code and stopped when the block exits.
 - `mp_vllm`: a vLLM whose KV connector is `LMCacheMPConnector` to such a server (vLLM's venv must
   hold lmcache).
 - `complete`: a greedy token-id completion with logprobs, so a test compares restored KV with
@@ -34,6 +33,7 @@ from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.lmcache import require_lmcache
 from tests.support.vllm import (
+    BLOCK_SIZE,
     MODEL_NAME,
     READY_TIMEOUT_S,
     VLLM_CPU,
@@ -96,17 +96,12 @@ def server_plan(facts: ModelFacts, mode: Mode, engine_url: str, *, port: int) ->
             lmcache_http_port=free_port(),
             l1_size_gb=0.25,
             num_workers=2,
+            vllm_block_size=BLOCK_SIZE,
+            cpu=True,  # the shared-memory transfer path a CPU worker registers with
         ),
     )
     assert plan.lmcache_server is not None
-    cpu = [
-        "--no-l1-use-lazy",
-        "--supported-transfer-mode",
-        "auto",
-        "--shm-name",
-        f"gkm-test-{port}",
-    ]
-    return plan.lmcache_server.model_copy(update={"argv": [*plan.lmcache_server.argv, *cpu]})
+    return plan.lmcache_server
 
 
 @contextmanager

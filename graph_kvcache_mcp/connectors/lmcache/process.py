@@ -55,9 +55,9 @@ LMCACHE_HOST = "127.0.0.1"
 ENTRY_MODULE = "lmcache.cli.main"
 DEFAULT_READY_TIMEOUT_S = 180.0
 INSTALL_HINT = (
-    "install LMCache into its own venv (`pip install torch==2.13.0` for CPU first, then "
-    "`pip install lmcache==0.5.6` and `pip install --no-deps graph-kvcache-mcp` for our adapter) "
-    "and point GRAPH_KVCACHE_LMCACHE_PYTHON at that venv's python"
+    "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
+    "`pip install --no-deps graph-kvcache-mcp` for our adapter) or a venv of its own, and point "
+    "GRAPH_KVCACHE_LMCACHE_PYTHON (or GRAPH_KVCACHE_VLLM_PYTHON) at that venv's python"
 )
 
 
@@ -79,6 +79,11 @@ class LmcacheState(LeasedState):
     http_port: int
     http_url: str
     resp_peer: RespPeer | None = None
+    plan_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="The plan's environment with `${NAME}` references, never their values: a "
+        "restart fills them in again.",
+    )
 
 
 class LmcacheStatus(BaseModel):
@@ -122,6 +127,9 @@ class LmcacheStopResult(BaseModel):
     pid: int | None = None
     data_dir: str
     reason: str | None = None
+    also_stopped: list[str] = Field(
+        default_factory=list, description="What was stopped before it (a vLLM that used it)."
+    )
 
 
 class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
@@ -189,6 +197,39 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             self._check_importable()
             return self._launch(
                 server, env, port, http_port, ready_timeout_s, runs_until_stop, resp_peer
+            )
+
+    def restart(
+        self,
+        *,
+        env: Mapping[str, str],
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        resp_peer: RespPeer | None = None,
+    ) -> LmcacheStatus:
+        """Stop our server and start the very same command again (its L1 starts empty; its L2,
+        the engine, keeps what was stored). `env` fills in the recorded plan environment;
+        `resp_peer` is the engine process a `resp` adapter connects to now (`stack.resp`).
+
+        Raises:
+            LmcacheProcessError: no server of ours runs, or the new one is not healthy in time.
+        """
+        with self._exclusive():
+            state = self.running_state()
+            if state is None:
+                raise LmcacheProcessError(
+                    f"no lmcache server started from {self.data_dir} is running; start one "
+                    "with lmcache_start or vllm_start kv_connector=mp_native"
+                )
+            self._stop(self.TERM_WAIT_S)
+            server = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+            return self._launch(
+                server,
+                env,
+                state.port,
+                state.http_port,
+                ready_timeout_s,
+                state.runs_until_stop,
+                resp_peer,
             )
 
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
@@ -284,6 +325,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
             runs_until_stop=runs_until_stop,
             resp_peer=resp_peer,
+            plan_env=dict(server.env),
         )
         self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, began)

@@ -103,3 +103,33 @@ def start_resp_lmcache(
         runs_until_stop=runs_until_stop,
         resp_peer=launch.peer,
     )
+
+
+def restart_resp_lmcache(
+    engine: ManagedEngine,
+    lmcache: ManagedLmcache,
+    *,
+    env: Mapping[str, str],
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+) -> LmcacheStatus:
+    """Restart the managed `redis_resp` server with the same command, once `engine`'s wire has
+    answered: its new adapter connects to the engine that runs now.
+
+    Raises:
+        LmcacheProcessError: no resp server of ours runs, the wire does not answer, or it moved
+            to another port (start the stack again then).
+    """
+    state = lmcache.running_state()
+    if state is None or state.resp_peer is None:
+        raise LmcacheProcessError(
+            f"no redis_resp lmcache server started from {lmcache.data_dir} is running"
+        )
+    recorded = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+    launch = prepare_resp_launch(engine, recorded, env)
+    if launch.server.argv != recorded.argv:
+        raise LmcacheProcessError(
+            f"the engine's RESP wire is now at {launch.peer.address}, not "
+            f"{state.resp_peer.address}: stop the stack (vllm_stop, lmcache_stop) and start it "
+            "again with vllm_start kv_connector=redis_resp"
+        )
+    return lmcache.restart(env=launch.env, ready_timeout_s=ready_timeout_s, resp_peer=launch.peer)

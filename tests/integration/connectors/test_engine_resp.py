@@ -40,16 +40,19 @@ async def diagnose(data_dir: Path) -> StackDiagnosis:
 
 
 def resp_server_plan(*, port: int, http_port: int) -> ProcessSpec:
-    """The generator's redis_resp server, plus the CPU flags (eager small L1, auto transfer)."""
+    """The generator's redis_resp server for a CPU vLLM, with a small L1."""
     plan = plan_lmcache(
         TEST_MODEL,
         LmcacheChoices(
-            mode="redis_resp", lmcache_port=port, lmcache_http_port=http_port, l1_size_gb=0.1
+            mode="redis_resp",
+            lmcache_port=port,
+            lmcache_http_port=http_port,
+            l1_size_gb=0.1,
+            cpu=True,
         ),
     )
     assert plan.lmcache_server is not None
-    extra = ["--no-l1-use-lazy", "--supported-transfer-mode", "auto"]
-    return plan.lmcache_server.model_copy(update={"argv": [*plan.lmcache_server.argv, *extra]})
+    return plan.lmcache_server
 
 
 def test_the_resp_wire_answers_its_derived_password_and_refuses_another(
