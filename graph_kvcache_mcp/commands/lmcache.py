@@ -15,6 +15,7 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_UNAVAILABLE,
     common_options,
     emit,
+    note,
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
@@ -172,8 +173,11 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     )
     env = server_environment(server.env, settings)
     if plan.mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
+        engine = ManagedEngine(settings.data_dir)
+        if settings.kv_url is None:
+            engine.start(resp=True, progress=None if args.json else note)
         status = start_resp_lmcache(
-            ManagedEngine(settings.data_dir),
+            engine,
             managed,
             server,
             env=env,

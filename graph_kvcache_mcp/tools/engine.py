@@ -81,16 +81,13 @@ async def engine_start(
         int | None,
         Field(ge=1024, le=65535, description="Loopback port; default: a free one."),
     ] = None,
-    resp: Annotated[
-        bool, Field(description="Also open its RESP wire (for lmcache mode redis_resp).")
-    ] = False,
 ) -> EngineStatusOut:
     """Start the managed local engine (or reuse the running one); returns once it answers. This
     session holds a lease: the engine stops when the last session using it exits (unless
     --keep-engine)."""
     access = state_of(ctx).kv
     try:
-        status = await access.start_engine(backend=backend, port=port, resp=resp)
+        status = await access.start_engine(backend=backend, port=port)
     except ProcessError as exc:
         raise ToolError(str(exc)) from exc
     return EngineStatusOut.build(status, access)

@@ -22,7 +22,7 @@ from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
 from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import ConfigError, LmcacheProcessError
+from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.services.lmcache_check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,
@@ -272,7 +272,10 @@ async def lmcache_start(
     try:
         peer = None
         if mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
-            engine, planned_env = state_of(ctx).kv.engine, env
+            kv = state_of(ctx).kv
+            if settings.kv_url is None:
+                await kv.start_engine(resp=True)
+            engine, planned_env = kv.engine, env
             launch = await anyio.to_thread.run_sync(
                 lambda: prepare_resp_launch(engine, server, planned_env)
             )
@@ -280,7 +283,7 @@ async def lmcache_start(
         status = await access.start(
             server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
         )
-    except LmcacheProcessError as exc:
+    except (LmcacheProcessError, EngineProcessError) as exc:
         raise ToolError(str(exc)) from exc
     return LmcacheStatusOut.build(status, access)
 
