@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats  # noqa: E402
 from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
 from tests.support.processes import wait_until  # noqa: E402
-from tests.support.vllm import ARTIFACTS, BUILDER, VLLM_PYTHON  # noqa: E402
+from tests.support.vllm import bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import (  # noqa: E402
     ConnectorVllm,
     connector_vllm,
@@ -42,14 +41,6 @@ from tests.support.vllm_connector import (  # noqa: E402
 RATIO_GOAL = 3.0
 BYTES_GOAL = 1.05
 BLOCK_SIZE = 32
-
-
-def build_model(layers: int, hidden: int, kv_heads: int) -> Path:
-    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
-    if not (out / "config.json").exists():
-        size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
-        subprocess.run([str(VLLM_PYTHON), str(BUILDER), str(out), *size], check=True)
-    return out
 
 
 def stored_bytes(client: SyncKvClient) -> int:
@@ -75,7 +66,7 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--kv-heads", type=int, default=16)
     args = parser.parse_args()
-    model = build_model(args.layers, args.hidden, args.kv_heads)
+    model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
     kv_bytes_per_token = 2 * args.layers * args.kv_heads * 64 * 2  # K and V, bf16, head dim 64
     saved = [random_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
     fresh = [random_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]

@@ -85,13 +85,15 @@ class StackServer:
         return value
 
 
-def server_plan(facts: ModelFacts, mode: Mode, engine_url: str, *, port: int) -> ProcessSpec:
+def server_plan(
+    facts: ModelFacts, mode: Mode, engine_url: str, *, port: int, chunk_tokens: int = CHUNK_TOKENS
+) -> ProcessSpec:
     plan = plan_lmcache(
         facts,
         LmcacheChoices(
             mode=mode,
             engine_url=engine_url,
-            chunk_size=CHUNK_TOKENS,
+            chunk_size=chunk_tokens,
             lmcache_port=port,
             lmcache_http_port=free_port(),
             l1_size_gb=0.25,
@@ -121,12 +123,12 @@ def resp_server(data_dir: Path, engine: RunningEngine, facts: ModelFacts) -> Ite
 
 @contextmanager
 def native_server(
-    data_dir: Path, engine: RunningEngine, facts: ModelFacts
+    data_dir: Path, engine: RunningEngine, facts: ModelFacts, *, chunk_tokens: int = CHUNK_TOKENS
 ) -> Iterator[StackServer]:
     """An `mp_native` server whose L2 is our adapter on `engine`'s `/kv`."""
     managed = ManagedLmcache(data_dir, python=require_lmcache().with_name("python"))
     port = free_port()
-    server = server_plan(facts, "mp_native", engine.base_url, port=port)
+    server = server_plan(facts, "mp_native", engine.base_url, port=port, chunk_tokens=chunk_tokens)
     env = {**_telemetry_off(), "EPISTEMIC_GRAPH_KVCACHE_TOKEN": engine.token.get_secret_value()}
     try:
         status = managed.start(server, env=env, ready_timeout_s=SERVER_READY_S)
