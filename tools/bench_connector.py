@@ -32,11 +32,7 @@ from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
 from tests.support.processes import wait_until  # noqa: E402
 from tests.support.vllm import bench_model_dir  # noqa: E402
-from tests.support.vllm_connector import (  # noqa: E402
-    ConnectorVllm,
-    connector_vllm,
-    random_prompt,
-)
+from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 
 RATIO_GOAL = 3.0
 BYTES_GOAL = 1.05
@@ -47,15 +43,6 @@ def stored_bytes(client: SyncKvClient) -> int:
     stats = client.engine_stats()
     assert isinstance(stats, EngineStats) and stats.resident_bytes is not None, stats
     return stats.resident_bytes
-
-
-def ttfts(server: ConnectorVllm, prompts: list[list[int]]) -> tuple[list[float], list[int]]:
-    times, cached = [], []
-    for prompt in prompts:
-        answer = server.complete(prompt, max_tokens=1)
-        times.append(answer.elapsed_s)
-        cached.append(answer.cached_tokens)
-    return times, cached
 
 
 def main() -> int:

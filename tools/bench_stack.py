@@ -26,38 +26,21 @@ import argparse
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support has the model builder and the stack helpers
 
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine  # noqa: E402
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config  # noqa: E402
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config  # noqa: E402
-from tests.support.engines import RunningEngine  # noqa: E402
-from tests.support.mp_stack import MpVllm, mp_vllm, native_server  # noqa: E402
+from tests.support.engines import running_engine  # noqa: E402
+from tests.support.mp_stack import mp_vllm, native_server  # noqa: E402
 from tests.support.vllm import bench_model_dir  # noqa: E402
-from tests.support.vllm_connector import (  # noqa: E402
-    ConnectorVllm,
-    connector_vllm,
-    random_prompt,
-)
+from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 
 RATIO_GOAL = 3.0
 L2_STORED = "lmcache_mp_l2_store_completed_objects_chunks_total"
 CHUNK_TOKENS = 256
-
-
-def ttfts(
-    server: MpVllm | ConnectorVllm, prompts: Sequence[list[int]]
-) -> tuple[list[float], list[int]]:
-    times, cached = [], []
-    for prompt in prompts:
-        answer = server.complete(prompt, max_tokens=1)
-        times.append(answer.elapsed_s)
-        cached.append(answer.cached_tokens)
-    return times, cached
 
 
 def main() -> int:
@@ -79,49 +62,44 @@ def main() -> int:
         "kv_cache_memory_bytes": 2 * 1024**3,
     }
     phases: dict[str, tuple[list[float], list[int]]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-stack-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-stack-") as tmp,
+        running_engine(Path(tmp) / "engine", "memory") as engine,
+    ):
         root = Path(tmp)
-        managed = ManagedEngine(root / "engine")
-        managed.start(backend="memory")
-        state = managed.running_state()
-        assert state is not None
-        engine = RunningEngine(managed, state.base_url, managed.token(), "memory")
-        try:
-            with native_server(root / "lmc", engine, facts, chunk_tokens=CHUNK_TOKENS) as server:
-                with mp_vllm(
-                    root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
-                ) as s:
-                    s.complete(warmup[0], max_tokens=1)
-                    phases["stack cold (run 1)"] = ttfts(s, saved)
-                server.wait_counter(L2_STORED, at_least=chunks, timeout_s=600)
-                with mp_vllm(
-                    root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
-                ) as s:
-                    s.complete(warmup[1], max_tokens=1)
-                    phases["LMCache L1 (vLLM restarted)"] = ttfts(s, saved)
-                    phases["cold (fresh prompts)"] = ttfts(s, fresh)
-            # a new server (empty L1) and a new vLLM: every hit comes from the engine
-            with (
-                native_server(root / "lmc", engine, facts, chunk_tokens=CHUNK_TOKENS) as server,
-                mp_vllm(
-                    root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
-                ) as s,
-            ):
-                s.complete(warmup[2], max_tokens=1)
-                phases["engine via LMCache L2 (server + vLLM restarted)"] = ttfts(s, saved)
-            direct = {**overrides, "kv_connector": "engine"}
-            with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
-                c.complete(warmup[3], max_tokens=1)
-                ttfts(c, saved)  # cold: the connector saves every block
-            with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
-                c.complete(warmup[4], max_tokens=1)
-                phases["EngineKVConnector (vLLM restarted)"] = ttfts(c, saved)
-            plain = {**overrides, "kv_connector": "none"}
-            with connector_vllm(root / "p", engine, model_dir=model, **plain) as c:
-                c.complete(warmup[5], max_tokens=1)
-                phases["no connector (fresh prompts)"] = ttfts(c, fresh)
-        finally:
-            managed.stop(term_wait_s=5.0)
+        with native_server(root / "lmc", engine, facts, chunk_tokens=CHUNK_TOKENS) as server:
+            with mp_vllm(
+                root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
+            ) as s:
+                s.complete(warmup[0], max_tokens=1)
+                phases["stack cold (run 1)"] = ttfts(s, saved)
+            server.wait_counter(L2_STORED, at_least=chunks, timeout_s=600)
+            with mp_vllm(
+                root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
+            ) as s:
+                s.complete(warmup[1], max_tokens=1)
+                phases["LMCache L1 (vLLM restarted)"] = ttfts(s, saved)
+                phases["cold (fresh prompts)"] = ttfts(s, fresh)
+        # a new server (empty L1) and a new vLLM: every hit comes from the engine
+        with (
+            native_server(root / "lmc", engine, facts, chunk_tokens=CHUNK_TOKENS) as server,
+            mp_vllm(
+                root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
+            ) as s,
+        ):
+            s.complete(warmup[2], max_tokens=1)
+            phases["engine via LMCache L2 (server + vLLM restarted)"] = ttfts(s, saved)
+        direct = {**overrides, "kv_connector": "engine"}
+        with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
+            c.complete(warmup[3], max_tokens=1)
+            ttfts(c, saved)  # cold: the connector saves every block
+        with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
+            c.complete(warmup[4], max_tokens=1)
+            phases["EngineKVConnector (vLLM restarted)"] = ttfts(c, saved)
+        plain = {**overrides, "kv_connector": "none"}
+        with connector_vllm(root / "p", engine, model_dir=model, **plain) as c:
+            c.complete(warmup[5], max_tokens=1)
+            phases["no connector (fresh prompts)"] = ttfts(c, fresh)
     return report(args, phases)
 
 

@@ -5,8 +5,8 @@
   vLLM (small L1), started by the project's own lifecycle code and stopped when the block exits.
 - `mp_vllm`: a vLLM whose KV connector is `LMCacheMPConnector` to such a server (vLLM's venv must
   hold lmcache).
-- `complete`: a greedy token-id completion with logprobs, so a test compares restored KV with
-  the cold run's.
+- `MpVllm.complete`: a greedy token-id completion with logprobs (`vllm_connector.complete`), so
+  a test compares restored KV with the cold run's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
@@ -34,7 +32,6 @@ from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.lmcache import require_lmcache
 from tests.support.vllm import (
     BLOCK_SIZE,
-    MODEL_NAME,
     READY_TIMEOUT_S,
     VLLM_CPU,
     fast_cpu_launch,
@@ -42,6 +39,7 @@ from tests.support.vllm import (
     require_vllm_venv,
     tiny_model_dir,
 )
+from tests.support.vllm_connector import Completion, complete
 
 CHUNK_TOKENS = 64
 SERVER_READY_S = 240.0
@@ -142,14 +140,6 @@ def _telemetry_off() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Completion:
-    prompt_tokens: int
-    cached_tokens: int
-    logprobs: list[float]
-    elapsed_s: float
-
-
-@dataclass(frozen=True)
 class MpVllm:
     managed: ManagedVllm
     status: VllmStatus
@@ -160,29 +150,7 @@ class MpVllm:
 
     def complete(self, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
         """Greedy completion of a token-id prompt with each generated token's logprob."""
-        began = time.perf_counter()
-        response = httpx.post(
-            f"{self.root_url}/v1/completions",
-            json={
-                "model": MODEL_NAME,
-                "prompt": list(token_ids),
-                "max_tokens": max_tokens,
-                "temperature": 0,
-                "logprobs": 1,
-            },
-            timeout=300.0,
-        )
-        elapsed = time.perf_counter() - began
-        response.raise_for_status()
-        body = response.json()
-        usage = body["usage"]
-        details = usage.get("prompt_tokens_details") or {}
-        return Completion(
-            prompt_tokens=int(usage["prompt_tokens"]),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-            logprobs=[float(x) for x in body["choices"][0]["logprobs"]["token_logprobs"]],
-            elapsed_s=elapsed,
-        )
+        return complete(self.root_url, token_ids, max_tokens=max_tokens)
 
 
 @contextmanager

@@ -129,7 +129,7 @@ def environment_value(pid: int, name: str) -> str | None:
 
 def kv_connector_of(command: tuple[str, ...]) -> str | None:
     """The `kv_connector` named by a command's --kv-transfer-config, None without one."""
-    config = _transfer_config(command)
+    config = transfer_config_of(command)
     if config is None:
         return None
     if isinstance(config, str):
@@ -139,7 +139,7 @@ def kv_connector_of(command: tuple[str, ...]) -> str | None:
 
 def lmcache_target_of(command: tuple[str, ...]) -> str | None:
     """host:port of the lmcache server an MP connector's --kv-transfer-config names."""
-    config = _transfer_config(command)
+    config = transfer_config_of(command)
     extra = config.get("kv_connector_extra_config") if isinstance(config, dict) else None
     if not isinstance(extra, dict) or "lmcache.mp.port" not in extra:
         return None
@@ -147,7 +147,7 @@ def lmcache_target_of(command: tuple[str, ...]) -> str | None:
     return f"{host}:{extra['lmcache.mp.port']}"
 
 
-def _transfer_config(command: tuple[str, ...]) -> dict[str, object] | str | None:
+def transfer_config_of(command: tuple[str, ...]) -> dict[str, object] | str | None:
     """The parsed --kv-transfer-config of a command (a note when it does not parse)."""
     for index, arg in enumerate(command):
         value = None
