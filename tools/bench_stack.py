@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))  # tests.support has the model builder and the sta
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config  # noqa: E402
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config  # noqa: E402
 from tests.support.engines import running_engine  # noqa: E402
-from tests.support.mp_stack import mp_vllm, native_server  # noqa: E402
+from tests.support.l2_paths import mp_vllm, native_server  # noqa: E402
 from tests.support.vllm import bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 

@@ -34,8 +34,7 @@ from graph_kvcache_mcp.services.lmcache_plan import server_environment
 from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
 from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
 from tests.support.engines import RunningEngine
-from tests.support.lmcache import engine_stats, require_lmcache
-from tests.support.mp_stack import (
+from tests.support.l2_paths import (
     CHUNK_TOKENS,
     MpVllm,
     StackServer,
@@ -43,6 +42,7 @@ from tests.support.mp_stack import (
     native_server,
     require_mp_connector,
 )
+from tests.support.lmcache import engine_stats, require_lmcache
 from tests.support.processes import wait_until
 from tests.support.vllm import (
     READY_TIMEOUT_S,
