@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import anyio
@@ -27,12 +28,15 @@ from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
-from graph_kvcache_mcp.connectors.stack.mp_stack import MP_CONNECTOR_CLASS, lmcache_port_of
+from graph_kvcache_mcp.connectors.stack.mp_stack import (
+    MP_CONNECTOR_CLASS,
+    attach_lmcache_tier,
+    lmcache_port_of,
+)
 from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
-from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, counters_moved
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.lmcache_plan import server_environment
@@ -131,7 +135,7 @@ async def measure_restart_reuse(
         async with open_client(settings, base_url=state.base_url) as client:
             prompt = await _prompt_of(client, model, prompt_tokens)
             before = await anyio.to_thread.run_sync(kv.engine_stats)
-            cold = await _call(client, prompt, model, kv, server)
+            cold = await _call(client, prompt, model, kv, server, managed.data_dir)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
         if server is not None:
             await _settled_l2_stores(server.http_url)
@@ -155,7 +159,7 @@ async def measure_restart_reuse(
         )
         restart_s = time.monotonic() - began
         async with open_client(settings, base_url=state.base_url) as client:
-            restarted = await _call(client, prompt, model, kv, server)
+            restarted = await _call(client, prompt, model, kv, server, managed.data_dir)
     finally:
         kv.close()
     blocks, stored = _stored(before, after)
@@ -245,22 +249,18 @@ async def _call(
     model: str,
     kv: SyncKvClient,
     server: LmcacheState | None,
+    data_dir: Path,
 ) -> ReuseCall:
-    """One streamed call; its trace splits the hit by tier (the client reads /metrics around
-    it while vLLM runs a KV connector), and on the MP stack the lmcache server's own counters
-    split the external part into L1 and L2."""
+    """One streamed call; its trace splits the hit by tier (the client reads vLLM's /metrics
+    around it while vLLM runs a KV connector, and on the MP stack the lmcache server's own
+    counters split the external part into L1 and L2)."""
+    if server is not None:
+        attach_lmcache_tier(client, data_dir)
     engine_before = await anyio.to_thread.run_sync(kv.engine_stats)
-    lmcache_before = await _counters(server)
     result = await client.complete(prompt, model=model, max_tokens=1, stream=True)
     if isinstance(result, Unavailable):
         raise VllmProcessError(f"vLLM does not answer: {result.reason}")
-    lmcache_after = await _counters(server)
     engine_after = await anyio.to_thread.run_sync(kv.engine_stats)
-    moved = (
-        counters_moved(lmcache_before, lmcache_after)
-        if lmcache_before is not None and lmcache_after is not None
-        else LmcacheCounters()
-    )
     trace = result.trace
     return ReuseCall(
         ttft_s=trace.ttft_s,
@@ -269,19 +269,11 @@ async def _call(
         cached_tokens=trace.prefix_cache_hit_tokens,
         external_hit_tokens=trace.external_cache_hit_tokens,
         engine_bytes_read=trace.external_bytes_read,
-        lmcache_l1_hit_tokens=moved.l1_hit_tokens,
-        lmcache_l2_hit_tokens=moved.l2_hit_tokens,
+        lmcache_l1_hit_tokens=trace.lmcache_l1_hit_tokens,
+        lmcache_l2_hit_tokens=trace.lmcache_l2_hit_tokens,
         engine_blocks_read=_get_hits(engine_before, engine_after),
         note=trace.note,
     )
-
-
-async def _counters(server: LmcacheState | None) -> LmcacheCounters | None:
-    if server is None:
-        return None
-    async with LmcacheHttp(server.http_url) as http:
-        counters = await http.counters()
-    return None if isinstance(counters, Unavailable) else counters
 
 
 async def _settled_l2_stores(http_url: str) -> None:
