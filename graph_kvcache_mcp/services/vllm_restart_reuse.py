@@ -31,9 +31,8 @@ from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLm
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
     MP_CONNECTOR_CLASS,
     attach_lmcache_tier,
-    lmcache_port_of,
 )
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats

@@ -5,7 +5,6 @@ never hangs vLLM (vLLM first, then the server: a worker whose server vanished wa
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +12,7 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
-from graph_kvcache_mcp.connectors.stack.runtime import KV_TRANSFER_FLAG, kv_connector_of
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
@@ -26,24 +25,6 @@ if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 MP_CONNECTOR_CLASS = "LMCacheMPConnector"
-
-
-def lmcache_port_of(command: tuple[str, ...]) -> int | None:
-    """The `lmcache.mp.port` a command's --kv-transfer-config points LMCache's MP connector at."""
-    for index, arg in enumerate(command):
-        value = None
-        if arg == KV_TRANSFER_FLAG and index + 1 < len(command):
-            value = command[index + 1]
-        elif arg.startswith(KV_TRANSFER_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        if value is None:
-            continue
-        try:
-            extra = json.loads(value).get("kv_connector_extra_config") or {}
-            return int(extra["lmcache.mp.port"])
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return None
-    return None
 
 
 def dependent_vllm(data_dir: Path, lmcache_port: int) -> VllmState | None:

@@ -60,16 +60,32 @@ def environment_value(pid: int, name: str) -> str | None:
 
 def kv_connector_of(command: tuple[str, ...]) -> str | None:
     """The `kv_connector` named by a command's --kv-transfer-config, None without one."""
+    value = transfer_config_text(command)
+    if value is None:
+        return None
+    try:
+        config = json.loads(value)
+    except ValueError:
+        return "unparsed --kv-transfer-config"
+    return str(config.get("kv_connector")) if isinstance(config, dict) else None
+
+
+def lmcache_port_of(command: tuple[str, ...]) -> int | None:
+    """The `lmcache.mp.port` a command's --kv-transfer-config points LMCache's MP connector at."""
+    value = transfer_config_text(command)
+    if value is None:
+        return None
+    try:
+        return int(json.loads(value)["kv_connector_extra_config"]["lmcache.mp.port"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def transfer_config_text(command: tuple[str, ...]) -> str | None:
+    """The raw value of a command's --kv-transfer-config (either spelling), None without one."""
     for index, arg in enumerate(command):
-        value = None
         if arg == KV_TRANSFER_FLAG and index + 1 < len(command):
-            value = command[index + 1]
-        elif arg.startswith(KV_TRANSFER_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            try:
-                config = json.loads(value)
-            except ValueError:
-                return "unparsed --kv-transfer-config"
-            return str(config.get("kv_connector")) if isinstance(config, dict) else None
+            return command[index + 1]
+        if arg.startswith(KV_TRANSFER_FLAG + "="):
+            return arg.split("=", 1)[1]
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_kvcache_mcp.connectors.stack.mp_stack import lmcache_port_of
+from graph_kvcache_mcp.connectors.stack.runtime import lmcache_port_of
 from graph_kvcache_mcp.domain.lmcache.metrics import (
     LmcacheCounters,
     counters_moved,
