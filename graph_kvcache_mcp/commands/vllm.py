@@ -316,11 +316,15 @@ def _describe_reuse(out: RestartReuseOut) -> str:
     def ttft(call: ReuseCall) -> str:
         return f"{call.ttft_s:.3f} s" if call.ttft_s is not None else "unknown"
 
+    warm = out.restarted
+    source = f"{warm.external_hit_tokens} from the KV tier"
+    if warm.lmcache_l1_hit_tokens is not None or warm.lmcache_l2_hit_tokens is not None:
+        source += f": LMCache L1 {warm.lmcache_l1_hit_tokens}, L2 {warm.lmcache_l2_hit_tokens}"
     lines = [
-        f"prompt {out.prompt_tokens} tokens; restart took {out.restart_s:.1f} s",
+        f"prompt {out.prompt_tokens} tokens; restarted {' and '.join(out.restarted_processes)} "
+        f"in {out.restart_s:.1f} s",
         f"  cold:      TTFT {ttft(out.cold)}, cached {out.cold.cached_tokens}",
-        f"  restarted: TTFT {ttft(out.restarted)}, cached {out.restarted.cached_tokens} "
-        f"({out.restarted.external_hit_tokens} from the engine)",
+        f"  restarted: TTFT {ttft(warm)}, cached {warm.cached_tokens} ({source})",
         f"  TTFT speed-up: {out.ttft_speedup}x; engine bytes stored {out.engine_bytes_stored}, "
         f"loaded {out.engine_bytes_loaded}",
     ]

@@ -87,7 +87,8 @@ async def metrics(
         return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
     window = delta(since, snapshot) if since is not None else None
     tier = client.meter.tier
-    lmcache = await tier.read() if tier is not None else None
+    counters = await tier.read() if tier is not None else None
+    lmcache = None if isinstance(counters, Unavailable) else counters
     return VllmMetricsOut(
         reachable=True, metrics_url=url, snapshot=snapshot, delta=window, lmcache=lmcache
     )

@@ -42,7 +42,10 @@ from tests.support.vllm import (
 )
 
 CHUNK_SIZE = 256  # the stack's default: a tool start must plan the same server to reuse it
-STACK_KV_BYTES = 128 * 1024 * 1024
+STACK_KV_BYTES = 8 * 1024 * 1024
+"""vLLM's own KV memory: 8,192 tokens of the tiny model (1 KiB each), so a few long prompts
+evict a prompt from vLLM's prefix cache while LMCache keeps it."""
+KV_TOKENS = STACK_KV_BYTES // 1024
 
 
 def require_lmcache_in_vllm_venv() -> Path:
@@ -174,6 +177,9 @@ class MpStack:
         )
         response.raise_for_status()
         return dict(response.json())
+
+    def healthy(self) -> bool:
+        return httpx.get(f"{self.vllm_root()}/health", timeout=30.0).status_code == 200
 
     def lmcache_log(self) -> str:
         return self.lmcache.log_path.read_text(errors="replace")

@@ -58,13 +58,12 @@ class ManagedServerCounters:
     def __repr__(self) -> str:
         return f"ManagedServerCounters({str(self.data_dir)!r}, {self.vllm_root!r})"
 
-    async def read(self) -> LmcacheCounters | None:
+    async def read(self) -> LmcacheCounters | Unavailable | None:
         http_url = await anyio.to_thread.run_sync(self._http_url)
         if http_url is None:
             return None
         async with LmcacheHttp(http_url) as http:
-            counters = await http.counters()
-        return None if isinstance(counters, Unavailable) else counters
+            return await http.counters()
 
     def _http_url(self) -> str | None:
         vllm = ManagedVllm(self.data_dir, tidy=False).running_state()

@@ -39,8 +39,8 @@ class TierCounters(Protocol):
     """The counters of the lmcache server behind vLLM's MP connector (set by whoever knows
     which server that is: `connectors.stack`)."""
 
-    async def read(self) -> LmcacheCounters | None:
-        """Its lookup counters now; None when it cannot be read."""
+    async def read(self) -> LmcacheCounters | Unavailable | None:
+        """Its lookup counters now; None when vLLM uses no lmcache server we know."""
         ...
 
 
@@ -49,7 +49,7 @@ class CallStart:
     """What was read before a call: vLLM's counters and the lmcache server's."""
 
     vllm: MetricsSnapshot | None
-    lmcache: LmcacheCounters | None = None
+    lmcache: LmcacheCounters | Unavailable | None = None
 
 
 class CacheMeter:
@@ -109,12 +109,16 @@ class CacheMeter:
             return unattributed("/metrics could not be read after the call")
         return from_window(window, prompt_tokens, await self._moved(start))
 
-    async def _moved(self, start: CallStart) -> LmcacheCounters | None:
+    async def _moved(self, start: CallStart) -> LmcacheCounters | Unavailable | None:
         """What the lmcache server's counters did since `start` (None without a server)."""
         if self.tier is None or start.lmcache is None:
             return None
+        if isinstance(start.lmcache, Unavailable):
+            return start.lmcache
         after = await self.tier.read()
-        return None if after is None else counters_moved(start.lmcache, after)
+        if after is None or isinstance(after, Unavailable):
+            return after
+        return counters_moved(start.lmcache, after)
 
     def __repr__(self) -> str:
         return f"CacheMeter({self.metrics.metrics_url!r})"

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.domain.vllm.traces import CachedTokensSource, Trace
 
@@ -122,7 +123,9 @@ def unattributed(note: str) -> CachedTokens:
 
 
 def from_window(
-    window: MetricsWindow, prompt_tokens: int, lmcache: LmcacheCounters | None = None
+    window: MetricsWindow,
+    prompt_tokens: int,
+    lmcache: LmcacheCounters | Unavailable | None = None,
 ) -> CachedTokens:
     """The call's hits as the move of the server's counters, when only this call moved them."""
     if window.prompt_tokens is None or window.hits is None:
@@ -147,7 +150,7 @@ def split_by_tier(
     cached: CachedTokens,
     window: MetricsWindow,
     prompt_tokens: int,
-    lmcache: LmcacheCounters | None = None,
+    lmcache: LmcacheCounters | Unavailable | None = None,
 ) -> CachedTokens:
     """`cached` (reported by the answer) with its external part from the window around the call,
     when the server has an external tier and only this call moved its counters; with `lmcache`
@@ -167,9 +170,12 @@ def split_by_tier(
     return split if lmcache is None else split_lmcache_tiers(split, lmcache)
 
 
-def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters) -> CachedTokens:
+def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters | Unavailable) -> CachedTokens:
     """The external part split into the lmcache server's L1 and L2 from the move of its lookup
     counters, trusted when the server saw this call's lookup alone (it may serve other vLLMs)."""
+    if isinstance(moved, Unavailable):
+        why = f"the lmcache server's counters were not readable ({moved.reason})"
+        return cached.model_copy(update={"note": _joined(cached.note, why)})
     if moved.lookups is None or moved.l1_hit_tokens is None or moved.l2_hit_tokens is None:
         return cached.model_copy(
             update={

@@ -4,7 +4,8 @@ One module-scoped stack (engine, `lmcache server` with our native_plugin L2, CPU
 LMCache's MP connector) serves the steps; each step first brings up whatever is not running
 (`MpStack.ensure`), so none depends on the order of the file. Figures the tools report are
 checked against vLLM's and LMCache's own /metrics, scraped here. vLLM starts: 1 (stack) + 1 (vLLM
-restart) + 1 (stack restart) + 1 (second instance) = 4.
+restart) + 1 (stack restart) + 1 (second instance) = 4. The memory-pressure step needs none: the
+stack's vLLM has only 8 MiB of KV memory.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
 from tests.support.mcp_calls import call_error, call_ok
 from tests.support.mp_stack import (
     CHUNK_SIZE,
+    KV_TOKENS,
     MpStack,
     cached_tokens_of,
     logprobs_of,
@@ -116,7 +118,7 @@ async def test_a_vllm_restart_is_served_from_the_servers_l1(stack: MpStack) -> N
     assert out.restarted.external_hit_tokens is not None
     assert whole_chunks - CHUNK_SIZE <= out.restarted.external_hit_tokens <= whole_chunks
     assert out.restarted.external_hit_tokens == vllm_after.external_prefix_cache_hits_tokens
-    assert out.restarted.lmcache_l1_hit_tokens == out.restarted.external_hit_tokens
+    assert out.restarted.lmcache_l1_hit_tokens == out.restarted.external_hit_tokens, out.restarted
     assert out.restarted.lmcache_l2_hit_tokens == 0
     assert server_before.l1_hit_tokens is not None and server_after.l1_hit_tokens is not None
     assert server_after.l1_hit_tokens - server_before.l1_hit_tokens == (
@@ -178,6 +180,27 @@ async def test_a_second_vllm_beside_the_first_gets_its_kv_and_the_same_logprobs(
     assert after.l1_hit_tokens - before.l1_hit_tokens == cached_tokens_of(again)
     assert logprobs_of(again) == logprobs_of(first)
     assert "Unregistered" in stack.lmcache_log()
+
+
+async def test_a_prompt_evicted_from_vllms_kv_memory_comes_back_from_lmcache(
+    stack: MpStack,
+) -> None:
+    first = random_prompt(1500, seed=1810)
+    cold = stack.complete(first)
+    assert cached_tokens_of(cold) == 0
+    # more distinct long prompts than vLLM's own KV memory holds: its copy of `first` is evicted
+    for seed in range(1811, 1811 + KV_TOKENS // 1500 + 1):
+        stack.complete(random_prompt(1500, seed=seed))
+    before = stack.vllm_counters()
+    again = stack.complete(first)
+    after = stack.vllm_counters()
+    external = after.external_prefix_cache_hits_tokens
+    assert external is not None and before.external_prefix_cache_hits_tokens is not None
+    loaded = external - before.external_prefix_cache_hits_tokens
+    assert cached_tokens_of(again) == 1500 // CHUNK_SIZE * CHUNK_SIZE
+    assert loaded == cached_tokens_of(again), "the prefix was not served by LMCache"
+    assert logprobs_of(again) == logprobs_of(cold)
+    assert stack.healthy()
 
 
 async def test_with_the_engine_stopped_vllm_recomputes_without_error(stack: MpStack) -> None:
