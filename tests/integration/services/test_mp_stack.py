@@ -156,7 +156,7 @@ async def test_a_second_vllm_beside_the_first_gets_its_kv_and_the_same_logprobs(
     first = stack.complete(prompt)
     assert cached_tokens_of(first) == 0
     other = stack.complete(changed)
-    # the random model is scaled so that its answer depends on the prompt's first token: equal
+    # the random model's answer depends on the prompt's first token (checked here), so equal
     # logprobs below mean restored KV, not a model that ignores its context
     assert logprobs_of(other) != logprobs_of(first)
     second = ManagedVllm(tmp_path / "second", python=VLLM_PYTHON)
