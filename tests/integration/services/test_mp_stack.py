@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStopResult, ManagedLmcache
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.runtime import environment_value
@@ -216,10 +217,14 @@ async def test_with_the_engine_stopped_vllm_recomputes_without_error(stack: MpSt
     assert elapsed < 150, f"two short calls took {elapsed:.0f} s with L2 down"
 
 
-async def test_stopping_the_server_under_vllm_is_refused_unless_forced(stack: MpStack) -> None:
+async def test_stopping_the_server_under_vllm_is_refused_unless_forced(
+    stack: MpStack, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = stack.lmcache.running_state()
     vllm = stack.vllm.running_state()
     assert server is not None and vllm is not None
+    cli_code = main(["lmcache", "stop", "--data-dir", str(stack.data_dir)])
+    cli_refusal = capsys.readouterr().err
     async with Client(build_server(stack.settings)) as client:
         refused = await call_error(client, "lmcache_stop", {})
         assert stack.vllm.running_state() is not None  # nothing was stopped
@@ -228,6 +233,7 @@ async def test_stopping_the_server_under_vllm_is_refused_unless_forced(stack: Mp
             await call_ok(client, "lmcache_stop", {"force": True})
         )
     assert f"pid {vllm.process.pid}" in refused and "force" in refused
+    assert cli_code == 2 and f"pid {vllm.process.pid}" in cli_refusal and "--force" in cli_refusal
     assert forced.stopped and forced.pid == server.process.pid
     assert forced.also_stopped and str(vllm.process.pid) in forced.also_stopped[0]
     assert stack.vllm.running_state() is None
