@@ -97,14 +97,15 @@ class MpStack:
     def shm_name(self) -> str:
         return f"graphkv_{self.lmcache_port}"
 
-    def launch(self, **overrides: object) -> VllmLaunch:
-        values: dict[str, object] = {
-            "kv_connector": "mp_native",
-            "lmcache_port": self.lmcache_port,
-            "kv_cache_memory_bytes": STACK_KV_BYTES,
-        }
-        values.update(overrides)
-        return fast_cpu_launch(tiny_model_dir(), self.vllm_port, **values)
+    def launch(self, *, port: int | None = None) -> VllmLaunch:
+        """The stack's vLLM (or one more on `port`) with the MP connector to its server."""
+        return fast_cpu_launch(
+            tiny_model_dir(),
+            port or self.vllm_port,
+            kv_connector="mp_native",
+            lmcache_port=self.lmcache_port,
+            kv_cache_memory_bytes=STACK_KV_BYTES,
+        )
 
     @property
     def options(self) -> StackOptions:

@@ -186,7 +186,13 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             self._stop(self.TERM_WAIT_S)
             server = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
             return self._launch(
-                server, env, state.port, state.http_port, ready_timeout_s, state.runs_until_stop
+                server,
+                env,
+                state.port,
+                state.http_port,
+                ready_timeout_s,
+                state.runs_until_stop,
+                python=state.process.command[0],  # the interpreter it ran with, not ours
             )
 
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
@@ -262,8 +268,10 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         http_port: int,
         ready_timeout_s: float,
         runs_until_stop: bool,
+        *,
+        python: str | None = None,
     ) -> LmcacheStatus:
-        command = (self.python, "-m", ENTRY_MODULE, *server.argv[1:])
+        command = (python or self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
         process, record = spawn_logged(
             command,

@@ -38,16 +38,21 @@ class LmcacheCounters(BaseModel):
 
 
 def parse_lmcache_counters(text: str) -> LmcacheCounters:
-    """The counters in a `/metrics` exposition (lines of other metrics are skipped)."""
+    """The counters in a `/metrics` exposition (lines of other metrics are skipped); all None
+    when it holds no LMCache MP metric at all (not an lmcache server)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     lines = [line for line in text.splitlines() if line.startswith(PREFIX)]
-    totals: dict[str, float] = {}
+    if not lines:
+        return LmcacheCounters()
+    # A labelled counter appears with its first increment: a server that exports its metrics
+    # but has not looked anything up yet has counted 0.
+    totals = dict.fromkeys(_COUNTERS.values(), 0.0)
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for sample in family.samples:
             field = _COUNTERS.get(sample.name)
             if field is not None:
-                totals[field] = totals.get(field, 0.0) + sample.value
+                totals[field] += sample.value
     return LmcacheCounters(**{name: int(value) for name, value in totals.items()})
 
 

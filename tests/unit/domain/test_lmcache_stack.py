@@ -122,11 +122,12 @@ python_gc_objects_collected_total{generation="0"} 1.0
 """
 
 
-def test_the_servers_counters_are_summed_over_models_and_unexported_ones_stay_unknown() -> None:
+def test_the_servers_counters_are_summed_over_models_and_untouched_ones_are_zero() -> None:
     counters = parse_lmcache_counters(EXPOSITION)
     assert counters.l1_hit_tokens == 320 and counters.l2_hit_tokens == 512
     assert counters.lookups == 3 and counters.l2_stored_chunks == 8
-    assert counters.lookup_tokens is None and counters.l2_loaded_chunks is None
+    assert counters.lookup_tokens == 0 and counters.l2_loaded_chunks == 0  # not counted yet
+    assert parse_lmcache_counters("vllm:prompt_tokens_total 3\n").lookups is None
     restarted = LmcacheCounters(lookups=1, l1_hit_tokens=0, l2_hit_tokens=64)
     moved = counters_moved(counters, restarted)
     assert moved.lookups is None and moved.l1_hit_tokens is None  # went back: not a move
