@@ -36,6 +36,7 @@ from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.lmcache_plan import server_environment
@@ -97,8 +98,8 @@ class RestartReuseOut(BaseModel):
     engine_bytes_loaded: int | None = Field(
         None,
         description="Engine bytes the restarted call read: EngineKVConnector's own count in "
-        "vLLM's /metrics; on the MP stack, engine blocks read x the size of the (equal, whole) "
-        "chunks the cold call stored.",
+        "vLLM's /metrics; on the MP stack, engine blocks read x the size of one (equal, whole) "
+        "chunk: the engine's bytes per block stored, else LMCache's L2 bytes per chunk.",
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -136,8 +137,7 @@ async def measure_restart_reuse(
             before = await anyio.to_thread.run_sync(kv.engine_stats)
             cold = await _call(client, prompt, model, kv, server, managed.data_dir)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
-        if server is not None:
-            await _settled_l2_stores(server.http_url)
+        stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
         between = None
         if mode == "stack" and server is not None:
             lmcache = ManagedLmcache(managed.data_dir)
@@ -163,8 +163,10 @@ async def measure_restart_reuse(
         kv.close()
     blocks, stored = _stored(before, after)
     loaded = restarted.engine_bytes_read
-    if server is not None and restarted.engine_blocks_read is not None and blocks and stored:
-        loaded = restarted.engine_blocks_read * (stored // blocks)
+    if server is not None and restarted.engine_blocks_read is not None:
+        chunk = stored // blocks if blocks and stored else None
+        chunk = chunk or (stored_l2.l2_chunk_bytes if stored_l2 is not None else None)
+        loaded = None if chunk is None else restarted.engine_blocks_read * chunk
     notes = _notes(connector, restarted, loaded)
     speedup = (
         round(cold.ttft_s / restarted.ttft_s, 2)
@@ -275,20 +277,20 @@ async def _call(
     )
 
 
-async def _settled_l2_stores(http_url: str) -> None:
-    """Wait until the lmcache server's L2 store counter stops moving (stores run after the
-    answer), bounded by SAVE_WAIT_S."""
+async def _settled_l2_stores(http_url: str) -> LmcacheCounters | None:
+    """The lmcache server's counters once its L2 store counter stops moving (stores run after
+    the answer), bounded by SAVE_WAIT_S; None when they cannot be read."""
+    last: LmcacheCounters | Unavailable = Unavailable("not read")
     with anyio.move_on_after(SAVE_WAIT_S):
         async with LmcacheHttp(http_url) as http:
             last = await http.counters()
-            while True:
+            while not isinstance(last, Unavailable):
                 await anyio.sleep(SAVE_SETTLE_S)  # no completion signal outside the server
                 now = await http.counters()
-                if isinstance(now, Unavailable) or isinstance(last, Unavailable):
-                    return
-                if now.l2_stored_chunks == last.l2_stored_chunks:
-                    return
+                if isinstance(now, Unavailable) or now.l2_stored_chunks == last.l2_stored_chunks:
+                    break
                 last = now
+    return None if isinstance(last, Unavailable) else last
 
 
 def _get_hits(before: EngineStats | Unavailable, after: EngineStats | Unavailable) -> int | None:

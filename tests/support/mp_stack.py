@@ -45,7 +45,8 @@ CHUNK_SIZE = 256  # the stack's default: a tool start must plan the same server 
 STACK_KV_BYTES = 8 * 1024 * 1024
 """vLLM's own KV memory: 8,192 tokens of the tiny model (1 KiB each), so a few long prompts
 evict a prompt from vLLM's prefix cache while LMCache keeps it."""
-KV_TOKENS = STACK_KV_BYTES // 1024
+KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 64 * 2  # layers x (K, V) x KV heads x head size x bf16
+KV_TOKENS = STACK_KV_BYTES // KV_BYTES_PER_TOKEN
 
 
 def require_lmcache_in_vllm_venv() -> Path:

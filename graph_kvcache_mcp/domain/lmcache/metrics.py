@@ -20,6 +20,7 @@ _COUNTERS = {
     "lmcache_mp_lookups_requests_total": "lookups",
     "lmcache_mp_l2_store_completed_objects_chunks_total": "l2_stored_chunks",
     "lmcache_mp_l2_prefetch_load_completed_chunks_total": "l2_loaded_chunks",
+    "lmcache_mp_l2_usage_bytes": "l2_usage_bytes",
 }
 
 
@@ -35,6 +36,14 @@ class LmcacheCounters(BaseModel):
     l2_hit_tokens: int | None = Field(None, description="Found in an L2 adapter (the engine).")
     l2_stored_chunks: int | None = Field(None, description="Chunks stored to L2.")
     l2_loaded_chunks: int | None = Field(None, description="Chunks loaded from L2.")
+    l2_usage_bytes: int | None = Field(None, description="Bytes the L2 adapters hold (a gauge).")
+
+    @property
+    def l2_chunk_bytes(self) -> int | None:
+        """Bytes of one stored chunk (LMCache stores whole, equal chunks); None before any."""
+        if not self.l2_usage_bytes or not self.l2_stored_chunks:
+            return None
+        return self.l2_usage_bytes // self.l2_stored_chunks
 
 
 def parse_lmcache_counters(text: str) -> LmcacheCounters:

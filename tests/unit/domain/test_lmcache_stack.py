@@ -117,6 +117,8 @@ lmcache_mp_lookup_hit_l2_tokens_total{cache_salt="",model_name="a"} 512.0
 lmcache_mp_lookups_requests_total{cache_salt="",model_name="a"} 3.0
 # TYPE lmcache_mp_l2_store_completed_objects_chunks_total counter
 lmcache_mp_l2_store_completed_objects_chunks_total 8.0
+# TYPE lmcache_mp_l2_usage_bytes gauge
+lmcache_mp_l2_usage_bytes{l2_name="native_plugin"} 524288.0
 # TYPE python_gc_objects_collected_total counter
 python_gc_objects_collected_total{generation="0"} 1.0
 """
@@ -126,6 +128,7 @@ def test_the_servers_counters_are_summed_over_models_and_untouched_ones_are_zero
     counters = parse_lmcache_counters(EXPOSITION)
     assert counters.l1_hit_tokens == 320 and counters.l2_hit_tokens == 512
     assert counters.lookups == 3 and counters.l2_stored_chunks == 8
+    assert counters.l2_chunk_bytes == 65536
     assert counters.lookup_tokens == 0 and counters.l2_loaded_chunks == 0  # not counted yet
     assert parse_lmcache_counters("vllm:prompt_tokens_total 3\n").lookups is None
     restarted = LmcacheCounters(lookups=1, l1_hit_tokens=0, l2_hit_tokens=64)
