@@ -5,8 +5,7 @@ from __future__ import annotations
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-from weakref import WeakKeyDictionary
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
@@ -81,23 +80,3 @@ class AppState:
         await self.vllm.aclose()
         await self.lmcache.aclose()  # before the engine: the server's L2 adapter writes to it
         await self.kv.aclose()
-
-
-# Static resources get no Context in SDK 2.3, so they find the live state through their server.
-# A stack per server: each in-memory Client runs its own lifespan on the same server object.
-_LIVE: WeakKeyDictionary[Any, list[AppState]] = WeakKeyDictionary()
-
-
-def bind_live_state(server: object, state: AppState) -> None:
-    _LIVE.setdefault(server, []).append(state)
-
-
-def unbind_live_state(server: object, state: AppState) -> None:
-    stack = _LIVE.get(server, [])
-    stack[:] = [live for live in stack if live is not state]
-
-
-def live_state(server: object) -> AppState | None:
-    """The state of the server's most recent running lifespan, None when it is not running."""
-    stack = _LIVE.get(server)
-    return stack[-1] if stack else None

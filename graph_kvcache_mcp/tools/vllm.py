@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -32,6 +32,7 @@ from graph_kvcache_mcp.errors import (
     VllmProcessError,
     VllmRequestError,
 )
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services import vllm as vllm_service
 from graph_kvcache_mcp.services.vllm_restart_reuse import (
     RestartMode,
@@ -363,5 +364,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)
