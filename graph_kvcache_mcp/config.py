@@ -115,6 +115,16 @@ class Settings(BaseModel):
     lmcache_python: Path | None = Field(
         None, description="Interpreter of the venv that has LMCache; default: the current one."
     )
+    lmcache_port: int = Field(
+        5555,
+        ge=1,
+        le=65535,
+        description="GRAPH_KVCACHE_LMCACHE_PORT: the mp_native stack's "
+        "lmcache server port (vLLM's MP connector connects there).",
+    )
+    lmcache_http_port: int = Field(
+        8080, ge=1, le=65535, description="GRAPH_KVCACHE_LMCACHE_HTTP_PORT: its HTTP port."
+    )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:
         """Why `endpoint` was refused at startup (a server defers these), else None."""
@@ -217,6 +227,12 @@ class Settings(BaseModel):
             values["vllm_timeout_s"] = _number(vllm_timeout, "GRAPH_KVCACHE_VLLM_TIMEOUT_S")
         if lmcache_python := env.get("GRAPH_KVCACHE_LMCACHE_PYTHON", "").strip():
             values["lmcache_python"] = Path(lmcache_python)
+        for field, name in (
+            ("lmcache_port", "GRAPH_KVCACHE_LMCACHE_PORT"),
+            ("lmcache_http_port", "GRAPH_KVCACHE_LMCACHE_HTTP_PORT"),
+        ):
+            if port := env.get(name, "").strip():
+                values[field] = int(_number(port, name))
         values.update({k: v for k, v in overrides.items() if v is not None})
         if defer_endpoint_errors:
             values["endpoint_problems"] = _endpoint_problems(values)

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Endpoint, Settings
-from graph_kvcache_mcp.state import AppState, bind_live_state, unbind_live_state
+from graph_kvcache_mcp.registrar import Toolset
+from graph_kvcache_mcp.state import AppState
 from graph_kvcache_mcp.strict_server import StrictServer
 
 # Imported only when a server offers the toolset: a host waits for start-up, and the opt-in
@@ -71,7 +71,7 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
     @asynccontextmanager
     async def lifespan(app: StrictServer[AppState]) -> AsyncIterator[AppState]:
         state = AppState(settings)
-        bind_live_state(app, state)
+        app.bind_live(state)
         try:
             await state.startup()
             yield state
@@ -79,7 +79,7 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
             try:
                 await state.aclose()
             finally:
-                unbind_live_state(app, state)
+                app.unbind_live(state)
                 state.closed.set()
 
     server: StrictServer[AppState] = StrictServer(
@@ -93,7 +93,9 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
         module_path = TOOLSET_MODULES.get(name)
         if module_path is None:
             continue
-        module: Any = importlib.import_module(module_path)
+        module = importlib.import_module(module_path)
+        if not isinstance(module, Toolset):
+            raise TypeError(f"{module_path} is not a toolset: it needs TOOLSET and register()")
         reason = toolset_refusal(name, settings)
         if reason is None:
             module.register(server, read_only=settings.read_only)
@@ -116,7 +118,7 @@ class RefusingRegistrar:
     their names and schemas (so the model sees them and learns why) but answer with the reason,
     and nothing of theirs ever reaches the refused endpoint. Prompts (text only) pass through."""
 
-    def __init__(self, server: MCPServer[AppState], reason: str) -> None:
+    def __init__(self, server: StrictServer[AppState], reason: str) -> None:
         self._server = server
         self._reason = reason
 
@@ -143,6 +145,12 @@ class RefusingRegistrar:
 
     def prompt(self, **options: Any) -> Callable[[Callable[..., Any]], Any]:
         return self._server.prompt(**options)
+
+    def withhold(self, name: str, reason: str) -> None:
+        self._server.withhold(name, reason)
+
+    def live_state(self) -> AppState | None:
+        return self._server.live_state()
 
     # Deliberately nothing else: a toolset that registers some other way fails loudly here
     # (AttributeError in every test that builds a server) instead of registering a live tool.

@@ -5,15 +5,14 @@ from __future__ import annotations
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-from weakref import WeakKeyDictionary
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
-from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason
+from graph_kvcache_mcp.connectors.stack.mp_stack import ManagedServerCounters, dependency_reason
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.services.bundles import BundleCounters
@@ -64,9 +63,11 @@ class AppState:
     """Set once the lifespan has cleaned up (a signalled `serve` waits for it)."""
 
     def __post_init__(self) -> None:
-        self.kv = KvAccess(self.settings)
-        self.vllm = VllmAccess(self.settings)
         data_dir = self.settings.data_dir
+        self.kv = KvAccess(self.settings)
+        self.vllm = VllmAccess(
+            self.settings, tier_for=lambda root: ManagedServerCounters(data_dir, root)
+        )
         self.lmcache = LmcacheAccess(
             self.settings, dependents=lambda server: dependency_reason(data_dir, server)
         )
@@ -79,23 +80,3 @@ class AppState:
         await self.vllm.aclose()
         await self.lmcache.aclose()  # before the engine: the server's L2 adapter writes to it
         await self.kv.aclose()
-
-
-# Static resources get no Context in SDK 2.3, so they find the live state through their server.
-# A stack per server: each in-memory Client runs its own lifespan on the same server object.
-_LIVE: WeakKeyDictionary[Any, list[AppState]] = WeakKeyDictionary()
-
-
-def bind_live_state(server: object, state: AppState) -> None:
-    _LIVE.setdefault(server, []).append(state)
-
-
-def unbind_live_state(server: object, state: AppState) -> None:
-    stack = _LIVE.get(server, [])
-    stack[:] = [live for live in stack if live is not state]
-
-
-def live_state(server: object) -> AppState | None:
-    """The state of the server's most recent running lifespan, None when it is not running."""
-    stack = _LIVE.get(server)
-    return stack[-1] if stack else None

@@ -155,6 +155,9 @@ class StrictServer(MCPServer[LifespanT]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._withheld: dict[str, str] = {}
+        # Static resources get no Context in SDK 2.3, so they find the running lifespan's state
+        # here. A stack: each in-memory Client runs its own lifespan on the same server object.
+        self._live: list[LifespanT] = []
 
     def add_tool(
         self,
@@ -180,6 +183,16 @@ class StrictServer(MCPServer[LifespanT]):
         tool = self._tool(name or fn.__name__)
         assert tool is not None
         tighten(tool)
+
+    def bind_live(self, state: LifespanT) -> None:
+        self._live.append(state)
+
+    def unbind_live(self, state: LifespanT) -> None:
+        self._live[:] = [live for live in self._live if live is not state]
+
+    def live_state(self) -> LifespanT | None:
+        """The state of the most recent running lifespan, None when none runs."""
+        return self._live[-1] if self._live else None
 
     def withhold(self, name: str, reason: str) -> None:
         """Note a tool this server leaves out, so calling it says why instead of 'unknown'."""

@@ -24,11 +24,13 @@ from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
-from graph_kvcache_mcp.state import live_state
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from graph_kvcache_mcp.state import AppState
+    from graph_kvcache_mcp.strict_server import StrictServer
 
 HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
@@ -145,7 +147,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-async def serve_stdio(server: MCPServer[Any]) -> None:
+async def serve_stdio(server: StrictServer[AppState]) -> None:
     """Serve until stdin closes or a signal arrives; either way the lifespan cleans up."""
     async with anyio.create_task_group() as group:
 
@@ -157,7 +159,7 @@ async def serve_stdio(server: MCPServer[Any]) -> None:
             # The SDK reads stdin in a worker thread that only a line or EOF can wake, so the
             # task group would wait for it forever. Wait for the lifespan's cleanup (engine
             # stopped), then leave without that thread.
-            state = live_state(server)
+            state = server.live_state()
             if state is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(SIGNAL_CLEANUP_S):
                     await state.closed.wait()

@@ -31,6 +31,7 @@ from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.trace_log import append_traces
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache, RespPeer
+from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
@@ -123,10 +124,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     start.add_argument("--ready-timeout-s", type=float, default=600.0)
     start.add_argument(
-        "--lmcache-port", type=int, default=5555, help="mp_native: the lmcache server's port"
+        "--lmcache-port",
+        type=int,
+        default=None,
+        help="mp_native: the lmcache server's port (default: $GRAPH_KVCACHE_LMCACHE_PORT or 5555)",
     )
     start.add_argument(
-        "--lmcache-http-port", type=int, default=8080, help="mp_native: its HTTP (/metrics) port"
+        "--lmcache-http-port",
+        type=int,
+        default=None,
+        help="mp_native: its HTTP port (default: $GRAPH_KVCACHE_LMCACHE_HTTP_PORT or 8080)",
     )
     start.add_argument(
         "--chunk-size", type=int, default=None, help="mp_native: tokens per LMCache chunk (256)"
@@ -173,6 +180,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
     async def call() -> VllmChatOut:
         async with open_client(settings) as client:
+            attach_lmcache_tier(client, settings.data_dir)
             return await vllm_service.chat(
                 client,
                 messages,
@@ -200,6 +208,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
     async def call() -> VllmMetricsOut:
         async with open_client(settings) as client:
+            attach_lmcache_tier(client, settings.data_dir)
             return await vllm_service.metrics(client, args.model or settings.vllm_model)
 
     out = _guarded(call)
@@ -215,13 +224,14 @@ def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     port = args.port or parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
     try:
-        launch = _launch_from(args, port)
+        launch = _launch_from(args, port, args.lmcache_port or settings.lmcache_port)
     except ValidationError as exc:
         problems = describe_validation(exc, whole="flags")
         raise ConfigError(f"invalid vllm start flags: {problems}") from None
     managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
     if launch.kv_connector in MP_CONNECTORS:
-        options = StackOptions(http_port=args.lmcache_http_port, chunk_size=args.chunk_size)
+        http_port = args.lmcache_http_port or settings.lmcache_http_port
+        options = StackOptions(http_port=http_port, chunk_size=args.chunk_size)
         out = anyio.run(partial(_start_stack, args, settings, managed, launch, options))
         emit(out, as_json=args.json, human=describe_status)
         return EXIT_OK
@@ -273,7 +283,7 @@ async def _start_stack(
     )
 
 
-def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
+def _launch_from(args: argparse.Namespace, port: int, lmcache_port: int) -> VllmLaunch:
     return VllmLaunch(
         model=args.model,
         port=port,
@@ -286,7 +296,7 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         prompt_tokens_details=not args.no_prompt_tokens_details,
         dev_mode=args.dev_mode,
         kv_connector=args.kv_connector,
-        lmcache_port=args.lmcache_port,
+        lmcache_port=lmcache_port,
         extra_args=tuple(args.extra_arg),
     )
 
@@ -313,11 +323,15 @@ def _describe_reuse(out: RestartReuseOut) -> str:
     def ttft(call: ReuseCall) -> str:
         return f"{call.ttft_s:.3f} s" if call.ttft_s is not None else "unknown"
 
+    warm = out.restarted
+    source = f"{warm.external_hit_tokens} from the KV tier"
+    if warm.lmcache_l1_hit_tokens is not None or warm.lmcache_l2_hit_tokens is not None:
+        source += f": LMCache L1 {warm.lmcache_l1_hit_tokens}, L2 {warm.lmcache_l2_hit_tokens}"
     lines = [
-        f"prompt {out.prompt_tokens} tokens; restart took {out.restart_s:.1f} s",
+        f"prompt {out.prompt_tokens} tokens; restarted {' and '.join(out.restarted_processes)} "
+        f"in {out.restart_s:.1f} s",
         f"  cold:      TTFT {ttft(out.cold)}, cached {out.cold.cached_tokens}",
-        f"  restarted: TTFT {ttft(out.restarted)}, cached {out.restarted.cached_tokens} "
-        f"({out.restarted.external_hit_tokens} from the engine)",
+        f"  restarted: TTFT {ttft(warm)}, cached {warm.cached_tokens} ({source})",
         f"  TTFT speed-up: {out.ttft_speedup}x; engine bytes stored {out.engine_bytes_stored}, "
         f"loaded {out.engine_bytes_loaded}",
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import anyio
@@ -28,13 +29,16 @@ from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_c
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
-from graph_kvcache_mcp.connectors.stack.mp_stack import MP_CONNECTOR_CLASS, lmcache_port_of
+from graph_kvcache_mcp.connectors.stack.mp_stack import (
+    MP_CONNECTOR_CLASS,
+    attach_lmcache_tier,
+)
 from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
-from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, counters_moved
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.lmcache_plan import server_environment
@@ -96,8 +100,8 @@ class RestartReuseOut(BaseModel):
     engine_bytes_loaded: int | None = Field(
         None,
         description="Engine bytes the restarted call read: EngineKVConnector's own count in "
-        "vLLM's /metrics; on the MP stack, engine blocks read x the size of the (equal, whole) "
-        "chunks the cold call stored.",
+        "vLLM's /metrics; on the MP stack, engine blocks read x the size of one (equal, whole) "
+        "chunk: the engine's bytes per block stored, else LMCache's L2 bytes per chunk.",
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -133,10 +137,9 @@ async def measure_restart_reuse(
         async with open_client(settings, base_url=state.base_url) as client:
             prompt = await _prompt_of(client, model, prompt_tokens)
             before = await anyio.to_thread.run_sync(kv.engine_stats)
-            cold = await _call(client, prompt, model, kv, server)
+            cold = await _call(client, prompt, model, kv, server, managed.data_dir)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
-        if server is not None:
-            await _settled_l2_stores(server.http_url)
+        stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
         between = None
         if mode == "stack" and server is not None:
             lmcache = ManagedLmcache(managed.data_dir)
@@ -161,13 +164,15 @@ async def measure_restart_reuse(
         )
         restart_s = time.monotonic() - began
         async with open_client(settings, base_url=state.base_url) as client:
-            restarted = await _call(client, prompt, model, kv, server)
+            restarted = await _call(client, prompt, model, kv, server, managed.data_dir)
     finally:
         kv.close()
     blocks, stored = _stored(before, after)
     loaded = restarted.engine_bytes_read
-    if server is not None and restarted.engine_blocks_read is not None and blocks and stored:
-        loaded = restarted.engine_blocks_read * (stored // blocks)
+    if server is not None and restarted.engine_blocks_read is not None:
+        chunk = stored // blocks if blocks and stored else None
+        chunk = chunk or (stored_l2.l2_chunk_bytes if stored_l2 is not None else None)
+        loaded = None if chunk is None else restarted.engine_blocks_read * chunk
     notes = _notes(connector, restarted, loaded)
     speedup = (
         round(cold.ttft_s / restarted.ttft_s, 2)
@@ -251,22 +256,18 @@ async def _call(
     model: str,
     kv: SyncKvClient,
     server: LmcacheState | None,
+    data_dir: Path,
 ) -> ReuseCall:
-    """One streamed call; its trace splits the hit by tier (the client reads /metrics around
-    it while vLLM runs a KV connector), and on the MP stack the lmcache server's own counters
-    split the external part into L1 and L2."""
+    """One streamed call; its trace splits the hit by tier (the client reads vLLM's /metrics
+    around it while vLLM runs a KV connector, and on the MP stack the lmcache server's own
+    counters split the external part into L1 and L2)."""
+    if server is not None:
+        attach_lmcache_tier(client, data_dir)
     engine_before = await anyio.to_thread.run_sync(kv.engine_stats)
-    lmcache_before = await _counters(server)
     result = await client.complete(prompt, model=model, max_tokens=1, stream=True)
     if isinstance(result, Unavailable):
         raise VllmProcessError(f"vLLM does not answer: {result.reason}")
-    lmcache_after = await _counters(server)
     engine_after = await anyio.to_thread.run_sync(kv.engine_stats)
-    moved = (
-        counters_moved(lmcache_before, lmcache_after)
-        if lmcache_before is not None and lmcache_after is not None
-        else LmcacheCounters()
-    )
     trace = result.trace
     return ReuseCall(
         ttft_s=trace.ttft_s,
@@ -275,35 +276,27 @@ async def _call(
         cached_tokens=trace.prefix_cache_hit_tokens,
         external_hit_tokens=trace.external_cache_hit_tokens,
         engine_bytes_read=trace.external_bytes_read,
-        lmcache_l1_hit_tokens=moved.l1_hit_tokens,
-        lmcache_l2_hit_tokens=moved.l2_hit_tokens,
+        lmcache_l1_hit_tokens=trace.lmcache_l1_hit_tokens,
+        lmcache_l2_hit_tokens=trace.lmcache_l2_hit_tokens,
         engine_blocks_read=_get_hits(engine_before, engine_after),
         note=trace.note,
     )
 
 
-async def _counters(server: LmcacheState | None) -> LmcacheCounters | None:
-    if server is None:
-        return None
-    async with LmcacheHttp(server.http_url) as http:
-        counters = await http.counters()
-    return None if isinstance(counters, Unavailable) else counters
-
-
-async def _settled_l2_stores(http_url: str) -> None:
-    """Wait until the lmcache server's L2 store counter stops moving (stores run after the
-    answer), bounded by SAVE_WAIT_S."""
+async def _settled_l2_stores(http_url: str) -> LmcacheCounters | None:
+    """The lmcache server's counters once its L2 store counter stops moving (stores run after
+    the answer), bounded by SAVE_WAIT_S; None when they cannot be read."""
+    last: LmcacheCounters | Unavailable = Unavailable("not read")
     with anyio.move_on_after(SAVE_WAIT_S):
         async with LmcacheHttp(http_url) as http:
             last = await http.counters()
-            while True:
+            while not isinstance(last, Unavailable):
                 await anyio.sleep(SAVE_SETTLE_S)  # no completion signal outside the server
                 now = await http.counters()
-                if isinstance(now, Unavailable) or isinstance(last, Unavailable):
-                    return
-                if now.l2_stored_chunks == last.l2_stored_chunks:
-                    return
+                if isinstance(now, Unavailable) or now.l2_stored_chunks == last.l2_stored_chunks:
+                    break
                 last = now
+    return None if isinstance(last, Unavailable) else last
 
 
 def _get_hits(before: EngineStats | Unavailable, after: EngineStats | Unavailable) -> int | None:

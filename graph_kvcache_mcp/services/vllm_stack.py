@@ -65,10 +65,14 @@ async def start_mp_stack(
         VllmProcessError: vLLM runs with another tier, or did not start.
     """
     note = progress or (lambda _elapsed, _total, _message: None)
+
+    async def say(message: str) -> None:  # progress reporters expect a worker thread
+        await anyio.to_thread.run_sync(note, 0.0, 0.0, message)
+
     where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
     await ensure_engine()
     target = resolve_kv_target(settings)
-    note(0.0, 0.0, f"L2: the {target.source} engine at {target.base_url}")
+    await say(f"L2: the {target.source} engine at {target.base_url}")
     facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
     plan = plan_stack_server(
         launch, facts, where, engine_url=target.base_url, options=options or StackOptions()
@@ -81,11 +85,11 @@ async def start_mp_stack(
         engine = ManagedEngine(settings.data_dir)
         resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
         server, server_env, peer = resp.server, resp.env, resp.peer
-        note(0.0, 0.0, f"L2: LMCache's resp adapter on the engine's RESP wire {peer.address}")
+        await say(f"L2: LMCache's resp adapter on the engine's RESP wire {peer.address}")
     lmcache = ManagedLmcache(settings.data_dir)
     await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
     await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server)
-    note(0.0, 0.0, f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
+    await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
     server_status = await start_lmcache(server, server_env, peer)
     status = await anyio.to_thread.run_sync(
         partial(

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStatus, VllmStopResult
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
@@ -60,6 +61,11 @@ class VllmMetricsOut(BaseModel):
     delta: MetricsDelta | None = Field(None, description="Present when `since` was given.")
     snapshot_id: str | None = Field(
         None, description="Pass as `since` to a later vllm_metrics call to get `delta`."
+    )
+    lmcache: LmcacheCounters | None = Field(
+        None,
+        description="The managed lmcache server behind vLLM's MP connector (totals since it "
+        "started): lookups and where they hit, L1 or L2 (the engine).",
     )
     reason: str | None = None
 

@@ -6,12 +6,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.state import AppState, Snapshots
-from graph_kvcache_mcp.strict_server import StrictServer
 
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -55,14 +55,13 @@ class ToolSpec:
         return not self.annotations.read_only_hint
 
 
-def register_all(server: MCPServer[Any], specs: Sequence[ToolSpec], *, read_only: bool) -> None:
+def register_all(server: Registrar, specs: Sequence[ToolSpec], *, read_only: bool) -> None:
     """Add each spec; read-only mode serves a writer's read-only variant, or leaves it out."""
     for spec in specs:
         served = spec
         if read_only and spec.writes:
             if spec.read_only_variant is None:
-                if isinstance(server, StrictServer):
-                    server.withhold(spec.fn.__name__, read_only_refusal(spec.fn.__name__))
+                server.withhold(spec.fn.__name__, read_only_refusal(spec.fn.__name__))
                 continue
             served = spec.read_only_variant
         server.add_tool(

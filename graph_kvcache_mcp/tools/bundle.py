@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
@@ -25,6 +25,7 @@ from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue, VllmRequestError
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services import bundles as bundle_service
 from graph_kvcache_mcp.services.bundle_reuse import ReuseReport, measure_bundle_reuse
 from graph_kvcache_mcp.services.bundle_views import (
@@ -270,5 +271,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -18,6 +18,7 @@ from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services.kv_views import DEFAULT_INLINE_CAP_BYTES, KEPT_FIRST_NOTE
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
@@ -225,5 +226,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.engine.process import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.errors import ProcessError
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -116,5 +117,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)

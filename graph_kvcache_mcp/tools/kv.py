@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -21,6 +21,7 @@ from graph_kvcache_mcp.connectors.files.access import create_exclusive
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services.kv_probe import KvProbeOut, ProbeCheck, probe_kv
 from graph_kvcache_mcp.services.kv_views import (
     DEFAULT_INLINE_CAP_BYTES,
@@ -268,7 +269,7 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)
     compat.register(server, read_only=read_only)
     kv_guide.register(server, stats=stats_out)

@@ -4,15 +4,14 @@ the whole stack: engine, vLLM, LMCache and the diagnose tools)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated
 
-from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services.kv_views import KvStatsOut
-from graph_kvcache_mcp.state import live_state
 
 # Static resources get no Context in SDK 2.3, so the resource finds the live state by server.
 StatsSource = Callable[[KvAccess], Awaitable[KvStatsOut]]
@@ -53,11 +52,11 @@ def diagnose_kv_cache(
     return DIAGNOSE_PROMPT.format(symptom_line=line)
 
 
-def register(server: MCPServer[Any], *, stats: StatsSource) -> None:
+def register(server: Registrar, *, stats: StatsSource) -> None:
     """Add the kv://stats resource (served by `stats`) and the diagnose_kv_cache prompt."""
 
     async def kv_stats_resource() -> str:
-        state = live_state(server)
+        state = server.live_state()
         if state is None:
             raise ResourceError("server is not running; connect a client first")
         return (await stats(state.kv)).model_dump_json(indent=2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -23,6 +23,7 @@ from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
 from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services.lmcache_check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,
@@ -337,5 +338,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)

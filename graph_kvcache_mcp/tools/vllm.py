@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -32,6 +32,7 @@ from graph_kvcache_mcp.errors import (
     VllmProcessError,
     VllmRequestError,
 )
+from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services import vllm as vllm_service
 from graph_kvcache_mcp.services.vllm_restart_reuse import (
     RestartMode,
@@ -177,20 +178,10 @@ async def vllm_start(
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
     ] = 600.0,
-    lmcache_port: Annotated[
-        int, Field(ge=1024, le=65535, description="mp_native: the lmcache server's port.")
-    ] = 5555,
-    lmcache_http_port: Annotated[
-        int, Field(ge=1024, le=65535, description="mp_native: its HTTP port (/metrics).")
-    ] = 8080,
-    chunk_size: Annotated[
-        int | None, Field(ge=32, description="mp_native: tokens per LMCache chunk (256).")
-    ] = None,
 ) -> VllmStatusOut:
     """Start (or reuse) a loopback vLLM with prefix caching and cached-token counts
     (CPU-safe flags without a GPU). Reports progress; returns once healthy; keeps running after
-    this server exits (see vllm_stop). kv_connector=mp_native first starts the engine and an
-    lmcache server (its L1; the engine is L2)."""
+    this server exits (see vllm_stop). mp_native: engine and lmcache server first."""
     state = state_of(ctx)
     access = state.vllm
     try:
@@ -205,11 +196,11 @@ async def vllm_start(
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             dev_mode=dev_mode,
             kv_connector=kv_connector,
-            lmcache_port=lmcache_port,
+            lmcache_port=access.settings.lmcache_port,
             extra_args=tuple(extra_args or ()),
         )
         if launch.kv_connector in MP_CONNECTORS:
-            options = StackOptions(http_port=lmcache_http_port, chunk_size=chunk_size)
+            options = StackOptions(http_port=access.settings.lmcache_http_port)
             out = await _start_stack(ctx, launch, options, ready_timeout_s)
             await access.use(out.tools_base_url)
             return out
@@ -344,14 +335,11 @@ async def vllm_restart_reuse(
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="How long the restarted vLLM may take.")
     ] = 600.0,
-    restart: Annotated[
-        RestartMode,
-        Field(description="vllm; or stack (mp_native): the lmcache server too, so hits are L2."),
-    ] = "vllm",
+    restart: Annotated[RestartMode, Field(description="stack: the lmcache server too.")] = "vllm",
 ) -> RestartReuseOut:
-    """On the managed vLLM started with kv_connector=engine or mp_native: a long prompt cold,
-    a restart, the same prompt again. Returns both TTFTs, cached tokens by tier (LMCache L1/L2)
-    and engine bytes. The restart drops vLLM's own cache and takes as long as a start."""
+    """On the managed vLLM with kv_connector=engine or mp_native: a long prompt cold, a
+    restart, the same prompt again. Returns both TTFTs, cached tokens by tier and engine
+    bytes. The restart drops vLLM's own cache and takes as long as a start."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:
@@ -381,5 +369,5 @@ SPECS = (
 )
 
 
-def register(server: MCPServer[Any], *, read_only: bool) -> None:
+def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)

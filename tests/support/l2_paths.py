@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 import time
 import urllib.request
@@ -28,31 +27,21 @@ from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode, ProcessSpec, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
-from tests.support.engines import RunningEngine, require_in_ci
+from tests.support.engines import RunningEngine
 from tests.support.lmcache import require_lmcache
+from tests.support.mp_stack import require_lmcache_in_vllm_venv
 from tests.support.vllm import (
     BLOCK_SIZE,
     READY_TIMEOUT_S,
     VLLM_CPU,
     fast_cpu_launch,
     offline_environment,
-    require_vllm_venv,
     tiny_model_dir,
 )
 from tests.support.vllm_connector import Completion, complete
 
 CHUNK_TOKENS = 64
 SERVER_READY_S = 240.0
-
-
-def require_mp_connector() -> Path:
-    """vLLM's python, when its venv can import LMCache's MP connector; skips locally (fails in
-    CI) otherwise."""
-    python = require_vllm_venv()
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') else 3)"
-    if subprocess.run([str(python), "-c", probe], check=False, timeout=120).returncode != 0:
-        require_in_ci("lmcache in the vLLM venv (LMCache's MP connector)")
-    return python
 
 
 @dataclass(frozen=True)
@@ -164,7 +153,7 @@ def mp_vllm(
 ) -> Iterator[MpVllm]:
     """A vLLM with LMCache's MP connector (`kv_connector` mp_native or redis_resp: the same on
     vLLM's side) to `server`, stopped when the block exits."""
-    managed = ManagedVllm(data_dir, python=require_mp_connector())
+    managed = ManagedVllm(data_dir, python=require_lmcache_in_vllm_venv())
     values: dict[str, object] = {"kv_connector": kv_connector, "lmcache_port": server.port}
     values.update(launch_overrides)
     launch = fast_cpu_launch(model_dir or tiny_model_dir(), free_port(), **values)

@@ -230,6 +230,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                 ready_timeout_s,
                 state.runs_until_stop,
                 resp_peer,
+                python=state.process.command[0],  # the interpreter it ran with, not ours
             )
 
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
@@ -306,8 +307,10 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         ready_timeout_s: float,
         runs_until_stop: bool,
         resp_peer: RespPeer | None,
+        *,
+        python: str | None = None,
     ) -> LmcacheStatus:
-        command = (self.python, "-m", ENTRY_MODULE, *server.argv[1:])
+        command = (python or self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
         process, record = spawn_logged(
             command,

@@ -6,26 +6,25 @@ never hangs vLLM (vLLM first, then the server: a worker whose server vanished wa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import anyio.to_thread
+
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, transfer_config_of
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import LmcacheProcessError, VllmProcessError
 
+if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+
 MP_CONNECTOR_CLASS = "LMCacheMPConnector"
-
-
-def lmcache_port_of(command: tuple[str, ...]) -> int | None:
-    """The `lmcache.mp.port` a command's --kv-transfer-config points LMCache's MP connector at."""
-    config = transfer_config_of(command)
-    extra = config.get("kv_connector_extra_config") if isinstance(config, dict) else None
-    try:
-        return int(extra["lmcache.mp.port"]) if isinstance(extra, dict) else None
-    except (ValueError, TypeError, KeyError):
-        return None
 
 
 def dependent_vllm(data_dir: Path, lmcache_port: int) -> VllmState | None:
@@ -46,6 +45,40 @@ def dependency_reason(data_dir: Path, server: LmcacheState) -> str | None:
         f"(pid {server.process.pid}, port {server.port}); stopping the server under it leaves "
         "vLLM's requests and its shutdown waiting on the server"
     )
+
+
+class ManagedServerCounters:
+    """The lookup counters of the managed lmcache server that the managed vLLM at `vllm_root`
+    talks to (found again on every read: the server may have been restarted meanwhile)."""
+
+    def __init__(self, data_dir: Path, vllm_root: str) -> None:
+        self.data_dir = data_dir
+        self.vllm_root = vllm_root.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"ManagedServerCounters({str(self.data_dir)!r}, {self.vllm_root!r})"
+
+    async def read(self) -> LmcacheCounters | Unavailable | None:
+        http_url = await anyio.to_thread.run_sync(self._http_url)
+        if http_url is None:
+            return None
+        async with LmcacheHttp(http_url) as http:
+            return await http.counters()
+
+    def _http_url(self) -> str | None:
+        vllm = ManagedVllm(self.data_dir, tidy=False).running_state()
+        if vllm is None or vllm.base_url.removesuffix("/v1") != self.vllm_root:
+            return None
+        port = lmcache_port_of(vllm.process.command)
+        server = ManagedLmcache(self.data_dir).running_state(tidy=False)
+        return server.http_url if server is not None and server.port == port else None
+
+
+def attach_lmcache_tier(client: VllmClient, data_dir: Path) -> VllmClient:
+    """`client` with its meter reading the managed lmcache server behind it (if any), so its
+    traces split external hits into L1 and L2."""
+    client.meter.tier = ManagedServerCounters(data_dir, client.root_url)
+    return client
 
 
 def check_vllm_reusable(managed: ManagedVllm, launch: VllmLaunch) -> None:

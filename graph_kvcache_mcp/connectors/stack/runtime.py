@@ -129,36 +129,42 @@ def environment_value(pid: int, name: str) -> str | None:
 
 def kv_connector_of(command: tuple[str, ...]) -> str | None:
     """The `kv_connector` named by a command's --kv-transfer-config, None without one."""
-    config = transfer_config_of(command)
-    if config is None:
+    value = transfer_config_text(command)
+    if value is None:
         return None
-    if isinstance(config, str):
-        return config
-    return str(config.get("kv_connector")) if "kv_connector" in config else None
+    try:
+        config = json.loads(value)
+    except ValueError:
+        return "unparsed --kv-transfer-config"
+    return str(config.get("kv_connector")) if isinstance(config, dict) else None
+
+
+def lmcache_port_of(command: tuple[str, ...]) -> int | None:
+    """The `lmcache.mp.port` a command's --kv-transfer-config points LMCache's MP connector at."""
+    value = transfer_config_text(command)
+    if value is None:
+        return None
+    try:
+        return int(json.loads(value)["kv_connector_extra_config"]["lmcache.mp.port"])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def lmcache_target_of(command: tuple[str, ...]) -> str | None:
     """host:port of the lmcache server an MP connector's --kv-transfer-config names."""
-    config = transfer_config_of(command)
-    extra = config.get("kv_connector_extra_config") if isinstance(config, dict) else None
-    if not isinstance(extra, dict) or "lmcache.mp.port" not in extra:
+    port = lmcache_port_of(command)
+    if port is None:
         return None
-    host = str(extra.get("lmcache.mp.host", "tcp://127.0.0.1")).removeprefix("tcp://")
-    return f"{host}:{extra['lmcache.mp.port']}"
+    config = json.loads(transfer_config_text(command) or "{}")  # parsed by lmcache_port_of
+    host = str(config["kv_connector_extra_config"].get("lmcache.mp.host", "tcp://127.0.0.1"))
+    return f"{host.removeprefix('tcp://')}:{port}"
 
 
-def transfer_config_of(command: tuple[str, ...]) -> dict[str, object] | str | None:
-    """The parsed --kv-transfer-config of a command (a note when it does not parse)."""
+def transfer_config_text(command: tuple[str, ...]) -> str | None:
+    """The raw value of a command's --kv-transfer-config (either spelling), None without one."""
     for index, arg in enumerate(command):
-        value = None
         if arg == KV_TRANSFER_FLAG and index + 1 < len(command):
-            value = command[index + 1]
-        elif arg.startswith(KV_TRANSFER_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            try:
-                config = json.loads(value)
-            except ValueError:
-                return "unparsed --kv-transfer-config"
-            return config if isinstance(config, dict) else None
+            return command[index + 1]
+        if arg.startswith(KV_TRANSFER_FLAG + "="):
+            return arg.split("=", 1)[1]
     return None

@@ -20,6 +20,7 @@ _COUNTERS = {
     "lmcache_mp_lookups_requests_total": "lookups",
     "lmcache_mp_l2_store_completed_objects_chunks_total": "l2_stored_chunks",
     "lmcache_mp_l2_prefetch_load_completed_chunks_total": "l2_loaded_chunks",
+    "lmcache_mp_l2_usage_bytes": "l2_usage_bytes",
 }
 
 
@@ -35,19 +36,32 @@ class LmcacheCounters(BaseModel):
     l2_hit_tokens: int | None = Field(None, description="Found in an L2 adapter (the engine).")
     l2_stored_chunks: int | None = Field(None, description="Chunks stored to L2.")
     l2_loaded_chunks: int | None = Field(None, description="Chunks loaded from L2.")
+    l2_usage_bytes: int | None = Field(None, description="Bytes the L2 adapters hold (a gauge).")
+
+    @property
+    def l2_chunk_bytes(self) -> int | None:
+        """Bytes of one stored chunk (LMCache stores whole, equal chunks); None before any."""
+        if not self.l2_usage_bytes or not self.l2_stored_chunks:
+            return None
+        return self.l2_usage_bytes // self.l2_stored_chunks
 
 
 def parse_lmcache_counters(text: str) -> LmcacheCounters:
-    """The counters in a `/metrics` exposition (lines of other metrics are skipped)."""
+    """The counters in a `/metrics` exposition (lines of other metrics are skipped); all None
+    when it holds no LMCache MP metric at all (not an lmcache server)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     lines = [line for line in text.splitlines() if line.startswith(PREFIX)]
-    totals: dict[str, float] = {}
+    if not lines:
+        return LmcacheCounters()
+    # A labelled counter appears with its first increment: a server that exports its metrics
+    # but has not looked anything up yet has counted 0.
+    totals = dict.fromkeys(_COUNTERS.values(), 0.0)
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for sample in family.samples:
             field = _COUNTERS.get(sample.name)
             if field is not None:
-                totals[field] = totals.get(field, 0.0) + sample.value
+                totals[field] += sample.value
     return LmcacheCounters(**{name: int(value) for name, value in totals.items()})
 
 

@@ -40,9 +40,9 @@ from tests.support.l2_paths import (
     StackServer,
     mp_vllm,
     native_server,
-    require_mp_connector,
 )
 from tests.support.lmcache import engine_stats, require_lmcache
+from tests.support.mp_stack import require_lmcache_in_vllm_venv
 from tests.support.processes import wait_until
 from tests.support.vllm import (
     READY_TIMEOUT_S,
@@ -64,7 +64,10 @@ def test_redis_resp_survives_a_server_and_vllm_restart_and_leaves_kv_stats_alone
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "stack"
-    vllm_python, lmcache_python = require_mp_connector(), require_lmcache().with_name("python")
+    vllm_python, lmcache_python = (
+        require_lmcache_in_vllm_venv(),
+        require_lmcache().with_name("python"),
+    )
     settings = Settings.build(data_dir=data, vllm_python=vllm_python, lmcache_python=lmcache_python)
     engine = ManagedEngine(data)
     lmcache = ManagedLmcache(data, python=lmcache_python)

@@ -1,8 +1,9 @@
 """EngineKVConnector in real CPU vLLM processes, on a real engine.
 
-vLLM starts are slow here (30-150 s), so the module shares them: `first` serves the early tests
-and is restarted by the restart test; `float32` (another KV dtype: another model identity) serves
-the last two, the last of which stops the engine.
+vLLM starts are slow here (30-150 s), so the module shares them: `first` (bfloat16) and
+`float32` (another KV dtype: another model identity). Each test sets up what it needs and leaves
+the shared processes as it found them, so the tests pass in any order: the restart test restarts
+`first` in place (same port), the engine-stop test starts the engine again on its port.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
 from tests.support.engines import RunningEngine, running_engine
 from tests.support.processes import wait_until
-from tests.support.vllm import require_vllm_venv
+from tests.support.vllm import READY_TIMEOUT_S, require_vllm_venv
 from tests.support.vllm_connector import (
     ConnectorVllm,
     connector_environment,
@@ -104,16 +105,22 @@ def test_a_corrupted_block_in_the_engine_is_recomputed_not_loaded(
 
 
 def test_a_restarted_vllm_gets_the_prompt_blocks_from_the_engine(
-    first: ConnectorVllm, kv_engine: RunningEngine
+    first: ConnectorVllm, kv_engine: RunningEngine, tmp_path: Path
 ) -> None:
     prompt = random_prompt(PROMPT_TOKENS, seed=13)
     cold = first.complete(prompt)
     _wait_stored(kv_engine, first.keys_of(prompt))
-    first.managed.stop(term_wait_s=10.0)
-    with connector_vllm(first.managed.data_dir, kv_engine) as restarted:
-        hits_before = restarted.external_hits()
-        warm = restarted.complete(prompt)
-        hits = restarted.external_hits() - hits_before
+    pid_before = first.managed.running_state()
+    first.managed.restart(
+        env=connector_environment(kv_engine.settings, tmp_path / "cache"),
+        ready_timeout_s=READY_TIMEOUT_S,
+    )
+    pid_after = first.managed.running_state()
+    assert pid_before is not None and pid_after is not None
+    assert pid_after.process.pid != pid_before.process.pid  # a new process, same port
+    hits_before = first.external_hits()
+    warm = first.complete(prompt)
+    hits = first.external_hits() - hits_before
     assert (warm.cached_tokens, hits) == (FULL_BLOCK_TOKENS, FULL_BLOCK_TOKENS)
     assert warm.text == cold.text
 
@@ -193,9 +200,11 @@ def _stored_blocks(kv: SyncKvClient) -> int:
 
 
 def test_another_kv_dtype_is_a_miss_for_blocks_stored_by_the_first_model(
-    float32: ConnectorVllm, kv_engine: RunningEngine
+    first: ConnectorVllm, float32: ConnectorVllm, kv_engine: RunningEngine
 ) -> None:
-    prompt = random_prompt(PROMPT_TOKENS, seed=11)  # stored by the bfloat16 servers above
+    prompt = random_prompt(PROMPT_TOKENS, seed=16)
+    first.complete(prompt)  # stored by the bfloat16 server, so a miss below means something
+    _wait_stored(kv_engine, first.keys_of(prompt))
     hits_before = float32.external_hits()
     answer = float32.complete(prompt)
     assert (answer.cached_tokens, float32.external_hits() - hits_before) == (0, 0)
@@ -207,9 +216,13 @@ def test_the_engine_stopped_mid_run_costs_recompute_not_errors(
     prompt = random_prompt(PROMPT_TOKENS, seed=14)
     float32.complete(prompt)
     _wait_stored(kv_engine, float32.keys_of(prompt))
+    port = int(kv_engine.base_url.rsplit(":", 1)[1].split("/", 1)[0])
     kv_engine.managed.stop(term_wait_s=5.0)
-    float32.reset_local_cache()
-    again = float32.complete(prompt)
-    fresh = float32.complete(random_prompt(PROMPT_TOKENS, seed=15))
+    try:
+        float32.reset_local_cache()
+        again = float32.complete(prompt)
+        fresh = float32.complete(random_prompt(PROMPT_TOKENS, seed=15))
+    finally:  # the shared engine again, on its port and token, for the tests that follow
+        kv_engine.managed.start(port=port, backend=kv_engine.backend)
     assert (again.cached_tokens, fresh.cached_tokens) == (0, 0)
     assert "engine KV lookup failed, treated as a miss" in float32.log_text()
