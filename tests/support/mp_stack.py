@@ -91,7 +91,7 @@ class MpStack:
             vllm_model=MODEL_NAME,
             lmcache_port=self.lmcache_port,
             lmcache_http_port=self.http_port,
-            toolsets=("vllm", "lmcache"),
+            toolsets=("kv", "vllm", "lmcache"),
         )
 
     @property

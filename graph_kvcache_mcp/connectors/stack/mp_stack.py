@@ -5,6 +5,7 @@ never hangs vLLM (vLLM first, then the server: a worker whose server vanished wa
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,25 @@ class ManagedServerCounters:
         port = lmcache_port_of(vllm.process.command)
         server = ManagedLmcache(self.data_dir).running_state(tidy=False)
         return server.http_url if server is not None and server.port == port else None
+
+
+async def engine_l2_counters(data_dir: Path, engine_url: str) -> LmcacheCounters | None:
+    """The counters of the managed lmcache server whose L2 adapter writes to `engine_url` (the
+    mp_native stack), None when there is none or it does not answer."""
+
+    def find() -> str | None:
+        server = ManagedLmcache(data_dir).running_state(tidy=False)
+        if server is None:
+            return None
+        wanted = f'"base_url":{json.dumps(engine_url.rstrip("/"))}'
+        return server.http_url if any(wanted in arg for arg in server.process.command) else None
+
+    http_url = await anyio.to_thread.run_sync(find)
+    if http_url is None:
+        return None
+    async with LmcacheHttp(http_url) as http:
+        counters = await http.counters()
+    return None if isinstance(counters, Unavailable) else counters
 
 
 def attach_lmcache_tier(client: VllmClient, data_dir: Path) -> VllmClient:

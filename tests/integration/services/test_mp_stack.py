@@ -24,6 +24,7 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.runtime import environment_value
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.services.kv_views import KvStatsOut
 from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
 from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
 from tests.support.mcp_calls import call_error, call_ok
@@ -136,8 +137,11 @@ async def test_a_server_and_vllm_restart_is_served_from_the_engine(stack: MpStac
             "vllm_restart_reuse",
             {"prompt_tokens": 1024, "restart": "stack", "ready_timeout_s": READY_TIMEOUT_S},
         )
+        stats = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
     out = RestartReuseOut.model_validate(raw)
     server = stack.lmcache_counters()  # the new server: only the measured call looked it up
+    assert stats.lmcache is not None and stats.lmcache.l2_hit_tokens == server.l2_hit_tokens
+    assert stats.lmcache.l2_loaded_chunks == server.l2_loaded_chunks
     assert out.restarted_processes == ["vllm", "lmcache server"]
     assert out.engine_blocks_stored is not None and out.engine_blocks_stored > 0
     hit = out.restarted.external_hit_tokens
