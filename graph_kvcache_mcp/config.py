@@ -118,6 +118,16 @@ class Settings(BaseModel):
     fleet_file: Path | None = Field(
         None, description="The fleet file the fleet_* tools read (GRAPH_KVCACHE_FLEET)."
     )
+    lmcache_port: int = Field(
+        5555,
+        ge=1,
+        le=65535,
+        description="GRAPH_KVCACHE_LMCACHE_PORT: the mp_native stack's "
+        "lmcache server port (vLLM's MP connector connects there).",
+    )
+    lmcache_http_port: int = Field(
+        8080, ge=1, le=65535, description="GRAPH_KVCACHE_LMCACHE_HTTP_PORT: its HTTP port."
+    )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:
         """Why `endpoint` was refused at startup (a server defers these), else None."""
@@ -222,6 +232,12 @@ class Settings(BaseModel):
             values["lmcache_python"] = Path(lmcache_python)
         if fleet_file := env.get("GRAPH_KVCACHE_FLEET", "").strip():
             values["fleet_file"] = Path(fleet_file).expanduser()
+        for field, name in (
+            ("lmcache_port", "GRAPH_KVCACHE_LMCACHE_PORT"),
+            ("lmcache_http_port", "GRAPH_KVCACHE_LMCACHE_HTTP_PORT"),
+        ):
+            if port := env.get(name, "").strip():
+                values[field] = int(_number(port, name))
         values.update({k: v for k, v in overrides.items() if v is not None})
         if defer_endpoint_errors:
             values["endpoint_problems"] = _endpoint_problems(values)

@@ -13,6 +13,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
+from graph_kvcache_mcp.connectors.stack.mp_stack import ManagedServerCounters, dependency_reason
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.services.bundles import BundleCounters
@@ -66,9 +67,14 @@ class AppState:
     """Set once the lifespan has cleaned up (a signalled `serve` waits for it)."""
 
     def __post_init__(self) -> None:
+        data_dir = self.settings.data_dir
         self.kv = KvAccess(self.settings)
-        self.vllm = VllmAccess(self.settings)
-        self.lmcache = LmcacheAccess(self.settings)
+        self.vllm = VllmAccess(
+            self.settings, tier_for=lambda root: ManagedServerCounters(data_dir, root)
+        )
+        self.lmcache = LmcacheAccess(
+            self.settings, dependents=lambda server: dependency_reason(data_dir, server)
+        )
         self.fleet = FleetAccess(self.settings)
         self.closed = anyio.Event()
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,39 +31,18 @@ from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats  # noqa: E402
 from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
 from tests.support.processes import wait_until  # noqa: E402
-from tests.support.vllm import ARTIFACTS, BUILDER, VLLM_PYTHON  # noqa: E402
-from tests.support.vllm_connector import (  # noqa: E402
-    ConnectorVllm,
-    connector_vllm,
-    random_prompt,
-)
+from tests.support.vllm import bench_model_dir  # noqa: E402
+from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 
 RATIO_GOAL = 3.0
 BYTES_GOAL = 1.05
 BLOCK_SIZE = 32
 
 
-def build_model(layers: int, hidden: int, kv_heads: int) -> Path:
-    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
-    if not (out / "config.json").exists():
-        size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
-        subprocess.run([str(VLLM_PYTHON), str(BUILDER), str(out), *size], check=True)
-    return out
-
-
 def stored_bytes(client: SyncKvClient) -> int:
     stats = client.engine_stats()
     assert isinstance(stats, EngineStats) and stats.resident_bytes is not None, stats
     return stats.resident_bytes
-
-
-def ttfts(server: ConnectorVllm, prompts: list[list[int]]) -> tuple[list[float], list[int]]:
-    times, cached = [], []
-    for prompt in prompts:
-        answer = server.complete(prompt, max_tokens=1)
-        times.append(answer.elapsed_s)
-        cached.append(answer.cached_tokens)
-    return times, cached
 
 
 def main() -> int:
@@ -75,7 +53,7 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--kv-heads", type=int, default=16)
     args = parser.parse_args()
-    model = build_model(args.layers, args.hidden, args.kv_heads)
+    model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
     kv_bytes_per_token = 2 * args.layers * args.kv_heads * 64 * 2  # K and V, bf16, head dim 64
     saved = [random_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
     fresh = [random_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]

@@ -28,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--port", type=int, default=None, help="KV port (default: a free one)")
     start.add_argument("--backend", choices=("durable", "memory"), default=None)
     start.add_argument("--ready-timeout-s", type=float, default=30.0)
+    start.add_argument(
+        "--resp",
+        action="store_true",
+        help="also open the engine's RESP wire on a free loopback port (lmcache redis_resp)",
+    )
     start.set_defaults(handler=run_start)
 
     stop = verbs.add_parser(
@@ -49,6 +54,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         backend=args.backend or settings.engine_backend,
         ready_timeout_s=args.ready_timeout_s,
         progress=None if args.json else note,
+        resp=args.resp,
     )
     emit(status, as_json=args.json, human=describe_status)
     return EXIT_OK
@@ -75,9 +81,11 @@ def describe_status(status: EngineStatus) -> str:
         "until `engine stop`" if status.runs_until_stop else "until the last session using it exits"
     )
     sessions = ", ".join(f"pid {lease.pid}" for lease in status.leases) or "none"
+    resp = f"  resp     {status.resp_address}\n" if status.resp_address else ""
     return (
         f"engine: running{reused}, {health}\n"
-        f"  url      {status.base_url}\n  backend  {status.backend}\n  pid      {status.pid}\n"
+        f"  url      {status.base_url}\n{resp}  backend  {status.backend}\n"
+        f"  pid      {status.pid}\n"
         f"  uptime   {status.uptime_s:.1f} s\n  runs     {until}\n  sessions {sessions}\n"
         f"  log      {status.log_path}\n  data dir {status.data_dir}"
     )

@@ -15,10 +15,15 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_UNAVAILABLE,
     common_options,
     emit,
+    note,
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
+from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
 from graph_kvcache_mcp.domain.lmcache.config import MODES, LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.keys import (
     DEFAULT_NAMESPACE,
@@ -96,6 +101,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="stop the lmcache server we started, even while sessions use it",
     )
     stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
+    stop.add_argument(
+        "--force",
+        action="store_true",
+        help="also when the managed vLLM uses the server: vLLM is stopped first",
+    )
     stop.set_defaults(handler=run_stop)
 
     status = verbs.add_parser(
@@ -159,19 +169,40 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         update={"argv": [*plan.lmcache_server.argv, *args.extra_arg]}
     )
     managed = ManagedLmcache(
-        settings.data_dir, python=args.lmcache_python or settings.lmcache_python
+        settings.data_dir, python=args.lmcache_python or lmcache_python(settings)
     )
-    status = managed.start(
-        server,
-        env=server_environment(server.env, settings),
-        ready_timeout_s=args.ready_timeout_s,
-    )
+    env = server_environment(server.env, settings)
+    if plan.mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
+        engine = ManagedEngine(settings.data_dir)
+        if settings.kv_url is None:
+            engine.start(resp=True, progress=None if args.json else note)
+        status = start_resp_lmcache(
+            engine,
+            managed,
+            server,
+            env=env,
+            ready_timeout_s=args.ready_timeout_s,
+        )
+    else:
+        status = managed.start(server, env=env, ready_timeout_s=args.ready_timeout_s)
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = ManagedLmcache(settings.data_dir).stop(term_wait_s=args.wait_s)
+    managed = ManagedLmcache(settings.data_dir)
+    server = managed.running_state(tidy=False)
+    why = None if server is None else dependency_reason(settings.data_dir, server)
+    if why is not None and not args.force:
+        raise ConfigError(
+            f"{why}. Stop vLLM first (graph-kvcache-mcp vllm stop), or pass --force to stop vLLM "
+            "and then the server"
+        )
+    stopped = stop_dependent_vllm(
+        settings.data_dir, server, vllm_python=settings.vllm_python, term_wait_s=args.wait_s
+    )
+    result = managed.stop(term_wait_s=args.wait_s)
+    result = result.model_copy(update={"also_stopped": stopped}) if stopped else result
     emit(result, as_json=args.json, human=lambda r: r.reason or f"lmcache server {r.how}")
     return EXIT_OK
 

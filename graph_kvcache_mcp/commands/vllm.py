@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TypeVar, get_args
@@ -27,21 +27,29 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.trace_log import append_traces
+from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache, RespPeer
+from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError, describe_validation
 from graph_kvcache_mcp.services import vllm as vllm_service
 from graph_kvcache_mcp.services.vllm_restart_reuse import (
+    RestartMode,
     RestartReuseOut,
     ReuseCall,
     measure_restart_reuse,
 )
+from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -120,6 +128,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="interpreter with vLLM (default: $GRAPH_KVCACHE_VLLM_PYTHON or this one)",
     )
     start.add_argument("--ready-timeout-s", type=float, default=600.0)
+    start.add_argument(
+        "--lmcache-port",
+        type=int,
+        default=None,
+        help="mp_native: the lmcache server's port (default: $GRAPH_KVCACHE_LMCACHE_PORT or 5555)",
+    )
+    start.add_argument(
+        "--lmcache-http-port",
+        type=int,
+        default=None,
+        help="mp_native: its HTTP port (default: $GRAPH_KVCACHE_LMCACHE_HTTP_PORT or 8080)",
+    )
+    start.add_argument(
+        "--chunk-size", type=int, default=None, help="mp_native: tokens per LMCache chunk (256)"
+    )
     start.set_defaults(handler=run_start)
 
     reuse = verbs.add_parser(
@@ -129,6 +152,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     reuse.add_argument("--prompt-tokens", type=int, default=2048)
     reuse.add_argument("--ready-timeout-s", type=float, default=600.0)
+    reuse.add_argument(
+        "--restart",
+        choices=get_args(RestartMode),
+        default="vllm",
+        help="vllm, or stack (mp_native: the lmcache server too, so hits come from the engine)",
+    )
     reuse.set_defaults(handler=run_restart_reuse)
 
     stop = verbs.add_parser("stop", parents=[parent], help="stop the vLLM we started")
@@ -156,6 +185,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
     async def call() -> VllmChatOut:
         async with open_client(settings) as client:
+            attach_lmcache_tier(client, settings.data_dir)
             return await vllm_service.chat(
                 client,
                 messages,
@@ -183,6 +213,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
     async def call() -> VllmMetricsOut:
         async with open_client(settings) as client:
+            attach_lmcache_tier(client, settings.data_dir)
             return await vllm_service.metrics(client, args.model or settings.vllm_model)
 
     out = _guarded(call)
@@ -198,12 +229,19 @@ def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     port = args.port or parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
     try:
-        launch = _launch_from(args, port)
+        launch = _launch_from(args, port, args.lmcache_port or settings.lmcache_port)
     except ValidationError as exc:
         problems = describe_validation(exc, whole="flags")
         raise ConfigError(f"invalid vllm start flags: {problems}") from None
+    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    if launch.kv_connector in MP_CONNECTORS:
+        http_port = args.lmcache_http_port or settings.lmcache_http_port
+        options = StackOptions(http_port=http_port, chunk_size=args.chunk_size)
+        out = anyio.run(partial(_start_stack, args, settings, managed, launch, options))
+        emit(out, as_json=args.json, human=describe_status)
+        return EXIT_OK
     out = vllm_service.start(
-        ManagedVllm(settings.data_dir, python=settings.vllm_python),
+        managed,
         launch,
         env=engine_environment(settings) if launch.needs_engine_environment else None,
         ready_timeout_s=args.ready_timeout_s,
@@ -214,7 +252,43 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
+async def _start_stack(
+    args: argparse.Namespace,
+    settings: Settings,
+    managed: ManagedVllm,
+    launch: VllmLaunch,
+    options: StackOptions,
+) -> VllmStatusOut:
+    """The stack from the CLI: each piece it starts runs until its own `stop` command."""
+
+    async def ensure_engine() -> None:
+        if settings.kv_url is None:
+            resp = launch.kv_connector == "redis_resp"  # the RESP wire is the managed engine's
+            await anyio.to_thread.run_sync(
+                partial(ManagedEngine(settings.data_dir).start, resp=resp)
+            )
+
+    async def start_lmcache(
+        server: ProcessSpec, env: Mapping[str, str], peer: RespPeer | None
+    ) -> LmcacheStatus:
+        lmcache = ManagedLmcache(settings.data_dir, python=lmcache_python(settings))
+        return await anyio.to_thread.run_sync(
+            partial(lmcache.start, server, env=env, resp_peer=peer)
+        )
+
+    return await start_mp_stack(
+        managed,
+        launch,
+        settings,
+        ensure_engine=ensure_engine,
+        start_lmcache=start_lmcache,
+        options=options,
+        ready_timeout_s=args.ready_timeout_s,
+        progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
+    )
+
+
+def _launch_from(args: argparse.Namespace, port: int, lmcache_port: int) -> VllmLaunch:
     return VllmLaunch(
         model=args.model,
         port=port,
@@ -228,6 +302,7 @@ def _launch_from(args: argparse.Namespace, port: int) -> VllmLaunch:
         dev_mode=args.dev_mode,
         kv_connector=args.kv_connector,
         kv_events=args.kv_events,
+        lmcache_port=lmcache_port,
         extra_args=tuple(args.extra_arg),
     )
 
@@ -242,6 +317,7 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
             prompt_tokens=args.prompt_tokens,
             env=engine_environment(settings),
             ready_timeout_s=args.ready_timeout_s,
+            mode=args.restart,
             progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
         )
     )
@@ -253,11 +329,15 @@ def _describe_reuse(out: RestartReuseOut) -> str:
     def ttft(call: ReuseCall) -> str:
         return f"{call.ttft_s:.3f} s" if call.ttft_s is not None else "unknown"
 
+    warm = out.restarted
+    source = f"{warm.external_hit_tokens} from the KV tier"
+    if warm.lmcache_l1_hit_tokens is not None or warm.lmcache_l2_hit_tokens is not None:
+        source += f": LMCache L1 {warm.lmcache_l1_hit_tokens}, L2 {warm.lmcache_l2_hit_tokens}"
     lines = [
-        f"prompt {out.prompt_tokens} tokens; restart took {out.restart_s:.1f} s",
+        f"prompt {out.prompt_tokens} tokens; restarted {' and '.join(out.restarted_processes)} "
+        f"in {out.restart_s:.1f} s",
         f"  cold:      TTFT {ttft(out.cold)}, cached {out.cold.cached_tokens}",
-        f"  restarted: TTFT {ttft(out.restarted)}, cached {out.restarted.cached_tokens} "
-        f"({out.restarted.external_hit_tokens} from the engine)",
+        f"  restarted: TTFT {ttft(warm)}, cached {warm.cached_tokens} ({source})",
         f"  TTFT speed-up: {out.ttft_speedup}x; engine bytes stored {out.engine_bytes_stored}, "
         f"loaded {out.engine_bytes_loaded}",
     ]

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
 from graph_kvcache_mcp.domain.engine.kv_stats import ClientCounters, EngineStats, KvStatsReport
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import (
     Hit,
     Miss,
@@ -193,6 +194,11 @@ class KvStatsOut(BaseModel):
         None,
         description="Names this result's `engine` counters: pass it as `since` to a later "
         "kv_stats call to get `delta`.",
+    )
+    lmcache: LmcacheCounters | None = Field(
+        None,
+        description="The managed lmcache server whose L2 is this engine (mp_native stack): "
+        "its lookups, L1 and L2 hit tokens, L2 chunks stored and loaded (totals).",
     )
     reason: str | None = None
 

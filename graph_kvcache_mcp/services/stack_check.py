@@ -1,7 +1,10 @@
 """`diagnose stack`: reach every component, gather what each reports, and turn it into findings.
 
 Nothing is started: an engine that is not running is reported, never launched. vLLM gets one
-probe call (one token) to see whether its usage carries prompt_tokens_details. Shared by the
+probe call (one token) to see whether its usage carries prompt_tokens_details. LMCache is checked
+at `lmcache_url`, or else the managed `lmcache server` of the data dir when one runs; for the
+processes this data dir started, their command lines, the two names of their environments that
+matter (PYTHONHASHSEED, LMCACHE_MP_TRANSFER_MODE) and the server's log are read too. Shared by the
 `diagnose_stack` tool and the `diagnose stack` CLI.
 """
 
@@ -16,8 +19,10 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.stack.runtime import (
-    managed_lmcache_hash_seed,
+    leaked_lmcache_segments,
+    managed_lmcache_runtime,
     managed_vllm_runtime,
 )
 from graph_kvcache_mcp.connectors.vllm.metrics import server_root
@@ -62,6 +67,8 @@ async def check_stack(
         lmcache_url = approve_http_url(
             lmcache_url, what="lmcache_url", insecure_hosts=settings.insecure_http_hosts
         ).url
+    else:
+        lmcache_url = await anyio.to_thread.run_sync(managed_lmcache_url, settings.data_dir)
     engine = await engine_facts(settings, server_manages_engine=server_manages_engine)
     served = await vllm_facts(settings, vllm, model=model, shared=shared_prefix_tokens)
     lmcache = None if lmcache_url is None else await lmcache_facts(lmcache_url, settings.data_dir)
@@ -149,19 +156,39 @@ async def vllm_facts(
         shared_prefix_tokens=shared,
         kv_connector=None if runtime is None else runtime.kv_connector,
         hash_seed=None if runtime is None else runtime.hash_seed,
+        platform=None if runtime is None else runtime.platform,
+        lmcache_target=None if runtime is None else runtime.lmcache_target,
+        lmcache_target_answers=None if runtime is None else runtime.lmcache_target_answers,
+        lmcache_transfer_mode=None if runtime is None else runtime.lmcache_transfer_mode,
     )
+
+
+def managed_lmcache_url(data_dir: Path) -> str | None:
+    """The HTTP URL of the managed `lmcache server` when one runs (read-only look)."""
+    state = ManagedLmcache(data_dir).running_state(tidy=False)
+    return None if state is None else state.http_url
 
 
 async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
     async with LmcacheHttp(http_url) as lmcache:
         status = await lmcache.status()
+    leaked = await anyio.to_thread.run_sync(leaked_lmcache_segments)
     if isinstance(status, Unavailable):
-        return LmcacheFacts(target=lmcache.http_url, reachable=False, reason=status.reason)
-    seed = await anyio.to_thread.run_sync(managed_lmcache_hash_seed, data_dir, lmcache.http_url)
+        return LmcacheFacts(
+            target=lmcache.http_url, reachable=False, reason=status.reason, leaked_segments=leaked
+        )
+    runtime = await anyio.to_thread.run_sync(managed_lmcache_runtime, data_dir, lmcache.http_url)
     return LmcacheFacts(
         target=lmcache.http_url,
         reachable=True,
         version=status.version,
         unhealthy_l2=status.unhealthy_l2,
-        hash_seed=seed,
+        hash_seed=None if runtime is None else runtime.hash_seed,
+        chunk_size=status.report.chunk_size,
+        l2_adapters=len(status.report.l2_adapters) if status.report.healthy is not None else None,
+        transfer_mode=None if runtime is None else runtime.transfer_mode,
+        rpc_port=None if runtime is None else runtime.rpc_port,
+        registration_hang=None if runtime is None else runtime.registration_hang,
+        leaked_segments=leaked,
+        resp_peer_gone=None if runtime is None else runtime.resp_peer_gone,
     )

@@ -86,7 +86,12 @@ async def metrics(
     if isinstance(snapshot, Unavailable):
         return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
     window = delta(since, snapshot) if since is not None else None
-    return VllmMetricsOut(reachable=True, metrics_url=url, snapshot=snapshot, delta=window)
+    tier = client.meter.tier
+    counters = await tier.read() if tier is not None else None
+    lmcache = None if isinstance(counters, Unavailable) else counters
+    return VllmMetricsOut(
+        reachable=True, metrics_url=url, snapshot=snapshot, delta=window, lmcache=lmcache
+    )
 
 
 async def reset_prefix_cache(client: VllmClient) -> VllmResetOut:

@@ -1,10 +1,14 @@
-"""`vllm restart-reuse`: does KV survive a vLLM restart through the engine? Measured, not assumed.
+"""`vllm restart-reuse`: does KV survive a restart? Measured, not assumed.
 
-On a managed vLLM started with `--kv-connector engine`: send a long prompt with a fresh nonce
-(cold: nothing anywhere has it), wait until the engine stops growing (the connector uploads in the
-background), restart vLLM, send the same prompt again. Both calls stream, so each has a time to
-first token; the restarted one should be served from the engine (external hits), since the new
-process's own prefix cache is empty.
+On a managed vLLM started with `--kv-connector engine` or `mp_native`: send a long prompt with a
+fresh nonce (cold: nothing anywhere has it), wait until the stores settle (the engine stops
+growing, the lmcache server's L2 stores stop moving), restart, send the same prompt again. Both
+calls stream, so each has a time to first token; the restarted one should be served by the KV
+tier (external hits), since the new vLLM's own prefix cache is empty.
+
+Restart modes: `vllm` restarts vLLM only (the MP stack then serves from the lmcache server's
+L1); `stack` (MP only) also restarts the lmcache server between stopping and starting vLLM, so
+its L1 is empty and every hit comes from L2, the engine.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import anyio.to_thread
@@ -21,15 +26,28 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
+from graph_kvcache_mcp.connectors.stack.mp_stack import (
+    MP_CONNECTOR_CLASS,
+    attach_lmcache_tier,
+)
+from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
+from graph_kvcache_mcp.services.lmcache_plan import server_environment
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
+RestartMode = Literal["vllm", "stack"]
+ENGINE_CONNECTOR_CLASS = "EngineKVConnector"
 FILLER = "The quick brown fox jumps over the lazy dog while the river keeps running. "
 SAVE_SETTLE_S = 1.0
 SAVE_WAIT_S = 60.0
@@ -51,6 +69,15 @@ class ReuseCall(BaseModel):
         description="Engine bytes the connector read for them "
         "(graph_kvcache:engine_kv_loaded_bytes_total delta).",
     )
+    lmcache_l1_hit_tokens: int | None = Field(
+        None, description="MP stack: of the external hit, found in the lmcache server's L1."
+    )
+    lmcache_l2_hit_tokens: int | None = Field(
+        None, description="MP stack: of the external hit, found in L2 (the engine)."
+    )
+    engine_blocks_read: int | None = Field(
+        None, description="Engine GET hits during the call (durable backend counts them)."
+    )
     note: str | None = Field(None, description="Why a figure is missing, from the call's trace.")
 
 
@@ -60,6 +87,8 @@ class RestartReuseOut(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     prompt_tokens: int
+    kv_connector: str = Field(description="EngineKVConnector or LMCacheMPConnector.")
+    restarted_processes: list[str] = Field(description="What was restarted between the calls.")
     cold: ReuseCall
     restarted: ReuseCall
     ttft_speedup: float | None = Field(description="Cold TTFT / restarted TTFT.")
@@ -70,8 +99,9 @@ class RestartReuseOut(BaseModel):
     engine_bytes_stored: int | None = None
     engine_bytes_loaded: int | None = Field(
         None,
-        description="Engine bytes the restarted call read, as EngineKVConnector counted them in "
-        "vLLM's /metrics.",
+        description="Engine bytes the restarted call read: EngineKVConnector's own count in "
+        "vLLM's /metrics; on the MP stack, engine blocks read x the size of one (equal, whole) "
+        "chunk: the engine's bytes per block stored, else LMCache's L2 bytes per chunk.",
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -84,54 +114,66 @@ async def measure_restart_reuse(
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 600.0,
     progress: Progress | None = None,
+    mode: RestartMode = "vllm",
 ) -> RestartReuseOut:
-    """Cold call, restart, warm call on the managed vLLM.
+    """Cold call, restart (`mode`), warm call on the managed vLLM.
 
     Raises:
-        VllmProcessError: no managed vLLM runs, it does not use the engine connector, it does not
-            answer, or it does not come back after the restart.
+        VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
+            `stack` without an lmcache server), it does not answer, or it does not come back.
     """
     state = managed.running_state()
     if state is None:
         raise VllmProcessError(
             f"no managed vLLM runs for {managed.data_dir}: start one with vllm_start "
-            "kv_connector='engine' first"
+            "kv_connector='engine' or 'mp_native' first"
         )
-    if "EngineKVConnector" not in " ".join(state.process.command):
-        raise VllmProcessError(
-            "the managed vLLM was started without kv_connector 'engine': a restart would only "
-            "lose its prefix cache. Stop it and start it with kv_connector='engine'"
-        )
+    connector = kv_connector_of(state.process.command)
+    server = _lmcache_of(managed, state.process.command, connector, mode)
     model = state.served_model_name
-    notes: list[str] = []
     kv = sync_client_for(resolve_kv_target(settings), settings)
+    restarted_processes = ["vllm"]
     try:
         async with open_client(settings, base_url=state.base_url) as client:
             prompt = await _prompt_of(client, model, prompt_tokens)
             before = await anyio.to_thread.run_sync(kv.engine_stats)
-            cold = await _call(client, prompt, model)
+            cold = await _call(client, prompt, model, kv, server, managed.data_dir)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
+        stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
+        between = None
+        if mode == "stack" and server is not None:
+            lmcache = ManagedLmcache(managed.data_dir)
+            server_env = server_environment(server.plan_env, settings)
+            restarted_processes = ["vllm", "lmcache server"]
+
+            def between() -> None:
+                if server.resp_peer is not None:  # the resp adapter needs the engine's wire
+                    engine = ManagedEngine(managed.data_dir)
+                    restart_resp_lmcache(engine, lmcache, env=server_env)
+                else:
+                    lmcache.restart(env=server_env)
+
         began = time.monotonic()
         await anyio.to_thread.run_sync(
-            lambda: managed.restart(env=env, ready_timeout_s=ready_timeout_s, progress=progress)
+            lambda: managed.restart(
+                env=env if server is None else None,  # the engine's token only where it is used
+                ready_timeout_s=ready_timeout_s,
+                progress=progress,
+                while_stopped=between,
+            )
         )
         restart_s = time.monotonic() - began
         async with open_client(settings, base_url=state.base_url) as client:
-            restarted = await _call(client, prompt, model)
+            restarted = await _call(client, prompt, model, kv, server, managed.data_dir)
     finally:
         kv.close()
     blocks, stored = _stored(before, after)
-    if restarted.external_hit_tokens and restarted.engine_bytes_read is None:
-        notes.append(
-            "engine bytes loaded are unknown: vLLM's /metrics has no "
-            "graph_kvcache:engine_kv_loaded_bytes_total (is vLLM's copy of graph-kvcache-mcp "
-            "older than this one?)"
-        )
-    if not restarted.external_hit_tokens:
-        notes.append(
-            "the restarted call loaded nothing from the engine: check vllm_logs for "
-            "EngineKVConnector warnings (engine unreachable, blocks rejected)"
-        )
+    loaded = restarted.engine_bytes_read
+    if server is not None and restarted.engine_blocks_read is not None:
+        chunk = stored // blocks if blocks and stored else None
+        chunk = chunk or (stored_l2.l2_chunk_bytes if stored_l2 is not None else None)
+        loaded = None if chunk is None else restarted.engine_blocks_read * chunk
+    notes = _notes(connector, restarted, loaded)
     speedup = (
         round(cold.ttft_s / restarted.ttft_s, 2)
         if cold.ttft_s is not None and restarted.ttft_s
@@ -139,15 +181,64 @@ async def measure_restart_reuse(
     )
     return RestartReuseOut(
         prompt_tokens=cold.prompt_tokens,
+        kv_connector=connector or "none",
+        restarted_processes=restarted_processes,
         cold=cold,
         restarted=restarted,
         ttft_speedup=speedup,
         restart_s=round(restart_s, 3),
         engine_blocks_stored=blocks,
         engine_bytes_stored=stored,
-        engine_bytes_loaded=restarted.engine_bytes_read,
+        engine_bytes_loaded=loaded,
         notes=notes,
     )
+
+
+def _lmcache_of(
+    managed: ManagedVllm, command: tuple[str, ...], connector: str | None, mode: RestartMode
+) -> LmcacheState | None:
+    """The managed lmcache server an MP vLLM uses (None for EngineKVConnector).
+
+    Raises:
+        VllmProcessError: the vLLM has no KV tier that survives it, or its server is not ours.
+    """
+    if connector == ENGINE_CONNECTOR_CLASS:
+        if mode == "stack":
+            raise VllmProcessError(
+                "restart='stack' restarts the lmcache server too, but the managed vLLM uses "
+                "EngineKVConnector (no lmcache server): use restart='vllm'"
+            )
+        return None
+    if connector != MP_CONNECTOR_CLASS:
+        raise VllmProcessError(
+            "the managed vLLM was started without kv_connector 'engine' or 'mp_native': a "
+            "restart would only lose its prefix cache. Stop it and start it with one of them"
+        )
+    server = ManagedLmcache(managed.data_dir).running_state()
+    if server is None or server.port != lmcache_port_of(command):
+        raise VllmProcessError(
+            f"the managed vLLM uses the lmcache server on port {lmcache_port_of(command)}, which "
+            f"is not the one started from {managed.data_dir}: start the stack with vllm_start "
+            "kv_connector='mp_native'"
+        )
+    return server
+
+
+def _notes(connector: str | None, restarted: ReuseCall, loaded: int | None) -> list[str]:
+    notes: list[str] = []
+    if connector == ENGINE_CONNECTOR_CLASS and restarted.external_hit_tokens and loaded is None:
+        notes.append(
+            "engine bytes loaded are unknown: vLLM's /metrics has no "
+            "graph_kvcache:engine_kv_loaded_bytes_total (is vLLM's copy of graph-kvcache-mcp "
+            "older than this one?)"
+        )
+    if not restarted.external_hit_tokens:
+        where = "EngineKVConnector" if connector == ENGINE_CONNECTOR_CLASS else "LMCache"
+        notes.append(
+            f"the restarted call loaded nothing from the KV tier: check vllm_logs for {where} "
+            "warnings (engine or lmcache server unreachable, blocks rejected)"
+        )
+    return notes
 
 
 async def _prompt_of(client: VllmClient, model: str, tokens: int) -> str:
@@ -159,12 +250,24 @@ async def _prompt_of(client: VllmClient, model: str, tokens: int) -> str:
     return f"Run {uuid.uuid4().hex}. " + FILLER * repeats
 
 
-async def _call(client: VllmClient, prompt: str, model: str) -> ReuseCall:
-    """One streamed call; its trace splits the hit by tier (the client reads /metrics around
-    it while vLLM runs a KV connector)."""
+async def _call(
+    client: VllmClient,
+    prompt: str,
+    model: str,
+    kv: SyncKvClient,
+    server: LmcacheState | None,
+    data_dir: Path,
+) -> ReuseCall:
+    """One streamed call; its trace splits the hit by tier (the client reads vLLM's /metrics
+    around it while vLLM runs a KV connector, and on the MP stack the lmcache server's own
+    counters split the external part into L1 and L2)."""
+    if server is not None:
+        attach_lmcache_tier(client, data_dir)
+    engine_before = await anyio.to_thread.run_sync(kv.engine_stats)
     result = await client.complete(prompt, model=model, max_tokens=1, stream=True)
     if isinstance(result, Unavailable):
         raise VllmProcessError(f"vLLM does not answer: {result.reason}")
+    engine_after = await anyio.to_thread.run_sync(kv.engine_stats)
     trace = result.trace
     return ReuseCall(
         ttft_s=trace.ttft_s,
@@ -173,8 +276,35 @@ async def _call(client: VllmClient, prompt: str, model: str) -> ReuseCall:
         cached_tokens=trace.prefix_cache_hit_tokens,
         external_hit_tokens=trace.external_cache_hit_tokens,
         engine_bytes_read=trace.external_bytes_read,
+        lmcache_l1_hit_tokens=trace.lmcache_l1_hit_tokens,
+        lmcache_l2_hit_tokens=trace.lmcache_l2_hit_tokens,
+        engine_blocks_read=_get_hits(engine_before, engine_after),
         note=trace.note,
     )
+
+
+async def _settled_l2_stores(http_url: str) -> LmcacheCounters | None:
+    """The lmcache server's counters once its L2 store counter stops moving (stores run after
+    the answer), bounded by SAVE_WAIT_S; None when they cannot be read."""
+    last: LmcacheCounters | Unavailable = Unavailable("not read")
+    with anyio.move_on_after(SAVE_WAIT_S):
+        async with LmcacheHttp(http_url) as http:
+            last = await http.counters()
+            while not isinstance(last, Unavailable):
+                await anyio.sleep(SAVE_SETTLE_S)  # no completion signal outside the server
+                now = await http.counters()
+                if isinstance(now, Unavailable) or now.l2_stored_chunks == last.l2_stored_chunks:
+                    break
+                last = now
+    return None if isinstance(last, Unavailable) else last
+
+
+def _get_hits(before: EngineStats | Unavailable, after: EngineStats | Unavailable) -> int | None:
+    if not isinstance(before, EngineStats) or not isinstance(after, EngineStats):
+        return None
+    if before.get_hits is None or after.get_hits is None:
+        return None
+    return after.get_hits - before.get_hits
 
 
 def _settled_stats(kv: SyncKvClient) -> EngineStats | Unavailable:

@@ -10,7 +10,9 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStatus, VllmStopResult
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
@@ -60,11 +62,23 @@ class VllmMetricsOut(BaseModel):
     snapshot_id: str | None = Field(
         None, description="Pass as `since` to a later vllm_metrics call to get `delta`."
     )
+    lmcache: LmcacheCounters | None = Field(
+        None,
+        description="The managed lmcache server behind vLLM's MP connector (totals since it "
+        "started): lookups and where they hit, L1 or L2 (the engine).",
+    )
     reason: str | None = None
 
 
 class VllmStatusOut(VllmStatus):
     tools_base_url: str = Field(description="Where vllm_chat and vllm_metrics send requests now.")
+    lmcache: LmcacheStatus | None = Field(
+        None, description="The lmcache server vLLM's MP connector uses (stack start only)."
+    )
+    l2_engine_url: str | None = Field(None, description="The engine the server's L2 writes to.")
+    stack_notes: list[str] = Field(
+        default_factory=list, description="Why the lmcache server got its flags."
+    )
 
     @classmethod
     def of(cls, status: VllmStatus, tools_base_url: str) -> Self:

@@ -15,12 +15,14 @@ from pydantic import Field
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
+from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
 from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.errors import ConfigError, LmcacheProcessError
+from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services.lmcache_check import (
     DEFAULT_PAGE_BYTES,
@@ -263,17 +265,26 @@ async def lmcache_start(
         lmcache_http_port=lmcache_http_port,
         l1_size_gb=l1_size_gb,
     )
-    server = planned.plan.lmcache_server
-    if server is None:
+    planned_server = planned.plan.lmcache_server
+    if planned_server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
-    server = server.model_copy(update={"argv": [*server.argv, *(extra_args or [])]})
+    server = planned_server.model_copy(update={"argv": [*planned_server.argv, *(extra_args or [])]})
+    env = server_environment(server.env, settings)
     try:
+        peer = None
+        if mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
+            kv = state_of(ctx).kv
+            if settings.kv_url is None:
+                await kv.start_engine(resp=True)
+            engine, planned_env = kv.engine, env
+            launch = await anyio.to_thread.run_sync(
+                lambda: prepare_resp_launch(engine, server, planned_env)
+            )
+            server, env, peer = launch.server, launch.env, launch.peer
         status = await access.start(
-            server,
-            env=server_environment(server.env, settings),
-            ready_timeout_s=ready_timeout_s,
+            server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
         )
-    except LmcacheProcessError as exc:
+    except (LmcacheProcessError, EngineProcessError) as exc:
         raise ToolError(str(exc)) from exc
     return LmcacheStatusOut.build(status, access)
 
@@ -287,11 +298,27 @@ async def lmcache_stop(
 ) -> LmcacheStopResult:
     """Stop the lmcache server this project started from its data dir (SIGTERM to its process
     group, SIGKILL after wait_s). Without force it refuses while other sessions hold leases or
-    when the CLI started it. A server this project did not start is never signalled."""
+    when the CLI started it, or while the managed vLLM uses it (forced, vLLM is stopped first).
+    A server this project did not start is never signalled."""
+    access = state_of(ctx).lmcache
+    settings = access.settings
+    server = await anyio.to_thread.run_sync(lambda: access.managed.running_state(tidy=False))
+    why = None if server is None else dependency_reason(settings.data_dir, server)
+    if why is not None and not force:
+        raise ToolError(
+            f"{why}. Stop vLLM first (vllm_stop), or pass force=true to stop vLLM and then the "
+            "server"
+        )
     try:
-        return await state_of(ctx).lmcache.stop(force=force, term_wait_s=wait_s)
+        stopped = await anyio.to_thread.run_sync(
+            lambda: stop_dependent_vllm(
+                settings.data_dir, server, vllm_python=settings.vllm_python, term_wait_s=wait_s
+            )
+        )
+        result = await access.stop(force=force, term_wait_s=wait_s)
     except LmcacheProcessError as exc:
         raise ToolError(str(exc)) from exc
+    return result.model_copy(update={"also_stopped": stopped}) if stopped else result
 
 
 async def lmcache_status(ctx: Context[Any]) -> LmcacheStatusOut:

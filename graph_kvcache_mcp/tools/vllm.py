@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Annotated, Any, Literal
 
@@ -14,21 +15,31 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.vllm.process import Progress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import (
     ConfigError,
+    EngineProcessError,
     FileRefused,
     InvalidValue,
+    LmcacheProcessError,
     VllmProcessError,
     VllmRequestError,
 )
 from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services import vllm as vllm_service
-from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut, measure_restart_reuse
+from graph_kvcache_mcp.services.vllm_restart_reuse import (
+    RestartMode,
+    RestartReuseOut,
+    measure_restart_reuse,
+)
+from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
 from graph_kvcache_mcp.services.vllm_views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -173,8 +184,9 @@ async def vllm_start(
 ) -> VllmStatusOut:
     """Start (or reuse) a loopback vLLM with prefix caching and cached-token counts
     (CPU-safe flags without a GPU). Reports progress; returns once healthy; keeps running after
-    this server exits (see vllm_stop)."""
-    access = state_of(ctx).vllm
+    this server exits (see vllm_stop). mp_native: engine and lmcache server first."""
+    state = state_of(ctx)
+    access = state.vllm
     try:
         launch = VllmLaunch(
             model=model,
@@ -188,8 +200,14 @@ async def vllm_start(
             dev_mode=dev_mode,
             kv_connector=kv_connector,
             kv_events=kv_events,
+            lmcache_port=access.settings.lmcache_port,
             extra_args=tuple(extra_args or ()),
         )
+        if launch.kv_connector in MP_CONNECTORS:
+            options = StackOptions(http_port=access.settings.lmcache_http_port)
+            out = await _start_stack(ctx, launch, options, ready_timeout_s)
+            await access.use(out.tools_base_url)
+            return out
         env = engine_environment(access.settings) if launch.needs_engine_environment else None
         out = await anyio.to_thread.run_sync(
             partial(
@@ -202,10 +220,39 @@ async def vllm_start(
                 calls_base_url=access.base_url,
             )
         )
-    except (VllmProcessError, ConfigError) as exc:
+    except (VllmProcessError, LmcacheProcessError, EngineProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
     await access.use(out.tools_base_url)
     return out
+
+
+async def _start_stack(
+    ctx: Context[Any], launch: VllmLaunch, options: StackOptions, ready_timeout_s: float
+) -> VllmStatusOut:
+    """Engine (this session's), lmcache server (its lease), then vLLM."""
+    state = state_of(ctx)
+
+    async def ensure_engine() -> None:
+        if launch.kv_connector == "redis_resp" and state.settings.kv_url is None:
+            await state.kv.start_engine(resp=True)  # the RESP wire is the managed engine's
+        else:
+            await state.kv.client()
+
+    async def start_lmcache(
+        server: ProcessSpec, env: Mapping[str, str], peer: RespPeer | None
+    ) -> LmcacheStatus:
+        return await state.lmcache.start(server, env=env, resp_peer=peer)
+
+    return await start_mp_stack(
+        state.vllm.managed,
+        launch,
+        state.settings,
+        ensure_engine=ensure_engine,
+        start_lmcache=start_lmcache,
+        options=options,
+        ready_timeout_s=ready_timeout_s,
+        progress=_progress_reporter(ctx),
+    )
 
 
 async def vllm_stop(
@@ -292,8 +339,9 @@ async def vllm_restart_reuse(
     ready_timeout_s: Annotated[
         float, Field(gt=0, le=3600, description="How long the restarted vLLM may take.")
     ] = 600.0,
+    restart: Annotated[RestartMode, Field(description="stack: the lmcache server too.")] = "vllm",
 ) -> RestartReuseOut:
-    """On the managed vLLM started with kv_connector=engine: a long prompt cold, a vLLM
+    """On the managed vLLM with kv_connector=engine or mp_native: a long prompt cold, a
     restart, the same prompt again. Returns both TTFTs, cached tokens by tier and engine
     bytes. The restart drops vLLM's own cache and takes as long as a start."""
     access = state_of(ctx).vllm
@@ -306,8 +354,9 @@ async def vllm_restart_reuse(
             env=engine_environment(settings),
             ready_timeout_s=ready_timeout_s,
             progress=_progress_reporter(ctx),
+            mode=restart,
         )
-    except (VllmProcessError, ConfigError) as exc:
+    except (VllmProcessError, LmcacheProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
 
 

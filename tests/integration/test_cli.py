@@ -190,3 +190,20 @@ def test_a_broken_model_config_exits_2_naming_the_field(
     deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
     code, _, err = run(capsys, "diagnose", "budget", "--hf-config", str(deep))
     assert code == 2 and "not readable JSON" in err
+
+
+def test_engine_start_resp_opens_the_wire_and_status_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("EPISTEMIC_GRAPH_KVCACHE_URL", "EPISTEMIC_GRAPH_KVCACHE_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    data = ["--data-dir", str(tmp_path)]
+    code, out, _ = run(capsys, "engine", "start", "--backend", "memory", "--resp", "--json", *data)
+    try:
+        assert code == 0
+        address = json.loads(out)["resp_address"]
+        assert address.startswith("127.0.0.1:")
+        code, out, _ = run(capsys, "engine", "status", *data)
+        assert code == 0 and f"resp     {address}" in out
+    finally:
+        run(capsys, "engine", "stop", *data)

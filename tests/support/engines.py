@@ -39,9 +39,11 @@ class RunningEngine:
 
 
 @contextmanager
-def running_engine(data_dir: Path, backend: Backend) -> Iterator[RunningEngine]:
+def running_engine(
+    data_dir: Path, backend: Backend, *, resp: bool = False
+) -> Iterator[RunningEngine]:
     managed = ManagedEngine(data_dir)
-    managed.start(backend=backend)
+    managed.start(backend=backend, resp=resp)
     state = managed.running_state()
     assert state is not None
     try:

@@ -56,6 +56,15 @@ def tiny_model_dir() -> Path:
     return out
 
 
+def bench_model_dir(layers: int, hidden: int, kv_heads: int) -> Path:
+    """A larger random Llama for benchmarks whose prefill must dominate (built once)."""
+    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
+    if not (out / "config.json").exists():
+        size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
+        subprocess.run([str(require_vllm_venv()), str(BUILDER), str(out), *size], check=True)
+    return out
+
+
 def offline_environment(cache_root: Path) -> dict[str, str]:
     """Offline, no telemetry, and vLLM's compile cache in a temp dir."""
     return {

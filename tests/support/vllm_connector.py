@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -48,6 +49,50 @@ class Completion:
     prompt_tokens: int
     cached_tokens: int
     elapsed_s: float
+    logprobs: list[float]
+
+
+def complete(root_url: str, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
+    """Greedy completion of a token-id prompt; `cached_tokens` as vLLM reports it, and each
+    generated token's logprob (so restored KV can be compared with a cold run)."""
+    began = time.perf_counter()
+    response = httpx.post(
+        f"{root_url}/v1/completions",
+        json={
+            "model": MODEL_NAME,
+            "prompt": list(token_ids),
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "logprobs": 1,
+        },
+        timeout=300.0,
+    )
+    elapsed = time.perf_counter() - began
+    response.raise_for_status()
+    body = response.json()
+    usage = body["usage"]
+    details = usage.get("prompt_tokens_details") or {}
+    return Completion(
+        text=body["choices"][0]["text"],
+        prompt_tokens=int(usage["prompt_tokens"]),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        elapsed_s=elapsed,
+        logprobs=[float(x) for x in body["choices"][0]["logprobs"]["token_logprobs"]],
+    )
+
+
+def ttfts(server: Completer, prompts: Sequence[Sequence[int]]) -> tuple[list[float], list[int]]:
+    """One-token completions of `prompts`: each one's latency (its TTFT) and cached tokens."""
+    times, cached = [], []
+    for prompt in prompts:
+        answer = server.complete(prompt, max_tokens=1)
+        times.append(answer.elapsed_s)
+        cached.append(answer.cached_tokens)
+    return times, cached
+
+
+class Completer(Protocol):
+    def complete(self, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion: ...
 
 
 @dataclass(frozen=True)
@@ -63,29 +108,8 @@ class ConnectorVllm:
         return f"http://127.0.0.1:{self.status.port}"
 
     def complete(self, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
-        """Greedy completion of a token-id prompt; `cached_tokens` as vLLM reports it."""
-        began = time.perf_counter()
-        response = httpx.post(
-            f"{self.root_url}/v1/completions",
-            json={
-                "model": MODEL_NAME,
-                "prompt": list(token_ids),
-                "max_tokens": max_tokens,
-                "temperature": 0,
-            },
-            timeout=300.0,
-        )
-        elapsed = time.perf_counter() - began
-        response.raise_for_status()
-        body = response.json()
-        usage = body["usage"]
-        details = usage.get("prompt_tokens_details") or {}
-        return Completion(
-            text=body["choices"][0]["text"],
-            prompt_tokens=int(usage["prompt_tokens"]),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-            elapsed_s=elapsed,
-        )
+        """Greedy completion of a token-id prompt (see `complete`)."""
+        return complete(self.root_url, token_ids, max_tokens=max_tokens)
 
     def external_hits(self) -> int:
         """`vllm:external_prefix_cache_hits_total`, in tokens."""

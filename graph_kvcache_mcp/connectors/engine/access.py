@@ -234,16 +234,17 @@ class KvAccess:
             log.warning("managed engine did not start: %s", outcome.reason)
 
     async def start_engine(
-        self, *, backend: Backend | None = None, port: int | None = None
+        self, *, backend: Backend | None = None, port: int | None = None, resp: bool = False
     ) -> EngineStatus:
-        """Start (or reuse) the managed engine and point the shared client at it.
+        """Start (or reuse) the managed engine and point the shared client at it; `resp` opens
+        its RESP wire too.
 
         Raises:
             EngineProcessError: a URL is configured, or the engine could not start.
         """
         self._refuse_when_configured("start")
         async with self._lock:
-            status = await self._start_locked(backend=backend, port=port)
+            status = await self._start_locked(backend=backend, port=port, resp=resp)
             self._stopped_by_tool = False
             return status
 
@@ -324,6 +325,7 @@ class KvAccess:
             self._restart = None
         lost = self._binding
         backend = lost.state.backend if lost is not None else None
+        resp = lost is not None and lost.state.resp_port is not None  # healed as it was
         # Taken before the start: a session exiting meanwhile sees this lease and leaves the
         # engine running (release and start are serialized on the engine's lock).
         await self._lease.take()
@@ -333,6 +335,7 @@ class KvAccess:
                 port=self.settings.engine_port,
                 progress=lambda message: log.info("%s", message),
                 runs_until_stop=False,
+                resp=resp,
             ),
             lost,
         )
@@ -388,7 +391,9 @@ class KvAccess:
         self._bind(state, stamp)
         return await self._point_at(state.base_url)
 
-    async def _start_locked(self, *, backend: Backend | None, port: int | None) -> EngineStatus:
+    async def _start_locked(
+        self, *, backend: Backend | None, port: int | None, resp: bool
+    ) -> EngineStatus:
         # Taken before the start: a session exiting meanwhile sees this lease and leaves the
         # engine running (release and start are serialized on the engine's lock).
         await self._lease.take()
@@ -398,6 +403,7 @@ class KvAccess:
                 port=port or self.settings.engine_port,
                 progress=lambda message: log.info("%s", message),
                 runs_until_stop=False,
+                resp=resp,
             )
         )
         await self._adopt(status)

@@ -4,8 +4,11 @@ Layout under `<data_dir>/engine/` (directories 0700, files 0600): `state.json` (
 `token`, `auth_secret`, `signer_key` (generated once and reused so configured clients keep
 working), `engine.log`, `leases/` (one file per server session using the engine, see
 `engine_leases`), `lifecycle.lock`, and `store/` (the engine's persist dir; one engine per dir,
-the engine locks it). The engine runs with umask 077 and an environment of its own variables
-only, so its store is private and it never sees our other secrets.
+the engine locks it). Started with `resp=True` the engine also opens its Redis (RESP) wire on a
+free loopback port (`EPISTEMIC_GRAPH_REDIS_ADDR`), recorded as `resp_port`; its per-user password
+derives from `auth_secret` (`resp_credentials`). The engine runs with umask 077 and an
+environment of its own variables only, so its store is private and it never sees our other
+secrets.
 
 Readiness is an authenticated `GET /kv/stats` = 200: the engine keeps running when its KV listener
 fails (port taken, bad token), so a live pid proves nothing. The token goes to the port only once
@@ -31,6 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.engine.resp_wire import wait_resp_ready
 from graph_kvcache_mcp.connectors.files.private import (
     exclusive,
     narrow_tree,
@@ -58,6 +62,7 @@ from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
 from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.engine.resp import RESP_USER, resp_password
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -82,6 +87,18 @@ class EngineState(LeasedState):
     backend: Backend
     base_url: str
     data_dir: str
+    resp_port: int | None = None
+
+
+class RespCredentials(BaseModel):
+    """Where and as whom to reach the managed engine's RESP wire."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    port: int
+    user: str
+    password: SecretStr
 
 
 class EngineStatus(BaseModel):
@@ -96,6 +113,9 @@ class EngineStatus(BaseModel):
     port: int | None = None
     base_url: str | None = None
     backend: Backend | None = None
+    resp_address: str | None = Field(
+        None, description="host:port of the engine's RESP wire, when it was started with one."
+    )
     uptime_s: float | None = None
     log_path: str | None = None
     data_dir: str
@@ -171,6 +191,20 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         self._make_home()
         write_private(self.home / "token", new_secret())
 
+    def resp_credentials(self, user: str = RESP_USER) -> RespCredentials | None:
+        """How to authenticate to the running engine's RESP wire as `user`; None when no
+        managed engine runs or it was started without the wire."""
+        state = self.running_state(tidy=False)
+        secret = secret_file(self.home / "auth_secret")
+        if state is None or state.resp_port is None or secret is None:
+            return None
+        return RespCredentials(
+            host=ENGINE_HOST,
+            port=state.resp_port,
+            user=user,
+            password=SecretStr(resp_password(secret, user)),
+        )
+
     def _secret(self, name: str, make: Callable[[], str]) -> str:
         self._make_home()
         value = secret_file(self.home / name, make)
@@ -202,8 +236,10 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         progress: Progress | None = None,
         runs_until_stop: bool = True,
+        resp: bool = False,
     ) -> EngineStatus:
         """Ensure an engine runs for this data dir; reuse a healthy one we started before.
+        `resp` opens its RESP wire too (a running engine without one is refused, not restarted).
 
         Two callers starting at once (a CLI and a server, say) are serialized on a lock file, so
         the second one finds and reuses the first one's engine instead of racing it. A new
@@ -215,7 +251,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                 the message quotes the engine's own reason from its log.
         """
         with self._exclusive():
-            return self._start(port, backend, ready_timeout_s, progress, runs_until_stop)
+            return self._start(port, backend, ready_timeout_s, progress, runs_until_stop, resp)
 
     def _start(
         self,
@@ -224,10 +260,17 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         ready_timeout_s: float,
         progress: Progress | None,
         runs_until_stop: bool,
+        resp: bool,
     ) -> EngineStatus:
         note = progress or (lambda _message: None)
         if (state := self.running_state()) is not None:
             status = self.status()
+            if resp and state.resp_port is None:
+                raise EngineProcessError(
+                    f"the managed engine (pid {state.process.pid}) runs without its RESP wire; "
+                    "stop it (engine_stop, or `graph-kvcache-mcp engine stop`) and start it "
+                    "again with resp"
+                )
             if status.reachable:
                 note(f"engine already running (pid {state.process.pid}, port {state.port})")
                 if runs_until_stop:
@@ -253,8 +296,9 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         command = (str(binary), "--socket-path", str(self.socket_path))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
         log_offset = _size(self.log_path)
+        resp_port = free_port(ENGINE_HOST) if resp else None
         process, record = spawn_logged(
-            command, env=self._environment(chosen, backend), log_path=self.log_path
+            command, env=self._environment(chosen, backend, resp_port), log_path=self.log_path
         )
         state = EngineState(
             process=record,
@@ -263,9 +307,13 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             base_url=f"http://{ENGINE_HOST}:{chosen}",
             data_dir=str(self.data_dir),
             runs_until_stop=runs_until_stop,
+            resp_port=resp_port,
         )
         self.state_file.write(state)
+        began = time.monotonic()
         self._wait_ready(process, state, ready_timeout_s, note, log_offset)
+        if resp_port is not None:
+            self._wait_resp(state, max(1.0, ready_timeout_s - (time.monotonic() - began)))
         note(f"engine ready at {state.base_url}")
         return self.status()
 
@@ -322,6 +370,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             backend=stats.backend
             if not isinstance(stats, Unavailable) and stats.backend != "unknown"
             else state.backend,
+            resp_address=None if state.resp_port is None else f"{ENGINE_HOST}:{state.resp_port}",
             uptime_s=round(time.time() - state.process.started_at, 3),
             log_path=state.process.log_path,
             data_dir=str(self.data_dir),
@@ -343,6 +392,22 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             f"not by the engine we started (pid {state.process.pid}); the token was not sent"
         )
 
+    def resp_impostor(self, state: EngineState) -> str | None:
+        """Why the RESP password must not go to `state.resp_port` (None when our engine holds
+        that port's listening socket), as `impostor` says for the HTTP token."""
+        if state.resp_port is None:
+            return "the engine runs without its RESP wire"
+        owner = listener_owner(state.process.pid, state.resp_port)
+        if owner == "ours":
+            return None
+        if owner == "none":
+            return f"nothing listens on the RESP port {state.resp_port} yet"
+        return (
+            f"RESP port {state.resp_port} is held by another process "
+            f"({describe_listener(state.resp_port)}), not by the engine we started "
+            f"(pid {state.process.pid}); the RESP password was not sent"
+        )
+
     # --- internals ---------------------------------------------------------------------------
 
     def _make_home(self) -> None:
@@ -356,7 +421,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         with exclusive(self.home / "lifecycle.lock"):
             yield
 
-    def _environment(self, port: int, backend: Backend) -> dict[str, str]:
+    def _environment(self, port: int, backend: Backend, resp_port: int | None) -> dict[str, str]:
         signer = self._secret("signer_key", lambda: secrets.token_hex(16))
         env = inherited_environment(_INHERITED, OS_INHERITED_PREFIXES)
         env.update(
@@ -372,7 +437,38 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         )
         if backend == "durable":
             env["EPISTEMIC_GRAPH_KVCACHE_BACKEND"] = "durable"
+        if resp_port is not None:
+            env["EPISTEMIC_GRAPH_REDIS_ADDR"] = f"{ENGINE_HOST}:{resp_port}"
         return env
+
+    def _wait_resp(self, state: EngineState, timeout_s: float) -> None:
+        """The RESP wire answers AUTH + PING, or the engine is stopped and the start fails."""
+        credentials = self.resp_credentials()
+        assert credentials is not None  # the state just written records the port
+        deadline = time.monotonic() + timeout_s
+        while (why := self.resp_impostor(state)) is not None and time.monotonic() < deadline:
+            if "another process" in why:
+                break  # a squatter: no point waiting, and the password must not go there
+            time.sleep(0.05)
+        if why is not None:
+            stop_process(state.process, term_wait_s=5.0)
+            self.state_file.clear()
+            raise EngineProcessError(f"the engine's RESP wire cannot be trusted: {why}")
+        failed = wait_resp_ready(
+            credentials.host,
+            credentials.port,
+            credentials.user,
+            credentials.password,
+            timeout_s=timeout_s,
+        )
+        if failed is None:
+            return
+        stop_process(state.process, term_wait_s=5.0)
+        self.state_file.clear()
+        raise EngineProcessError(
+            f"{failed.reason} within {timeout_s:g} s; its log says: "
+            f"{_engine_reason(self.log_path)} (log: {self.log_path})"
+        )
 
     def _wait_ready(
         self,

@@ -10,7 +10,8 @@ running. Read-only sessions only report: no lease, no tidying, nothing written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -18,9 +19,11 @@ import anyio.to_thread
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.lmcache.process import (
     DEFAULT_READY_TIMEOUT_S,
+    LmcacheState,
     LmcacheStatus,
     LmcacheStopResult,
     ManagedLmcache,
+    RespPeer,
 )
 from graph_kvcache_mcp.connectors.processes.lease_rules import SessionLease, stop_refusal
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
@@ -32,9 +35,13 @@ log = logging.getLogger(__name__)
 class LmcacheAccess:
     """This session's lease on the data dir's managed `lmcache server`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, dependents: Callable[[LmcacheState], str | None] | None = None
+    ) -> None:
         self.settings = settings
-        self.managed = ManagedLmcache(settings.data_dir, python=settings.lmcache_python)
+        self.managed = ManagedLmcache(settings.data_dir, python=lmcache_python(settings))
+        self.dependents = dependents
+        """Why the server must outlive this session (a vLLM uses it), else None."""
         self._lease = SessionLease(self.managed)
         self._lock = anyio.Lock()
 
@@ -51,8 +58,10 @@ class LmcacheAccess:
         *,
         env: Mapping[str, str],
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        resp_peer: RespPeer | None = None,
     ) -> LmcacheStatus:
         """Start the planned server (or reuse the running one) and hold a lease on it.
+        `resp_peer`: the engine process a `resp` L2 adapter connects to (`stack.resp`).
 
         Raises:
             LmcacheProcessError: as `ManagedLmcache.start`; a lease this call took is dropped.
@@ -64,7 +73,11 @@ class LmcacheAccess:
             try:
                 return await anyio.to_thread.run_sync(
                     lambda: self.managed.start(
-                        server, env=env, ready_timeout_s=ready_timeout_s, runs_until_stop=False
+                        server,
+                        env=env,
+                        ready_timeout_s=ready_timeout_s,
+                        runs_until_stop=False,
+                        resp_peer=resp_peer,
                     )
                 )
             except Exception:  # cancelled, the start may have worked: keep the lease until exit
@@ -111,6 +124,19 @@ class LmcacheAccess:
         started (unless --keep-engine)."""
         # Runs at shutdown, often inside a cancelled scope: shield so the server really stops.
         with anyio.CancelScope(shield=True):
-            result = await self._lease.release(stop_if_last=not self.settings.keep_engine)
+            stop = not self.settings.keep_engine
+            if stop and self._lease.held and self.dependents is not None:
+                state = await anyio.to_thread.run_sync(self.managed.running_state)
+                why = None if state is None else self.dependents(state)
+                if why is not None:
+                    log.warning("left the lmcache server running: %s", why)
+                    stop = False
+            result = await self._lease.release(stop_if_last=stop)
         if result is not None and result.stopped:
             log.info("stopped the managed lmcache server (pid %s, %s)", result.pid, result.how)
+
+
+def lmcache_python(settings: Settings) -> Path | None:
+    """The interpreter that runs `lmcache server`: GRAPH_KVCACHE_LMCACHE_PYTHON, else vLLM's
+    (LMCache's MP connector needs LMCache in vLLM's venv anyway), else this one."""
+    return settings.lmcache_python or settings.vllm_python

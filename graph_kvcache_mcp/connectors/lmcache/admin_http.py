@@ -1,5 +1,6 @@
-"""`lmcache server`'s HTTP admin API: `/healthcheck`, `/status` (L2 adapter health) and
-`/lmc_version`. The API has no auth; only loopback or listed hosts are accepted (parse_http_url).
+"""`lmcache server`'s HTTP admin API: `/healthcheck`, `/status` (L2 adapter health),
+`/lmc_version` and `/metrics` (its lookup and L2 counters). The API has no auth; only loopback
+or listed hosts are accepted (parse_http_url).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
+from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 
@@ -22,6 +25,9 @@ class LmcacheStatus(BaseModel):
     version: str | None = None
     unhealthy_l2: list[str] = Field(
         default_factory=list, description="Type of each L2 adapter reporting is_healthy=false."
+    )
+    report: LmcacheServerReport = Field(
+        default_factory=LmcacheServerReport, description="From GET /status."
     )
 
 
@@ -48,17 +54,34 @@ class LmcacheHttp:
             return health
         status = await self._get("/status")
         version = await self._get("/lmc_version")
-        adapters = status.get("l2_adapters") if isinstance(status, dict) else None
+        report = report_from_status(status if isinstance(status, dict) else {})
         unhealthy = [
-            str(adapter.get("type", f"adapter {index}"))
-            for index, adapter in enumerate(adapters if isinstance(adapters, list) else [])
-            if isinstance(adapter, dict) and adapter.get("is_healthy") is False
+            str(adapter.detail.get("type", f"adapter {adapter.index}"))
+            for adapter in report.l2_adapters
+            if adapter.healthy is False
         ]
         return LmcacheStatus(
             healthy=isinstance(health, dict) and health.get("status") == "healthy",
             version=None if isinstance(version, Unavailable) else str(version),
             unhealthy_l2=unhealthy,
+            report=report,
         )
+
+    async def counters(self) -> LmcacheCounters | Unavailable:
+        """The server's lookup and L2 counters from `/metrics`, or why it did not answer."""
+        try:
+            reply = await self._http.get(self.http_url + "/metrics")
+        except httpx2.HTTPError as exc:
+            return Unavailable(f"LMCache /metrics not reachable at {self.http_url} ({exc!r})")
+        if reply.status_code != 200:
+            return Unavailable(
+                f"LMCache at {self.http_url} answered HTTP {reply.status_code} on /metrics",
+                status=reply.status_code,
+            )
+        try:
+            return parse_lmcache_counters(reply.text)
+        except ValueError as exc:
+            return Unavailable(f"LMCache /metrics at {self.http_url} did not parse ({exc})")
 
     async def _get(self, path: str) -> Any:
         try:

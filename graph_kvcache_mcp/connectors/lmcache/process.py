@@ -8,6 +8,10 @@ readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP po
 and release hold `<home>/lifecycle.lock`, so two callers never interleave. A server started by a
 session stops when the last session holding a lease releases it (`lease_rules`); one started by
 `lmcache start` runs until `lmcache stop`.
+
+A server whose L2 is LMCache's `resp` adapter records the process it connected to (`resp_peer`):
+that adapter connects once and never reconnects, so once that process is gone (stopped, or
+restarted as a new process) the status says L2 is dead until the server restarts.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
+from graph_kvcache_mcp.connectors.processes.identity import is_alive
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
     LeasedState,
@@ -51,10 +56,20 @@ LMCACHE_HOST = "127.0.0.1"
 ENTRY_MODULE = "lmcache.cli.main"
 DEFAULT_READY_TIMEOUT_S = 180.0
 INSTALL_HINT = (
-    "install LMCache into its own venv (`pip install torch==2.13.0` for CPU first, then "
-    "`pip install lmcache==0.5.6` and `pip install --no-deps graph-kvcache-mcp` for our adapter) "
-    "and point GRAPH_KVCACHE_LMCACHE_PYTHON at that venv's python"
+    "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
+    "`pip install --no-deps graph-kvcache-mcp` for our adapter) or a venv of its own, and point "
+    "GRAPH_KVCACHE_LMCACHE_PYTHON (or GRAPH_KVCACHE_VLLM_PYTHON) at that venv's python"
 )
+
+
+class RespPeer(BaseModel):
+    """The process whose RESP wire the server's `resp` L2 adapter connected to at start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    start_ticks: int
+    address: str = Field(description="host:port of the RESP wire.")
 
 
 class LmcacheState(LeasedState):
@@ -64,6 +79,12 @@ class LmcacheState(LeasedState):
     port: int
     http_port: int
     http_url: str
+    resp_peer: RespPeer | None = None
+    plan_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="The plan's environment with `${NAME}` references, never their values: a "
+        "restart fills them in again.",
+    )
 
 
 class LmcacheStatus(BaseModel):
@@ -84,6 +105,11 @@ class LmcacheStatus(BaseModel):
     log_path: str | None = None
     data_dir: str
     reason: str | None = None
+    resp_peer_gone: str | None = Field(
+        None,
+        description="Set when the engine the `resp` L2 adapter connected to has stopped or "
+        "restarted since the server started: L2 is dead until the server restarts.",
+    )
     runs_until_stop: bool | None = Field(
         None,
         description="True: runs until `lmcache stop`; false: stops when the last session using "
@@ -102,6 +128,9 @@ class LmcacheStopResult(BaseModel):
     pid: int | None = None
     data_dir: str
     reason: str | None = None
+    also_stopped: list[str] = Field(
+        default_factory=list, description="What was stopped before it (a vLLM that used it)."
+    )
 
 
 class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
@@ -127,6 +156,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         env: Mapping[str, str],
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         runs_until_stop: bool = True,
+        resp_peer: RespPeer | None = None,
     ) -> LmcacheStatus:
         """Ensure the planned server runs; reuse ours when it already does.
 
@@ -134,7 +164,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         environment with real values (the plan's holds `${...}` references). A new server
         records `runs_until_stop`: server sessions pass False, so the last session to release
         it stops it (`release`); otherwise only `stop` ends it, and reusing a session's server
-        with True marks it so.
+        with True marks it so. `resp_peer`: the process a `resp` L2 adapter will connect to; a
+        running server whose peer is gone is refused (it must restart).
 
         Raises:
             LmcacheProcessError: LMCache missing, a port held by something else, or the server
@@ -148,6 +179,13 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                         f"an lmcache server started from {self.data_dir} already runs (pid "
                         f"{state.process.pid}, port {state.port}); stop it first with lmcache_stop"
                     )
+                peer = state.resp_peer
+                if peer is not None and not is_alive(peer.pid, peer.start_ticks):
+                    raise LmcacheProcessError(
+                        f"the running lmcache server (pid {state.process.pid}) is tied to an "
+                        f"engine process that is gone ({_peer_gone(peer)}); stop it "
+                        "with lmcache_stop and start it again"
+                    )
                 if runs_until_stop:
                     state = keep_until_stop(self.state_file, state)
                 return self._status_of(state).model_copy(update={"reused": True})
@@ -158,7 +196,43 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                         "start; it was left alone. Choose other ports"
                     )
             self._check_importable()
-            return self._launch(server, env, port, http_port, ready_timeout_s, runs_until_stop)
+            return self._launch(
+                server, env, port, http_port, ready_timeout_s, runs_until_stop, resp_peer
+            )
+
+    def restart(
+        self,
+        *,
+        env: Mapping[str, str],
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        resp_peer: RespPeer | None = None,
+    ) -> LmcacheStatus:
+        """Stop our server and start the very same command again (its L1 starts empty; its L2,
+        the engine, keeps what was stored). `env` fills in the recorded plan environment;
+        `resp_peer` is the engine process a `resp` adapter connects to now (`stack.resp`).
+
+        Raises:
+            LmcacheProcessError: no server of ours runs, or the new one is not healthy in time.
+        """
+        with self._exclusive():
+            state = self.running_state()
+            if state is None:
+                raise LmcacheProcessError(
+                    f"no lmcache server started from {self.data_dir} is running; start one "
+                    "with lmcache_start or vllm_start kv_connector=mp_native"
+                )
+            self._stop(self.TERM_WAIT_S)
+            server = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+            return self._launch(
+                server,
+                env,
+                state.port,
+                state.http_port,
+                ready_timeout_s,
+                state.runs_until_stop,
+                resp_peer,
+                python=state.process.command[0],  # the interpreter it ran with, not ours
+            )
 
     def running_state(self, *, tidy: bool = True) -> LmcacheState | None:
         """The recorded server when it is still the process we started; a stale record is
@@ -233,8 +307,11 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         http_port: int,
         ready_timeout_s: float,
         runs_until_stop: bool,
+        resp_peer: RespPeer | None,
+        *,
+        python: str | None = None,
     ) -> LmcacheStatus:
-        command = (self.python, "-m", ENTRY_MODULE, *server.argv[1:])
+        command = (python or self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
         process, record = spawn_logged(
             command,
@@ -251,6 +328,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             http_port=http_port,
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
             runs_until_stop=runs_until_stop,
+            resp_peer=resp_peer,
+            plan_env=dict(server.env),
         )
         self.state_file.write(state)
         self._wait_healthy(process, state, ready_timeout_s, began)
@@ -298,9 +377,21 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             log_path=state.process.log_path,
             data_dir=str(self.data_dir),
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",
+            resp_peer_gone=None
+            if state.resp_peer is None or is_alive(state.resp_peer.pid, state.resp_peer.start_ticks)
+            else _peer_gone(state.resp_peer),
             runs_until_stop=state.runs_until_stop,
             leases=list(self.leases.live(tidy=tidy).values()),
         )
+
+
+def _peer_gone(peer: RespPeer) -> str:
+    return (
+        f"the engine (pid {peer.pid}) whose RESP wire {peer.address} the resp L2 adapter "
+        "connected to has stopped or restarted since this server started; the adapter never "
+        "reconnects, so L2 stores fail and lookups can hang: start the engine (with resp), then "
+        "restart the lmcache server"
+    )
 
 
 def _get_json(url: str, *, timeout_s: float = 3.0) -> dict[str, Any]:

@@ -1,19 +1,32 @@
-"""How the vLLM this data dir manages was started: its KV connector (from the recorded command)
-and its PYTHONHASHSEED (from the process's environment, read for that one name only); and the
-PYTHONHASHSEED of the managed `lmcache server`, read the same way."""
+"""How the vLLM this data dir manages was started: its KV connector and the lmcache server its MP
+connector talks to (from the recorded command), its platform, and its PYTHONHASHSEED and
+LMCACHE_MP_TRANSFER_MODE (from the process's environment, read for those names only); and how
+the managed `lmcache server` runs: its seed, transfer mode, port, whether its log shows a
+registration it cannot serve, and whether its resp adapter lost its engine. Plus the
+`/dev/shm/lmcache_kv_<pid>_*` segments that exited vLLMs left behind."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.processes.control import tail
 from graph_kvcache_mcp.connectors.processes.identity import environment_value
+from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 
 KV_TRANSFER_FLAG = "--kv-transfer-config"
+TRANSFER_MODE_FLAG = "--supported-transfer-mode"
+LMCACHE_DEFAULT_TRANSFER_MODE = "lmcache_driven"
+"""`lmcache server`'s default (lmcache/v1/multiprocess/config.py, 0.5.6)."""
+REGISTRATION_HANG = "No handler registered for operation register_kv_cache_engine_driven_context"
+SHM_DIR = Path("/dev/shm")
+_SEGMENT = re.compile(r"^lmcache_kv_(\d+)_\d+$")
 
 
 class ManagedRuntime(BaseModel):
@@ -22,6 +35,20 @@ class ManagedRuntime(BaseModel):
     base_url: str
     kv_connector: str | None
     hash_seed: str | None
+    platform: Literal["cpu", "gpu"] | None = None
+    lmcache_target: str | None = None
+    lmcache_target_answers: bool | None = None
+    lmcache_transfer_mode: str | None = None
+
+
+class LmcacheRuntime(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hash_seed: str | None
+    transfer_mode: str
+    rpc_port: int
+    registration_hang: str | None
+    resp_peer_gone: str | None
 
 
 def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
@@ -29,34 +56,102 @@ def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
     state = ManagedVllm(data_dir, tidy=False).running_state()  # a diagnosis changes nothing
     if state is None:
         return None
+    target = lmcache_target_of(state.process.command)
+    answers = None
+    if target is not None:
+        host, _, port = target.rpartition(":")
+        answers = port.isdigit() and port_in_use(host, int(port))
     return ManagedRuntime(
         base_url=state.base_url,
         kv_connector=kv_connector_of(state.process.command),
         hash_seed=environment_value(state.process.pid, "PYTHONHASHSEED"),
+        platform=state.platform.kind,
+        lmcache_target=target,
+        lmcache_target_answers=answers,
+        lmcache_transfer_mode=environment_value(state.process.pid, "LMCACHE_MP_TRANSFER_MODE"),
+    )
+
+
+def managed_lmcache_runtime(data_dir: Path, http_url: str) -> LmcacheRuntime | None:
+    """How the `lmcache server` we started from `data_dir` runs, when it is the one at
+    `http_url`; None otherwise (another server's environment and log are not ours to read)."""
+    managed = ManagedLmcache(data_dir)
+    state = managed.running_state(tidy=False)  # a diagnosis changes nothing
+    if state is None or state.http_url.rstrip("/") != http_url.rstrip("/"):
+        return None
+    command = state.process.command
+    mode = LMCACHE_DEFAULT_TRANSFER_MODE
+    if TRANSFER_MODE_FLAG in command[:-1]:
+        mode = command[command.index(TRANSFER_MODE_FLAG) + 1]
+    hang = [line for line in tail(managed.log_path, 200).splitlines() if REGISTRATION_HANG in line]
+    return LmcacheRuntime(
+        hash_seed=environment_value(state.process.pid, "PYTHONHASHSEED"),
+        transfer_mode=mode,
+        rpc_port=state.port,
+        registration_hang=hang[-1].strip()[-300:] if hang else None,
+        resp_peer_gone=managed.status(tidy=False).resp_peer_gone,
     )
 
 
 def managed_lmcache_hash_seed(data_dir: Path, http_url: str) -> str | None:
     """PYTHONHASHSEED of the `lmcache server` we started from `data_dir`, when it is the one at
-    `http_url`; None otherwise (another server's environment is not ours to read)."""
-    state = ManagedLmcache(data_dir).running_state(tidy=False)  # a diagnosis changes nothing
-    if state is None or state.http_url.rstrip("/") != http_url.rstrip("/"):
-        return None
-    return environment_value(state.process.pid, "PYTHONHASHSEED")
+    `http_url`; None otherwise."""
+    runtime = managed_lmcache_runtime(data_dir, http_url)
+    return None if runtime is None else runtime.hash_seed
+
+
+def leaked_lmcache_segments(shm_dir: Path = SHM_DIR) -> list[str]:
+    """`lmcache_kv_<pid>_*` segments in `shm_dir` whose process no longer runs (what vLLM's
+    lmcache_driven transfer mode leaves on CPU)."""
+    try:
+        names = sorted(entry.name for entry in shm_dir.iterdir())
+    except OSError:
+        return []
+    return [
+        name
+        for name in names
+        if (match := _SEGMENT.match(name)) and not Path(f"/proc/{match.group(1)}").exists()
+    ]
 
 
 def kv_connector_of(command: tuple[str, ...]) -> str | None:
     """The `kv_connector` named by a command's --kv-transfer-config, None without one."""
+    value = transfer_config_text(command)
+    if value is None:
+        return None
+    try:
+        config = json.loads(value)
+    except ValueError:
+        return "unparsed --kv-transfer-config"
+    return str(config.get("kv_connector")) if isinstance(config, dict) else None
+
+
+def lmcache_port_of(command: tuple[str, ...]) -> int | None:
+    """The `lmcache.mp.port` a command's --kv-transfer-config points LMCache's MP connector at."""
+    value = transfer_config_text(command)
+    if value is None:
+        return None
+    try:
+        return int(json.loads(value)["kv_connector_extra_config"]["lmcache.mp.port"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def lmcache_target_of(command: tuple[str, ...]) -> str | None:
+    """host:port of the lmcache server an MP connector's --kv-transfer-config names."""
+    port = lmcache_port_of(command)
+    if port is None:
+        return None
+    config = json.loads(transfer_config_text(command) or "{}")  # parsed by lmcache_port_of
+    host = str(config["kv_connector_extra_config"].get("lmcache.mp.host", "tcp://127.0.0.1"))
+    return f"{host.removeprefix('tcp://')}:{port}"
+
+
+def transfer_config_text(command: tuple[str, ...]) -> str | None:
+    """The raw value of a command's --kv-transfer-config (either spelling), None without one."""
     for index, arg in enumerate(command):
-        value = None
         if arg == KV_TRANSFER_FLAG and index + 1 < len(command):
-            value = command[index + 1]
-        elif arg.startswith(KV_TRANSFER_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            try:
-                config = json.loads(value)
-            except ValueError:
-                return "unparsed --kv-transfer-config"
-            return str(config.get("kv_connector")) if isinstance(config, dict) else None
+            return command[index + 1]
+        if arg.startswith(KV_TRANSFER_FLAG + "="):
+            return arg.split("=", 1)[1]
     return None

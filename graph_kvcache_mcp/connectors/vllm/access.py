@@ -11,7 +11,7 @@ server starts without it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.errors import GraphKvcacheError
 
 if TYPE_CHECKING:
+    from graph_kvcache_mcp.connectors.vllm.accounting import TierCounters
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 SESSION_TRACES = 10_000  # kept in memory for vllm_trace_summary; the oldest drop out first
@@ -64,8 +65,12 @@ class _Lease:
 
 
 class VllmAccess:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, tier_for: Callable[[str], TierCounters | None] | None = None
+    ) -> None:
         self.settings = settings
+        self.tier_for = tier_for
+        """The lmcache server behind the vLLM at a root URL, for the L1/L2 split of traces."""
         self.base_url = settings.vllm_base_url
         self.managed = ManagedVllm(
             settings.data_dir, python=settings.vllm_python, tidy=not settings.read_only
@@ -94,7 +99,10 @@ class VllmAccess:
             if self._closing:
                 raise VllmAccessClosed("the server is shutting down; vLLM calls are refused")
             if self._lease is None:
-                self._lease = _Lease(open_client(self.settings, base_url=self.base_url))
+                client = open_client(self.settings, base_url=self.base_url)
+                if self.tier_for is not None:
+                    client.meter.tier = self.tier_for(client.root_url)
+                self._lease = _Lease(client)
             lease = self._lease
             lease.holders += 1
         try:

@@ -12,9 +12,13 @@ polled until `vllm:prompt_tokens_total` has moved by at least the call's prompt 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 import anyio
 
 from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, counters_moved
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import (
     CachedTokens,
@@ -31,6 +35,23 @@ SETTLE_S = 5.0  # the longest wait for /metrics to show a call that already retu
 POLL_S = 0.02
 
 
+class TierCounters(Protocol):
+    """The counters of the lmcache server behind vLLM's MP connector (set by whoever knows
+    which server that is: `connectors.stack`)."""
+
+    async def read(self) -> LmcacheCounters | Unavailable | None:
+        """Its lookup counters now; None when vLLM uses no lmcache server we know."""
+        ...
+
+
+@dataclass(frozen=True)
+class CallStart:
+    """What was read before a call: vLLM's counters and the lmcache server's."""
+
+    vllm: MetricsSnapshot | None
+    lmcache: LmcacheCounters | Unavailable | None = None
+
+
 class CacheMeter:
     """Snapshots of one server's /metrics for one model, and the window around a call."""
 
@@ -42,13 +63,16 @@ class CacheMeter:
         self.settle_s = settle_s
         self.usage_reports_cached: bool | None = None  # learned from the answers
         self.external_tier: bool | None = None  # learned from /metrics windows
+        self.tier: TierCounters | None = None
+        """The lmcache server behind vLLM, whose counters split the external hit into L1/L2."""
 
-    async def before_call(self, model: str) -> MetricsSnapshot | None:
+    async def before_call(self, model: str) -> CallStart:
         """A snapshot to diff against later (while the /metrics fallback is on), unless answers
         report cached tokens themselves and the server is known to have no external tier."""
         if not self.fallback or (self.usage_reports_cached and self.external_tier is False):
-            return None
-        return await self.snapshot(model)
+            return CallStart(None)
+        lmcache = await self.tier.read() if self.tier is not None else None
+        return CallStart(await self.snapshot(model), lmcache)
 
     async def credit(
         self,
@@ -57,17 +81,20 @@ class CacheMeter:
         prompt_tokens: int,
         reported: int | None,
         answered_usage: bool,
-        before: MetricsSnapshot | None,
+        start: CallStart,
     ) -> CachedTokens:
         """The call's cached tokens: `reported` by the answer, else the /metrics window from
-        `before`, else unknown with the reason."""
+        `start`, else unknown with the reason."""
+        before = start.vllm
         if reported is not None:
             self.usage_reports_cached = True
             cached = from_usage(reported)
             if before is None:
                 return cached
             window = await self.window(model, before, prompt_tokens)
-            return cached if window is None else split_by_tier(cached, window, prompt_tokens)
+            if window is None:
+                return cached
+            return split_by_tier(cached, window, prompt_tokens, await self._moved(start))
         self.usage_reports_cached = False
         if not answered_usage:
             return unattributed("the response carried no usage block")
@@ -80,7 +107,18 @@ class CacheMeter:
         window = await self.window(model, before, prompt_tokens)
         if window is None:
             return unattributed("/metrics could not be read after the call")
-        return from_window(window, prompt_tokens)
+        return from_window(window, prompt_tokens, await self._moved(start))
+
+    async def _moved(self, start: CallStart) -> LmcacheCounters | Unavailable | None:
+        """What the lmcache server's counters did since `start` (None without a server)."""
+        if self.tier is None or start.lmcache is None:
+            return None
+        if isinstance(start.lmcache, Unavailable):
+            return start.lmcache
+        after = await self.tier.read()
+        if after is None or isinstance(after, Unavailable):
+            return after
+        return counters_moved(start.lmcache, after)
 
     def __repr__(self) -> str:
         return f"CacheMeter({self.metrics.metrics_url!r})"

@@ -257,7 +257,7 @@ class VllmClient:
             prompt_tokens=prompt_tokens,
             reported=details.cached_tokens if details is not None else None,
             answered_usage=usage is not None,
-            before=before,
+            start=before,
         )
         hit_tokens, miss_tokens = cache_split(prompt_tokens, cached.hit_tokens)
         trace = Trace(
@@ -268,6 +268,8 @@ class VllmClient:
             prefix_cache_miss_tokens=miss_tokens,
             external_cache_hit_tokens=cached.external_tokens,
             external_bytes_read=cached.external_bytes,
+            lmcache_l1_hit_tokens=cached.l1_tokens,
+            lmcache_l2_hit_tokens=cached.l2_tokens,
             cached_tokens_source=cached.source,
             latency_s=latency,
             ttft_s=answer.ttft_s,

@@ -28,6 +28,11 @@ CONNECTOR_HINT = (
     "its dependencies (`<vLLM venv>/bin/pip install --no-deps graph-kvcache-mcp`, or "
     "`--no-deps -e <checkout>`)"
 )
+LMCACHE_MP_HINT = (
+    "LMCache's MP connector runs inside vLLM: install LMCache into vLLM's venv after torch and "
+    "vllm (`<vLLM venv>/bin/pip install lmcache==0.5.6`), and this package without its "
+    "dependencies for the mp_native adapter (`pip install --no-deps graph-kvcache-mcp`)"
+)
 
 
 def detect_platform(*, timeout_s: float = 10.0) -> Platform:

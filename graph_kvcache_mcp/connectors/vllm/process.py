@@ -41,6 +41,7 @@ from graph_kvcache_mcp.connectors.vllm.health import last_log_line, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
+    LMCACHE_MP_HINT,
     VLLM_HOST,
     check_vllm_importable,
     child_environment,
@@ -138,6 +139,8 @@ class ManagedVllm:
         check_vllm_importable(self.python)
         launch = self._with_event_endpoints(launch)
         plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
+        if launch.kv_connector in ("mp_native", "redis_resp"):
+            check_vllm_importable(self.python, module="lmcache", hint=LMCACHE_MP_HINT)
         if launch.kv_connector == "engine":
             check_vllm_importable(
                 self.python,
@@ -183,8 +186,10 @@ class ManagedVllm:
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         progress: Progress | None = None,
+        while_stopped: Callable[[], object] | None = None,
     ) -> VllmStatus:
-        """Stop our server and start the very same command again (flags, port, data dir).
+        """Stop our server and start the very same command again (flags, port, data dir);
+        `while_stopped` runs in between (e.g. restart the lmcache server vLLM connects to).
 
         Of the environment only the plan's own part is recorded (the rest may hold secrets):
         the restart gets that again, with `env` added to this process's own, as for `start`.
@@ -198,6 +203,8 @@ class ManagedVllm:
                 f"no vLLM started from {self.data_dir} is running; start one with vllm_start"
             )
         self.stop()
+        if while_stopped is not None:
+            while_stopped()
         launch = VllmLaunch(
             model=state.model,
             port=state.port,

@@ -20,6 +20,7 @@ never written: the token is passed through as `${EPISTEMIC_GRAPH_KVCACHE_TOKEN}`
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from typing import Any, Literal
 
@@ -74,6 +75,24 @@ class LmcacheChoices(BaseModel):
     vllm_port: int = Field(8000, ge=1, le=65535)
     config_file: str = Field("lmcache.yaml", description="Path of the in-process YAML.")
     python_hash_seed: int = Field(0, ge=0)
+    vllm_block_size: int | None = Field(
+        None, ge=1, description="vLLM's KV block size; chunks must be a whole number of blocks."
+    )
+    cpu: bool = Field(
+        False,
+        description="vLLM runs on CPU: the server takes the shared-memory transfer path "
+        "(--supported-transfer-mode auto --shm-name), the one a CPU worker registers with.",
+    )
+    shm_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_]{1,64}$",
+        description="Name of the L1 pool in /dev/shm (cpu only); default from the port.",
+    )
+
+    @property
+    def l1_shm_name(self) -> str:
+        """The L1 pool's name: `/dev/shm/lmcache_l1_pool_<name>` while the server runs."""
+        return self.shm_name or f"graphkv_{self.lmcache_port}"
 
 
 class ProcessSpec(BaseModel):
@@ -196,7 +215,9 @@ def _block_size(
 def _chunk_size(
     facts: ModelFacts, choices: LmcacheChoices, block: int | None, warnings: list[str]
 ) -> int:
-    unit = block or KERNEL_BLOCK_ALIGNMENT
+    unit = block or choices.vllm_block_size or KERNEL_BLOCK_ALIGNMENT
+    if block and choices.vllm_block_size:
+        unit = math.lcm(block, choices.vllm_block_size)
     tp = choices.tensor_parallel_size
     if choices.chunk_size is not None:
         if choices.chunk_size % unit:
@@ -292,6 +313,28 @@ def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any
     }
 
 
+def _cpu_transfer_flags(choices: LmcacheChoices, notes: list[str]) -> list[str]:
+    """A CPU vLLM worker registers its KV cache `engine_driven` over shared memory; the server's
+    default (`lmcache_driven`) has no handler for that, and the worker waits 300 s, then vLLM
+    cannot be stopped. `auto` with a named shared-memory pool serves it and leaves nothing in
+    /dev/shm when the server exits (forcing `lmcache_driven` in vLLM instead leaks a
+    KV-cache-sized segment per vLLM start)."""
+    if not choices.cpu:
+        return []
+    notes.append(
+        "CPU vLLM: --supported-transfer-mode auto with --shm-name (LMCache's default "
+        "lmcache_driven hangs a CPU worker's registration for 300 s); L1 lives in "
+        f"/dev/shm/lmcache_l1_pool_{choices.l1_shm_name} while the server runs"
+    )
+    return [
+        "--supported-transfer-mode",
+        "auto",
+        "--shm-name",
+        choices.l1_shm_name,
+        "--no-l1-use-lazy",
+    ]
+
+
 def inprocess_kv_transfer_config() -> dict[str, Any]:
     """vLLM's `--kv-transfer-config` for LMCache inside each vLLM worker."""
     return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
@@ -358,6 +401,7 @@ def _mp(
             "blake3",
             "--l2-adapter",
             _compact(adapter),
+            *_cpu_transfer_flags(choices, notes),
         ],
         env=server_env,
     )
@@ -460,3 +504,23 @@ def _shell_value(value: str) -> str:
     if value.startswith("${") and value.endswith("}"):
         return f'"{value}"'
     return shlex.quote(value)
+
+
+L2_ADAPTER_FLAG = "--l2-adapter"
+
+
+def point_resp_adapter(server: ProcessSpec, host: str, port: int) -> ProcessSpec:
+    """`server` with its `resp` L2 adapter aimed at host:port (the managed engine's RESP wire).
+
+    Raises:
+        ConfigError: the planned server has no `resp` adapter.
+    """
+    argv = list(server.argv)
+    for index, arg in enumerate(argv[:-1]):
+        if arg != L2_ADAPTER_FLAG:
+            continue
+        adapter = json.loads(argv[index + 1])
+        if isinstance(adapter, dict) and adapter.get("type") == "resp":
+            argv[index + 1] = _compact({**adapter, "host": host, "port": port})
+            return server.model_copy(update={"argv": argv})
+    raise ConfigError("the planned lmcache server has no resp L2 adapter (plan mode redis_resp)")

@@ -12,13 +12,18 @@ Where vLLM runs with a KV connector (an external tier: the engine through Engine
 LMCache), the hit is split by tier from the same /metrics window: the move of
 `vllm:external_prefix_cache_hits_total` is the connector's part, and with EngineKVConnector the move
 of `graph_kvcache:engine_kv_loaded_bytes_total` is what it read from the engine. That split is
-trusted, like the metrics-delta source, only when the window saw this call alone.
+trusted, like the metrics-delta source, only when the window saw this call alone. With LMCache's
+MP connector the external part splits once more, into the lmcache server's L1 and L2 (the
+engine), from the move of the server's own lookup counters across the call, trusted only when
+the server counted this call's one lookup.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.domain.vllm.traces import CachedTokensSource, Trace
 
@@ -57,6 +62,12 @@ class CachedTokens(BaseModel):
     )
     external_bytes: int | None = Field(
         None, description="Engine bytes EngineKVConnector read for them; None when not measured."
+    )
+    l1_tokens: int | None = Field(
+        None, description="Of the external part, found in the lmcache server's L1."
+    )
+    l2_tokens: int | None = Field(
+        None, description="Of the external part, found in the lmcache server's L2 (the engine)."
     )
 
 
@@ -111,7 +122,11 @@ def unattributed(note: str) -> CachedTokens:
     return CachedTokens(hit_tokens=None, source="unavailable", note=note)
 
 
-def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
+def from_window(
+    window: MetricsWindow,
+    prompt_tokens: int,
+    lmcache: LmcacheCounters | Unavailable | None = None,
+) -> CachedTokens:
     """The call's hits as the move of the server's counters, when only this call moved them."""
     if window.prompt_tokens is None or window.hits is None:
         return unattributed("the server's /metrics lacks the prefix-cache counters")
@@ -120,7 +135,7 @@ def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
     # vllm:prefix_cache_hits_total counts vLLM's own cache only; a KV connector's loads (the
     # engine, LMCache) move the external counter instead, and belong to the call's hit too.
     external = window.external_hits
-    return CachedTokens(
+    cached = CachedTokens(
         hit_tokens=window.hits + (external or 0),
         external_tokens=external,
         external_bytes=window.engine_bytes_read,
@@ -128,11 +143,19 @@ def from_window(window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
         note="from the move of vllm:prefix_cache_hits_total across the call (vLLM runs without "
         "--enable-prompt-tokens-details)",
     )
+    return cached if lmcache is None or external is None else split_lmcache_tiers(cached, lmcache)
 
 
-def split_by_tier(cached: CachedTokens, window: MetricsWindow, prompt_tokens: int) -> CachedTokens:
+def split_by_tier(
+    cached: CachedTokens,
+    window: MetricsWindow,
+    prompt_tokens: int,
+    lmcache: LmcacheCounters | Unavailable | None = None,
+) -> CachedTokens:
     """`cached` (reported by the answer) with its external part from the window around the call,
-    when the server has an external tier and only this call moved its counters."""
+    when the server has an external tier and only this call moved its counters; with `lmcache`
+    (what the lmcache server's counters did across the call) the external part is split again
+    into its L1 and L2."""
     if not window.external_tier or window.external_hits is None:
         return cached
     if (why := _not_this_call_alone(window, prompt_tokens)) is not None:
@@ -141,9 +164,41 @@ def split_by_tier(cached: CachedTokens, window: MetricsWindow, prompt_tokens: in
             "connector's tier"
         )
         return cached.model_copy(update={"note": note})
-    return cached.model_copy(
+    split = cached.model_copy(
         update={"external_tokens": window.external_hits, "external_bytes": window.engine_bytes_read}
     )
+    return split if lmcache is None else split_lmcache_tiers(split, lmcache)
+
+
+def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters | Unavailable) -> CachedTokens:
+    """The external part split into the lmcache server's L1 and L2 from the move of its lookup
+    counters, trusted when the server saw this call's lookup alone (it may serve other vLLMs)."""
+    if isinstance(moved, Unavailable):
+        why = f"the lmcache server's counters were not readable ({moved.reason})"
+        return cached.model_copy(update={"note": _joined(cached.note, why)})
+    if moved.lookups is None or moved.l1_hit_tokens is None or moved.l2_hit_tokens is None:
+        return cached.model_copy(
+            update={
+                "note": _joined(
+                    cached.note, "the lmcache server's /metrics lacks its lookup counters"
+                )
+            }
+        )
+    if moved.lookups == 0 and not cached.external_tokens:
+        return cached.model_copy(update={"l1_tokens": 0, "l2_tokens": 0})
+    if moved.lookups != 1:
+        why = (
+            f"the lmcache server counted {moved.lookups} lookups during this call (another "
+            "vLLM or request shares it), so the external hit cannot be split into L1 and L2"
+        )
+        return cached.model_copy(update={"note": _joined(cached.note, why)})
+    return cached.model_copy(
+        update={"l1_tokens": moved.l1_hit_tokens, "l2_tokens": moved.l2_hit_tokens}
+    )
+
+
+def _joined(note: str | None, more: str) -> str:
+    return more if note is None else f"{note}; {more}"
 
 
 def _not_this_call_alone(window: MetricsWindow, prompt_tokens: int) -> str | None:

@@ -228,10 +228,18 @@ def _kv_connector_flags(
         env.update({"PYTHONHASHSEED": "0", **TELEMETRY_OFF})
         if launch.kv_connector == "inprocess_plugin":
             env["LMCACHE_CONFIG_FILE"] = launch.lmcache_config_file
-        if platform.kind == "cpu":
+        if platform.kind == "cpu" and launch.kv_connector == "inprocess_plugin":
             notes.append(
-                "LMCache has no CPU connector (0.5.6): on CPU vLLM it falls back to recompute "
-                "and adds a lookup timeout to every request; use kv_connector 'engine' here"
+                "LMCache has no CPU connector in-process (0.5.6): on CPU vLLM it falls "
+                "back to recompute; use kv_connector 'mp_native' (lmcache server) or 'engine'"
+            )
+        elif platform.kind == "cpu":
+            # vLLM's CPU workers set up gloo on the first interface otherwise, which may be
+            # down or not loopback.
+            env["GLOO_SOCKET_IFNAME"] = "lo"
+            notes.append(
+                "CPU vLLM with LMCache's MP connector: the lmcache server must run with "
+                "--supported-transfer-mode auto and --shm-name (the stack start plans it so)"
             )
         notes.append(f"--kv-transfer-config {json.dumps(transfer)}")
     return ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]

@@ -49,6 +49,18 @@ class Trace(BaseModel):
         description="Engine bytes EngineKVConnector read for the external hit (the "
         "graph_kvcache:engine_kv_loaded_bytes_total delta); None when not measured.",
     )
+    lmcache_l1_hit_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Of the external hit, tokens LMCache found in its server's L1 (host memory); "
+        "None when not measured or no lmcache server runs.",
+    )
+    lmcache_l2_hit_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Of the external hit, tokens LMCache found in L2 (the engine); None when not "
+        "measured.",
+    )
     cached_tokens_source: CachedTokensSource = Field(
         description="usage: the response said; metrics_delta: the server's counters moved by this "
         "much around the call; unavailable: neither could tell."
@@ -110,7 +122,9 @@ class TraceSummary(BaseModel):
     tokens_saved_by_tier: dict[str, int] | None = Field(
         None,
         description="Saved tokens split into 'local' (vLLM's prefix cache) and 'external' (a KV "
-        "connector's tier), over the calls whose external part was measured; None if none was.",
+        "connector's tier), over the calls whose external part was measured, and the external "
+        "part into 'lmcache_l1' and 'lmcache_l2' where LMCache's split was measured; None if "
+        "none was.",
     )
     avg_prefix_cache_hit_rate: float | None = Field(
         None, description="Mean of the per-call hit rates over calls with cache info."
@@ -168,10 +182,15 @@ def _by_tier(known: Sequence[Trace]) -> dict[str, int] | None:
     split = [t for t in known if t.local_cache_hit_tokens is not None]
     if not split:
         return None
-    return {
+    tiers = {
         "local": sum(t.local_cache_hit_tokens or 0 for t in split),
         "external": sum(t.external_cache_hit_tokens or 0 for t in split),
     }
+    lmcache = [t for t in split if t.lmcache_l1_hit_tokens is not None]
+    if lmcache:
+        tiers["lmcache_l1"] = sum(t.lmcache_l1_hit_tokens or 0 for t in lmcache)
+        tiers["lmcache_l2"] = sum(t.lmcache_l2_hit_tokens or 0 for t in lmcache)
+    return tiers
 
 
 def _compute_saved(known: Sequence[Trace], saved_tokens: int) -> ComputeSavedEstimate | None:

@@ -24,6 +24,9 @@ def test_a_restart_passes_the_plans_own_environment_to_the_new_process(
 ) -> None:
     # The import probe runs with our own environment, the server with what the plan builds.
     monkeypatch.setenv("PYTHONPATH", stand_in_vllm(tmp_path))
+    # the MP connector's import check looks for lmcache in vLLM's interpreter: an empty stand-in
+    (tmp_path / "stand-in" / "lmcache").mkdir()
+    (tmp_path / "stand-in" / "lmcache" / "__init__.py").write_text("")
     record = tmp_path / "environments.jsonl"
     managed = ManagedVllm(tmp_path / "data", python=sys.executable)
     launch = VllmLaunch(

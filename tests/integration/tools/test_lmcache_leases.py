@@ -13,6 +13,7 @@ from mcp import Client
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.private import write_private
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStopResult, ManagedLmcache
 from graph_kvcache_mcp.connectors.processes.identity import is_ours
@@ -150,3 +151,29 @@ async def test_a_cli_started_server_outlives_the_sessions_that_reuse_it_until_fo
     assert survived.healthy and survived.pid == reused.pid and survived.leases == []
     assert "runs until `graph-kvcache-mcp lmcache stop`" in refused and "force=true" in refused
     assert forced.stopped and forced.pid == reused.pid
+
+
+async def test_lmcache_start_redis_resp_starts_the_managed_engine_with_its_wire_first(
+    tmp_path: Path,
+) -> None:
+    """No engine runs: the tool starts the session's managed engine with its RESP wire, proves
+    it, and the server's resp adapter stores into it; the session's exit stops both."""
+    settings = Settings.build(
+        data_dir=tmp_path,
+        toolsets=("lmcache", "engine"),
+        lmcache_python=require_lmcache().parent / "python",
+    )
+    args = {**_start_args(free_port(), free_port()), "mode": "redis_resp"}
+    try:
+        async with Client(build_server(settings)) as session:
+            started = LmcacheStatusOut.model_validate(await call_ok(session, "lmcache_start", args))
+            engine = await call_ok(session, "engine_status", {})
+        assert started.healthy and started.holds_lease and started.resp_peer_gone is None
+        assert started.report is not None and [a.healthy for a in started.report.l2_adapters] == [
+            True
+        ]
+        assert engine["resp_address"] and engine["resp_address"].startswith("127.0.0.1:")
+        assert ManagedLmcache(tmp_path).running_state() is None
+    finally:
+        ManagedLmcache(tmp_path).stop(term_wait_s=10.0)
+        ManagedEngine(tmp_path).stop(term_wait_s=5.0)

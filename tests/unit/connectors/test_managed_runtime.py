@@ -3,12 +3,19 @@ KV connector of a recorded command."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from graph_kvcache_mcp.connectors.processes.identity import environment_value
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of
+from graph_kvcache_mcp.connectors.stack.runtime import (
+    kv_connector_of,
+    leaked_lmcache_segments,
+    lmcache_target_of,
+)
+from graph_kvcache_mcp.domain.lmcache.config import mp_kv_transfer_config
 
 
 def test_one_variable_of_a_live_process_environment_is_read_and_nothing_else() -> None:
@@ -41,3 +48,24 @@ def test_the_kv_connector_comes_from_the_recorded_command() -> None:
     )
     assert kv_connector_of(("python", f"--kv-transfer-config={config}")) == "LMCacheMPConnector"
     assert kv_connector_of(("python", "-m", "x", "--port", "8000")) is None
+
+
+def test_the_mp_connectors_server_address_is_read_from_the_recorded_command() -> None:
+    transfer = mp_kv_transfer_config("127.0.0.1", 5601)
+    command = ("python", "-m", "vllm", "--kv-transfer-config", json.dumps(transfer))
+    assert lmcache_target_of(command) == "127.0.0.1:5601"
+    assert kv_connector_of(command) == "LMCacheMPConnector"
+    assert lmcache_target_of(("python", "-m", "vllm")) is None
+
+
+def test_only_segments_whose_process_is_gone_count_as_leaked(tmp_path: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_pid = int(gone.stdout)
+    for name in (f"lmcache_kv_{dead_pid}_0", f"lmcache_kv_{os.getpid()}_0", "lmcache_l1_pool_x"):
+        (tmp_path / name).write_bytes(b"")
+    assert leaked_lmcache_segments(tmp_path) == [f"lmcache_kv_{dead_pid}_0"]

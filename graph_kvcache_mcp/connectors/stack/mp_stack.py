@@ -1,0 +1,170 @@
+"""vLLM over `lmcache server` over the engine, as one stack: whether the running pieces match a
+new start, which managed vLLM depends on the managed server, and stopping them in the order that
+never hangs vLLM (vLLM first, then the server: a worker whose server vanished waits on it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
+from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmState
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
+from graph_kvcache_mcp.errors import LmcacheProcessError, VllmProcessError
+
+if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+
+MP_CONNECTOR_CLASS = "LMCacheMPConnector"
+
+
+def dependent_vllm(data_dir: Path, lmcache_port: int) -> VllmState | None:
+    """The running vLLM of `data_dir` whose MP connector talks to the server on `lmcache_port`."""
+    state = ManagedVllm(data_dir, tidy=False).running_state()
+    if state is None or kv_connector_of(state.process.command) != MP_CONNECTOR_CLASS:
+        return None
+    return state if lmcache_port_of(state.process.command) == lmcache_port else None
+
+
+def dependency_reason(data_dir: Path, server: LmcacheState) -> str | None:
+    """Why the managed server must not be stopped under a running vLLM, else None."""
+    vllm = dependent_vllm(data_dir, server.port)
+    if vllm is None:
+        return None
+    return (
+        f"the managed vLLM (pid {vllm.process.pid}, port {vllm.port}) uses this lmcache server "
+        f"(pid {server.process.pid}, port {server.port}); stopping the server under it leaves "
+        "vLLM's requests and its shutdown waiting on the server"
+    )
+
+
+class ManagedServerCounters:
+    """The lookup counters of the managed lmcache server that the managed vLLM at `vllm_root`
+    talks to (found again on every read: the server may have been restarted meanwhile)."""
+
+    def __init__(self, data_dir: Path, vllm_root: str) -> None:
+        self.data_dir = data_dir
+        self.vllm_root = vllm_root.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"ManagedServerCounters({str(self.data_dir)!r}, {self.vllm_root!r})"
+
+    async def read(self) -> LmcacheCounters | Unavailable | None:
+        http_url = await anyio.to_thread.run_sync(self._http_url)
+        if http_url is None:
+            return None
+        async with LmcacheHttp(http_url) as http:
+            return await http.counters()
+
+    def _http_url(self) -> str | None:
+        vllm = ManagedVllm(self.data_dir, tidy=False).running_state()
+        if vllm is None or vllm.base_url.removesuffix("/v1") != self.vllm_root:
+            return None
+        port = lmcache_port_of(vllm.process.command)
+        server = ManagedLmcache(self.data_dir).running_state(tidy=False)
+        return server.http_url if server is not None and server.port == port else None
+
+
+async def engine_l2_counters(data_dir: Path, engine_url: str) -> LmcacheCounters | None:
+    """The counters of the managed lmcache server whose L2 adapter writes to `engine_url` (the
+    mp_native stack), None when there is none or it does not answer."""
+
+    def find() -> str | None:
+        server = ManagedLmcache(data_dir).running_state(tidy=False)
+        if server is None:
+            return None
+        wanted = f'"base_url":{json.dumps(engine_url.rstrip("/"))}'
+        return server.http_url if any(wanted in arg for arg in server.process.command) else None
+
+    http_url = await anyio.to_thread.run_sync(find)
+    if http_url is None:
+        return None
+    async with LmcacheHttp(http_url) as http:
+        counters = await http.counters()
+    return None if isinstance(counters, Unavailable) else counters
+
+
+def attach_lmcache_tier(client: VllmClient, data_dir: Path) -> VllmClient:
+    """`client` with its meter reading the managed lmcache server behind it (if any), so its
+    traces split external hits into L1 and L2."""
+    client.meter.tier = ManagedServerCounters(data_dir, client.root_url)
+    return client
+
+
+def check_vllm_reusable(managed: ManagedVllm, launch: VllmLaunch) -> None:
+    """Refuse a start when our running vLLM was started with another KV tier or server.
+
+    Raises:
+        VllmProcessError: says what runs and how to replace it.
+    """
+    state = managed.running_state()
+    if state is None:
+        return
+    connector = kv_connector_of(state.process.command)
+    port = lmcache_port_of(state.process.command)
+    if connector == MP_CONNECTOR_CLASS and port == launch.lmcache_port:
+        return
+    runs = f"KV connector {connector}" if connector else "no KV connector"
+    if connector == MP_CONNECTOR_CLASS:
+        runs += f" to the lmcache server on port {port}"
+    raise VllmProcessError(
+        f"a vLLM started from {managed.data_dir} already runs (pid {state.process.pid}, port "
+        f"{state.port}) with {runs}, not kv_connector {launch.kv_connector} on lmcache port "
+        f"{launch.lmcache_port}; stop it first with vllm_stop (CLI: graph-kvcache-mcp vllm stop)"
+    )
+
+
+def check_lmcache_reusable(managed: ManagedLmcache, server: ProcessSpec) -> None:
+    """Refuse a start when our running server was started with other flags than planned.
+
+    Raises:
+        LmcacheProcessError: names the flags that differ.
+    """
+    state = managed.running_state(tidy=False)
+    if state is None:
+        return
+    running = list(state.process.command[3:])  # after `python -m lmcache.cli.main`
+    if running == server.argv[1:]:
+        return
+    differ = sorted(set(_flags(running)) ^ set(_flags(server.argv[1:])))
+    raise LmcacheProcessError(
+        f"the lmcache server started from {managed.data_dir} (pid {state.process.pid}, port "
+        f"{state.port}) runs with other settings than this stack plans (differing: "
+        f"{', '.join(differ) or 'flag order'}); stop it with lmcache_stop (CLI: graph-kvcache-mcp "
+        "lmcache stop) and start again"
+    )
+
+
+def stop_dependent_vllm(
+    data_dir: Path,
+    server: LmcacheState | None,
+    *,
+    vllm_python: Path | None = None,
+    term_wait_s: float = 15.0,
+) -> list[str]:
+    """Stop the managed vLLM that uses `server` (before the server is stopped); what was done."""
+    if server is None or (vllm := dependent_vllm(data_dir, server.port)) is None:
+        return []
+    how = ManagedVllm(data_dir, python=vllm_python).stop(term_wait_s=term_wait_s).how
+    return [f"vLLM pid {vllm.process.pid} on port {vllm.port} ({how}) first"]
+
+
+def _flags(args: list[str]) -> list[str]:
+    """`--flag value` pairs as one string each, for naming what differs."""
+    pairs: list[str] = []
+    for index, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        value = args[index + 1] if index + 1 < len(args) else ""
+        pairs.append(arg if value.startswith("--") or not value else f"{arg} {value}")
+    return pairs

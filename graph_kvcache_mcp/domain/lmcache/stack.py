@@ -1,0 +1,81 @@
+"""The `lmcache server` a managed vLLM with an LMCache MP connector needs: planned from the vLLM
+launch, so the two always agree (port, block size, hash seed, transfer mode). Pure: no I/O.
+
+`vllm_start kv_connector=mp_native` starts the engine (L2), this server, then vLLM; the L2
+adapter comes from the mode (`mp_native`: our `native_plugin` client of the engine's /kv;
+`redis_resp`: LMCache's `resp` adapter), never hard-wired here.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
+from graph_kvcache_mcp.domain.vllm.launch import DEFAULT_CPU_BLOCK_SIZE, Platform, VllmLaunch
+from graph_kvcache_mcp.errors import ConfigError
+
+MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
+STACK_L1_SIZE_GB = 1.0
+STACK_ADAPTER_WORKERS = 2
+
+
+class StackOptions(BaseModel):
+    """The server's own choices a vLLM launch does not decide."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    http_port: int = Field(8080, ge=1, le=65535, description="The server's HTTP admin port.")
+    l1_size_gb: float = Field(STACK_L1_SIZE_GB, gt=0, description="L1 (host memory) size.")
+    chunk_size: int | None = Field(
+        None, ge=1, description="Tokens per chunk; default 256 (a whole number of vLLM blocks)."
+    )
+
+
+def plan_stack_server(
+    launch: VllmLaunch,
+    facts: ModelFacts,
+    platform: Platform,
+    *,
+    engine_url: str,
+    options: StackOptions,
+) -> LmcachePlan:
+    """The config generator's plan for the server behind `launch`.
+
+    Raises:
+        ConfigError: `launch` uses no LMCache MP connector, the ports collide, or the chunk size
+            is not a whole number of vLLM's blocks.
+    """
+    if launch.kv_connector not in MP_CONNECTORS:
+        raise ConfigError(
+            f"kv_connector {launch.kv_connector!r} runs no lmcache server; the stack start is "
+            "for mp_native (and redis_resp)"
+        )
+    ports = {launch.port, launch.lmcache_port, options.http_port}
+    if len(ports) != 3:
+        raise ConfigError(
+            f"vLLM port {launch.port}, lmcache port {launch.lmcache_port} and lmcache HTTP port "
+            f"{options.http_port} must all differ"
+        )
+    cpu = platform.kind == "cpu"
+    block = launch.block_size or (DEFAULT_CPU_BLOCK_SIZE if cpu else None)
+    choices = LmcacheChoices(
+        mode="redis_resp" if launch.kv_connector == "redis_resp" else "mp_native",
+        engine_url=engine_url,
+        chunk_size=options.chunk_size,
+        lmcache_host=launch.lmcache_host,
+        lmcache_port=launch.lmcache_port,
+        lmcache_http_port=options.http_port,
+        l1_size_gb=options.l1_size_gb,
+        num_workers=STACK_ADAPTER_WORKERS,
+        vllm_port=launch.port,
+        vllm_block_size=block,
+        cpu=cpu,
+    )
+    return plan_lmcache(facts, choices)
+
+
+def generic_facts(model: str) -> ModelFacts:
+    """Stand-in facts when the model has no local config.json: the plan is then sized for a
+    small dense model (only the engine value-cap check uses the size)."""
+    return ModelFacts(name=model, attention_layers=1, kv_heads=1, head_dim=64)

@@ -1,0 +1,131 @@
+"""Benchmark the design's stack on CPU: time to first token after restarts, by the tier that serves.
+
+On `bench_connector.py`'s model (a random Llama whose prefill dominates: 8 layers, hidden 1024,
+16 KV heads of 64) and prompts (P distinct random prompts of T tokens, one output token, so
+latency is TTFT), in one run:
+
+- **LMCache L1**: vLLM -> `lmcache server` (L2: our native adapter on a managed engine). Run 1
+  sends the prompts cold; vLLM is restarted and sends them again (served from the server's L1),
+  then P fresh prompts (cold, the baseline in the same process).
+- **engine via LMCache L2**: the server is restarted too (empty L1) and vLLM again: the same
+  prompts come from the engine through the adapter.
+- **EngineKVConnector**: a vLLM whose KV tier is the engine directly, cold, restarted, warm.
+- **no connector**: a plain vLLM sends the fresh prompts (what a connector's saves cost).
+
+Printed: medians per phase, each warm path's ratio over cold (goal >= 3x), cached tokens and
+tokens loaded per second of warm TTFT.
+
+Usage: `.venv/bin/python tools/bench_stack.py [--prompts 3] [--tokens 3072]`. Needs `.venv-vllm`
+with lmcache (./run.sh test installs it), `.venv-lmcache` and the `engine` extra. Starts six
+vLLMs: ten minutes or more on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support has the model builder and the stack helpers
+
+from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config  # noqa: E402
+from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config  # noqa: E402
+from tests.support.engines import running_engine  # noqa: E402
+from tests.support.l2_paths import mp_vllm, native_server  # noqa: E402
+from tests.support.vllm import bench_model_dir  # noqa: E402
+from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
+
+RATIO_GOAL = 3.0
+L2_STORED = "lmcache_mp_l2_store_completed_objects_chunks_total"
+CHUNK_TOKENS = 256
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=3072)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--kv-heads", type=int, default=16)
+    args = parser.parse_args()
+    model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
+    facts = facts_from_hf_config(read_hf_config(model), name="bench-llama")
+    saved = [random_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
+    fresh = [random_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]
+    warmup = [random_prompt(64, seed=3000 + i) for i in range(6)]
+    chunks = args.prompts * (args.tokens // CHUNK_TOKENS)
+    overrides: dict[str, object] = {
+        "max_model_len": args.tokens + 64,
+        "kv_cache_memory_bytes": 2 * 1024**3,
+    }
+    phases: dict[str, tuple[list[float], list[int]]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-stack-") as tmp,
+        running_engine(Path(tmp) / "engine", "memory") as engine,
+    ):
+        root = Path(tmp)
+        with native_server(root / "lmc", engine, facts, chunk_tokens=CHUNK_TOKENS) as server:
+            with mp_vllm(
+                root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
+            ) as s:
+                s.complete(warmup[0], max_tokens=1)
+                phases["stack cold (run 1)"] = ttfts(s, saved)
+            server.wait_counter(L2_STORED, at_least=chunks, timeout_s=600)
+            with mp_vllm(
+                root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
+            ) as s:
+                s.complete(warmup[1], max_tokens=1)
+                phases["LMCache L1 (vLLM restarted)"] = ttfts(s, saved)
+                phases["cold (fresh prompts)"] = ttfts(s, fresh)
+        # a new server (empty L1) and a new vLLM: every hit comes from the engine
+        with (
+            native_server(root / "lmc", engine, facts, chunk_tokens=CHUNK_TOKENS) as server,
+            mp_vllm(
+                root / "v", server, kv_connector="mp_native", model_dir=model, **overrides
+            ) as s,
+        ):
+            s.complete(warmup[2], max_tokens=1)
+            phases["engine via LMCache L2 (server + vLLM restarted)"] = ttfts(s, saved)
+        direct = {**overrides, "kv_connector": "engine"}
+        with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
+            c.complete(warmup[3], max_tokens=1)
+            ttfts(c, saved)  # cold: the connector saves every block
+        with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
+            c.complete(warmup[4], max_tokens=1)
+            phases["EngineKVConnector (vLLM restarted)"] = ttfts(c, saved)
+        plain = {**overrides, "kv_connector": "none"}
+        with connector_vllm(root / "p", engine, model_dir=model, **plain) as c:
+            c.complete(warmup[5], max_tokens=1)
+            phases["no connector (fresh prompts)"] = ttfts(c, fresh)
+    return report(args, phases)
+
+
+def report(args: argparse.Namespace, phases: dict[str, tuple[list[float], list[int]]]) -> int:
+    print(f"model: {args.layers} layers, hidden {args.hidden}, {args.kv_heads} KV heads of 64")
+    print(f"prompts: {args.prompts} x {args.tokens} tokens; LMCache chunk {CHUNK_TOKENS}")
+    cold = statistics.median(phases["cold (fresh prompts)"][0])
+    bare = statistics.median(phases["no connector (fresh prompts)"][0])
+    print(
+        f"{'phase':50} {'TTFT median':>12} {'cached':>8} {'vs cold':>8} {'vs none':>8} "
+        f"{'tokens/s':>10}"
+    )
+    ok = True
+    for name, (times, cached) in phases.items():
+        ttft = statistics.median(times)
+        hit = int(statistics.median(cached))
+        warm = hit > 0
+        rate = f"{hit / ttft:>10,.0f}" if warm else f"{'':>10}"
+        print(
+            f"{name:50} {ttft:>10.3f} s {hit:>8} {cold / ttft:>7.2f}x {bare / ttft:>7.2f}x {rate}"
+        )
+        if warm and "run 1" not in name:
+            ok = ok and cold / ttft >= RATIO_GOAL
+    print(f"goal: every warm path >= {RATIO_GOAL}x over cold: {'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
