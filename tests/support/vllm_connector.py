@@ -122,15 +122,18 @@ def connector_vllm(
     engine: RunningEngine,
     *,
     model_dir: Path | None = None,
+    extra_env: dict[str, str] | None = None,
     **launch_overrides: object,
 ) -> Iterator[ConnectorVllm]:
-    """A vLLM with `EngineKVConnector` on `engine`, stopped when the block exits."""
+    """A vLLM with `EngineKVConnector` on `engine`, stopped when the block exits.
+
+    `extra_env` goes into vLLM's environment last (benchmarks use it, e.g. `VLLM_PLUGINS`)."""
     managed = ManagedVllm(data_dir, python=require_vllm_venv())
     values: dict[str, object] = {"kv_connector": "engine"}
     values.update(launch_overrides)
     launch = fast_cpu_launch(model_dir or tiny_model_dir(), free_port(), **values)
     with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache_root:
-        env = connector_environment(engine.settings, Path(cache_root))
+        env = {**connector_environment(engine.settings, Path(cache_root)), **(extra_env or {})}
         try:
             status = managed.start(
                 launch, env=env, ready_timeout_s=READY_TIMEOUT_S, platform=VLLM_CPU

@@ -26,6 +26,7 @@ size 1); anything else is refused at start-up. Imports only what vLLM's venv pro
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KvModelIdentity,
-    Rejected,
-    decode_block,
     encode_block,
     unsupported_setup,
 )
@@ -50,6 +49,7 @@ from graph_kvcache_mcp.domain.vllm.kv_plan import (
     TransferPlanner,
 )
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
 from graph_kvcache_mcp.plugins.vllm_kv.stats import EngineKVPromMetrics, EngineKVStats
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore, logger
 
@@ -88,6 +88,7 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self.planner = TransferPlanner(self.identity.digest, self.block_size)
         self._local_tokens: dict[str, int] = {}
         self._pages: PagedKvCache | None = None
+        self._loader: BlockLoader | None = None
         self._load_errors: set[int] = set()
         if role == KVConnectorRole.SCHEDULER and (
             self._kv_transfer_config.kv_load_failure_policy != "recompute"
@@ -187,6 +188,7 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 "blocks of a layout it does not understand"
             )
         self._pages = pages
+        self._loader = BlockLoader(self.store, self.identity, pages)
         _allow_amx_tiles()
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
@@ -261,34 +263,39 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
         return self._pages
 
+    def _require_loader(self) -> BlockLoader:
+        if self._loader is None:
+            raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
+        return self._loader
+
     def _load(self, load: BlockTransfer) -> None:
         """Load the longest good run of `load`'s blocks; report the rest for recompute."""
-        pages = self._require_pages()
-        good: list[memoryview] = []
-        read_bytes = 0
-        for key, value in zip(load.keys, self.store.fetch(load.keys), strict=True):
-            decoded = decode_block(value, key, self.identity) if value is not None else None
-            if value is None or not isinstance(decoded, memoryview):
-                why = decoded.reason if isinstance(decoded, Rejected) else "missing or unreadable"
-                logger.warning(
-                    "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
-                    "from there",
-                    key,
-                    load.req_id,
-                    why,
-                )
-                break
-            good.append(decoded)
-            read_bytes += len(value)
-        try:
-            pages.write_blocks(load.block_ids[: len(good)], good)
-        except Exception:
-            logger.exception("EngineKVConnector: could not write loaded blocks; recomputing")
-            good, read_bytes = [], 0
-        failed = load.block_ids[len(good) :]
+        loader = self._require_loader()
+        began = time.perf_counter()
+        result = loader.load(load.keys, load.block_ids)
+        took = time.perf_counter() - began
+        if result.failure is not None:
+            logger.warning(
+                "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
+                "from there",
+                *result.failure[:1],
+                load.req_id,
+                result.failure[1],
+            )
+        if result.loaded_blocks:
+            logger.info(
+                "EngineKVConnector: loaded %d blocks (%d bytes) for request %s in %.4f s",
+                result.loaded_blocks,
+                result.read_bytes,
+                load.req_id,
+                took,
+            )
+        failed = load.block_ids[result.loaded_blocks :]
         self._load_errors.update(failed)
         self.store.tally.add(
-            loaded_blocks=len(good), loaded_bytes=read_bytes, load_failed_blocks=len(failed)
+            loaded_blocks=result.loaded_blocks,
+            loaded_bytes=result.read_bytes,
+            load_failed_blocks=len(failed),
         )
 
 

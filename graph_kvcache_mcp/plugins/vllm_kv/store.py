@@ -23,8 +23,9 @@ from typing import TypeVar
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.engine.http_response import BodySink
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
-from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Stored, Unavailable
+from graph_kvcache_mcp.domain.outcomes import Hit, Outcome, Presence, Stored, Unavailable
 
 # Under "vllm." so that vLLM's own logging configuration prints it beside vLLM's lines.
 LOGGER_NAME = "vllm.graph_kvcache.engine_kv"
@@ -125,6 +126,25 @@ class EngineBlockStore:
         """The stored values of `keys`, None for each one missing or not read in time."""
         answers = self._run_all(self.client.get, keys, time.monotonic() + self.timeout_s, "load")
         return [answer.value if isinstance(answer, Hit) else None for answer in answers]
+
+    def fetch_into(self, keys: Sequence[str], sinks: Sequence[BodySink]) -> list[Outcome[int]]:
+        """Each key's value received straight into its sink, on up to `concurrency` lanes, the
+        whole batch within the KV timeout; `Hit(bytes received)` where the engine had it.
+
+        After an answer that is `Unavailable` (a timeout among them), a lane may still be
+        writing into its sink's buffer for a moment: hand that buffer out again only after a
+        batch without one.
+        """
+        if not keys or self._quiet():
+            return [Unavailable("engine calls paused after a failure")] * len(keys)
+        try:
+            answers = self.client.get_many_into(keys, sinks)
+        except Exception as exc:  # never into vLLM; InvalidKey cannot happen for our keys
+            self._went_wrong("load", f"the client raised {type(exc).__name__}")
+            return [Unavailable("the client raised")] * len(keys)
+        if failure := next((a for a in answers if isinstance(a, Unavailable)), None):
+            self._went_wrong("load", failure.reason)
+        return answers
 
     # --- writes ------------------------------------------------------------------------------
 
