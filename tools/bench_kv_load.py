@@ -22,11 +22,9 @@ import argparse
 import cProfile
 import os
 import pstats
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,6 +50,7 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore  # noqa: E402
+from tests.support.wire_reference import reference_read  # noqa: E402
 
 
 def identity(layers: int, heads: int, block: int, head_size: int) -> KvModelIdentity:
@@ -68,36 +67,6 @@ def identity(layers: int, heads: int, block: int, head_size: int) -> KvModelIden
         layout="cpu:LBHNC:bench:auto",
         vllm_version="bench",
     )
-
-
-def reference_read(host: str, port: int, token: str, keys: list[str], lanes: int) -> float:
-    """Seconds to GET every key on `lanes` raw-socket lanes, into reused buffers, unchecked."""
-    auth = f"Authorization: Bearer {token}\r\n"
-    requests = [f"GET /kv/{key} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode() for key in keys]
-    cursor = iter(range(len(keys)))
-    lock = threading.Lock()
-    received = [0] * lanes
-
-    def lane(number: int) -> None:
-        buffer = memoryview(bytearray(4 * 1024 * 1024))
-        while True:
-            with lock:
-                index = next(cursor, None)
-            if index is None:
-                return
-            with socket.create_connection((host, port)) as sock:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.sendall(requests[index])
-                while count := sock.recv_into(buffer):
-                    received[number] += count
-
-    threads = [threading.Thread(target=lane, args=(n,)) for n in range(lanes)]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - began
 
 
 def connector_read(loader: BlockLoader, keys: list[str]) -> float:
@@ -170,9 +139,12 @@ def main() -> int:
         store = EngineBlockStore(client, timeout_s=30.0, concurrency=args.lanes)
         try:
             client.put_many(list(zip(keys, values, strict=True)))
-            loader = BlockLoader(store, ident, pages)
+            loader = BlockLoader(store, ident, pages.write_block)
             secret = token.get_secret_value() if token is not None else ""
-            ref = lambda lanes: lambda: reference_read(host, int(port), secret, keys, lanes)  # noqa: E731
+
+            def ref(lanes: int) -> Callable[[], float]:
+                return lambda: reference_read(host, int(port), secret, keys, lanes)
+
             runs: dict[str, Callable[[], float]] = {
                 **{f"reference, {n} lanes": ref(n) for n in (1, 2, 4, 8, 16)},
                 "connector": lambda: connector_read(loader, keys),

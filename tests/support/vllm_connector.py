@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,8 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
 from graph_kvcache_mcp.domain.vllm.metrics import parse_snapshot
 from tests.support.engines import RunningEngine
 from tests.support.vllm import (
+    ARTIFACTS,
+    BUILDER,
     MODEL_NAME,
     READY_TIMEOUT_S,
     REPO,
@@ -141,6 +144,15 @@ def connector_vllm(
             yield ConnectorVllm(managed, status, launch.block_size or 32)
         finally:
             managed.stop(term_wait_s=10.0)
+
+
+def bench_model_dir(layers: int, hidden: int, kv_heads: int) -> Path:
+    """A random Llama whose prefill dominates, for benchmarks (built once, kept in ARTIFACTS)."""
+    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
+    if not (out / "config.json").exists():
+        size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
+        subprocess.run([str(require_vllm_venv()), str(BUILDER), str(out), *size], check=True)
+    return out
 
 
 def random_prompt(length: int, *, seed: int, vocab: int = 4000) -> list[int]:

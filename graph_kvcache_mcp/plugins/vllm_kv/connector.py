@@ -188,7 +188,7 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 "blocks of a layout it does not understand"
             )
         self._pages = pages
-        self._loader = BlockLoader(self.store, self.identity, pages)
+        self._loader = BlockLoader(self.store, self.identity, pages.write_block)
         _allow_amx_tiles()
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
@@ -217,15 +217,20 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         pages = self._require_pages()
         items: list[tuple[str, bytes]] = []
         try:
+            # Only the copy out of the cache happens here, before vLLM may reuse the blocks; the
+            # checksum and header are made on the upload thread.
             for save in metadata.saves:
                 items += [
-                    (key, encode_block(key, self.identity, pages.page_views(block_id)))
+                    (key, b"".join(pages.page_views(block_id)))
                     for key, block_id in zip(save.keys, save.block_ids, strict=True)
                 ]
         except Exception:  # a save is an optimisation: never fail the step for it
             logger.exception("EngineKVConnector: could not copy blocks out for saving")
             return
-        self.store.save_later(items)
+        self.store.save_later(items, self._encode)
+
+    def _encode(self, key: str, payload: bytes) -> bytes:
+        return encode_block(key, self.identity, payload)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()

@@ -65,11 +65,12 @@ class PagedKvCache:
             for layer in self.layers
         ]
 
-    def write_block(self, block_id: int, payload: np.ndarray) -> None:
-        """Copy one block's payload (uint8, every layer's page, layer-major, as `page_views`
-        reads them) into that block of every layer. Releases the GIL while it copies."""
-        if payload.shape != (self.block_bytes,):
-            raise ValueError(f"{payload.shape} bytes do not fill a block of {self.block_bytes}")
+    def write_block(self, block_id: int, data: memoryview) -> None:
+        """Copy one block's payload (every layer's page, layer-major, as `page_views` reads
+        them) into that block of every layer. Releases the GIL while it copies."""
+        if data.nbytes != self.block_bytes:
+            raise ValueError(f"{data.nbytes} bytes do not fill a block of {self.block_bytes}")
+        payload = np.frombuffer(data, dtype=np.uint8)
         size = self.page_bytes
         if self._arrays is not None:
             for position, array in enumerate(self._arrays):

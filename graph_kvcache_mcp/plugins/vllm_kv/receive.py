@@ -6,7 +6,8 @@ into its own bytes and is checked first, the payload straight into a one-block s
 (`socket.recv_into`: one copy, from the kernel), checksummed chunk by chunk as it arrives. The
 moment a block is complete and intact, the same lane copies it into the block's page of every
 layer (the second and last copy) while the other lanes are still receiving. zlib, hashlib and
-numpy release the GIL for such sizes, so lanes overlap. Memory: one slot per lane, reused.
+the cache copy (numpy) release the GIL for such sizes, so lanes overlap. Memory: one slot per
+lane, reused.
 
 Lanes write into the KV cache only while their load is open (`LoadWindow`): the load closes it
 before it returns to vLLM, waiting for copies under way, so a lane that answers after the
@@ -19,8 +20,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     BLOCK_PREFIX_BYTES,
@@ -31,13 +30,12 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     check_header,
     header_length,
 )
-from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 
 _SCRATCH_BYTES = 64 * 1024
 LATE = Rejected("arrived after the load had ended")
 
-Deliver = Callable[[np.ndarray], Rejected | None]
+Deliver = Callable[[memoryview], Rejected | None]
 """Copies a checked payload into its block; why not, when it could not (the load had ended)."""
 
 
@@ -47,16 +45,16 @@ class SlotPool:
 
     def __init__(self, block_bytes: int) -> None:
         self.block_bytes = block_bytes
-        self._free: list[np.ndarray] = []
+        self._free: list[memoryview] = []
         self._lock = threading.Lock()
 
-    def take(self) -> np.ndarray:
+    def take(self) -> memoryview:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        return np.empty(self.block_bytes, dtype=np.uint8)
+        return memoryview(bytearray(self.block_bytes))
 
-    def give(self, slot: np.ndarray) -> None:
+    def give(self, slot: memoryview) -> None:
         with self._lock:
             self._free.append(slot)
 
@@ -98,8 +96,7 @@ class BlockReceiver:
         self.identity = identity
         self._slots = slots
         self._deliver = deliver
-        self._slot: np.ndarray | None = None
-        self._slot_view: memoryview | None = None
+        self._slot: memoryview | None = None
         self._prefix = bytearray(BLOCK_PREFIX_BYTES)
         self._header = bytearray()
         self._head_filled = 0  # bytes of prefix, then header, received
@@ -125,8 +122,8 @@ class BlockReceiver:
             return memoryview(self._prefix)[self._head_filled :]
         if (at := self._head_filled - BLOCK_PREFIX_BYTES) < len(self._header):
             return memoryview(self._header)[at:]
-        assert self._slot_view is not None
-        return self._slot_view[self._payload_filled :]
+        assert self._slot is not None
+        return self._slot[self._payload_filled :]
 
     def wrote(self, count: int) -> None:
         self._received += count
@@ -139,8 +136,8 @@ class BlockReceiver:
             elif self._head_filled == BLOCK_PREFIX_BYTES + len(self._header):
                 self._headed()
             return
-        assert self._slot_view is not None and self._check is not None
-        self._check.update(self._slot_view[self._payload_filled : self._payload_filled + count])
+        assert self._slot is not None and self._check is not None
+        self._check.update(self._slot[self._payload_filled : self._payload_filled + count])
         self._payload_filled += count
         if self._payload_filled == self.identity.block_bytes:
             self._complete()
@@ -179,7 +176,6 @@ class BlockReceiver:
             return
         self._check = check
         self._slot = self._slots.take()
-        self._slot_view = memoryview(self._slot)
 
     def _complete(self) -> None:
         """The whole payload is in (its length matched the header): check it, deliver it."""
@@ -189,7 +185,7 @@ class BlockReceiver:
         else:
             outcome = self._deliver(self._slot)
         self._slots.give(self._slot)
-        self._slot = self._slot_view = None
+        self._slot = None
         self._finish(outcome)
 
     def _finish(self, outcome: Rejected | None) -> None:
@@ -212,16 +208,20 @@ class LoadResult:
     """The first block that did not load, and why (None when all did)."""
 
 
+WriteBlock = Callable[[int, memoryview], None]
+"""Copies one block's payload into that block of the KV cache (`PagedKvCache.write_block`)."""
+
+
 class BlockLoader:
-    """Loads runs of stored blocks into one worker's paged KV cache."""
+    """Loads runs of stored blocks into one worker's KV cache through `write_block`."""
 
     def __init__(
-        self, store: EngineBlockStore, identity: KvModelIdentity, pages: PagedKvCache
+        self, store: EngineBlockStore, identity: KvModelIdentity, write_block: WriteBlock
     ) -> None:
         self.store = store
         self.identity = identity
-        self.pages = pages
-        self._slots = SlotPool(pages.block_bytes)
+        self.write_block = write_block
+        self._slots = SlotPool(identity.block_bytes)
 
     def load(self, keys: Sequence[str], block_ids: Sequence[int]) -> LoadResult:
         """Put the blocks stored under `keys` into `block_ids`; the leading intact run counts.
@@ -248,11 +248,11 @@ class BlockLoader:
         return LoadResult(loaded, read_bytes)
 
     def _deliverer(self, window: LoadWindow, block_id: int) -> Deliver:
-        def deliver(payload: np.ndarray) -> Rejected | None:
+        def deliver(payload: memoryview) -> Rejected | None:
             if not window.enter():
                 return LATE
             try:
-                self.pages.write_block(block_id, payload)
+                self.write_block(block_id, payload)
             except Exception as exc:  # on a lane: never into the wire or vLLM
                 return Rejected(f"could not be written into the KV cache ({exc})")
             finally:

@@ -38,6 +38,8 @@ MAX_PENDING_SAVE_BYTES = 512 * 1024 * 1024
 
 logger = logging.getLogger(LOGGER_NAME)
 _T = TypeVar("_T")
+Encode = Callable[[str, bytes], bytes]
+"""Turns a queued block's data into the value stored under its key."""
 _R = TypeVar("_R")
 
 
@@ -84,7 +86,8 @@ class EngineBlockStore:
         self._quiet_until = 0.0
         self.tally = tally or TransferTally()
         self._lock = threading.Lock()
-        self._saves: queue.Queue[list[tuple[str, bytes]] | None] = queue.Queue()
+        self._saves: queue.Queue[tuple[list[tuple[str, bytes]], Encode | None] | None]
+        self._saves = queue.Queue()
         self._pending_bytes = 0
         self._idle = threading.Event()
         self._idle.set()
@@ -148,8 +151,12 @@ class EngineBlockStore:
 
     # --- writes ------------------------------------------------------------------------------
 
-    def save_later(self, items: list[tuple[str, bytes]]) -> None:
-        """Queue (key, value) pairs for upload; drops them when the engine is down or far behind."""
+    def save_later(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
+        """Queue (key, value) pairs for upload; drops them when the engine is down or far behind.
+
+        With `encode`, each value is `encode(key, data)` of the data queued, made on the upload
+        thread: work that need not delay the forward pass that queued it (checksum, header).
+        """
         size = sum(len(value) for _, value in items)
         with self._lock:
             if self._quiet() or self._pending_bytes + size > MAX_PENDING_SAVE_BYTES:
@@ -158,7 +165,7 @@ class EngineBlockStore:
                 return
             self._pending_bytes += size
             self._idle.clear()
-        self._saves.put(items)
+        self._saves.put((items, encode))
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued block was sent (or dropped); False when time ran out."""
@@ -222,9 +229,10 @@ class EngineBlockStore:
 
     def _upload_loop(self) -> None:
         _lower_thread_priority()
-        while (items := self._saves.get()) is not None:
+        while (queued := self._saves.get()) is not None:
+            items, encode = queued
             try:
-                self._upload(items)
+                self._upload([(k, encode(k, v)) for k, v in items] if encode else items)
             except Exception:  # the thread must survive anything; a lost save is a future miss
                 logger.exception("engine KV: upload failed")
             finally:
