@@ -12,7 +12,9 @@ goes to the three in a rotating order) so that the machine's load drifts over al
   state in every vLLM process before vLLM starts (what the connector does, without it);
 - `engine connector`: `EngineKVConnector` (asks for the tile state itself; saves every block).
 
-Reported: median TTFT per setup and its ratio to `none`. Usage:
+Then P short fresh prompts ask each for D tokens (decode; the connector saves every block that
+fills). Reported: median TTFT and decode tokens/s per setup, each as a ratio to `none` (TTFT
+above 1 is slower, decode below 1 is slower). Usage:
 `.venv/bin/python tools/bench_cold_prefill.py [--prompts 5] [--tokens 3072]`.
 """
 
@@ -51,6 +53,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=3072)
+    parser.add_argument("--decode", type=int, default=128, help="tokens per decode request")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--kv-heads", type=int, default=16)
@@ -59,6 +62,7 @@ def main() -> int:
     prompts = [random_prompt(args.tokens, seed=5000 + i) for i in range(args.prompts)]
     overrides = {"max_model_len": args.tokens + 64, "kv_cache_memory_bytes": 768 * 1024**2}
     times: dict[str, list[float]] = {name: [] for name in SETUPS}
+    rates: dict[str, list[float]] = {name: [] for name in SETUPS}
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp, ExitStack() as stack:
         managed = ManagedEngine(Path(tmp) / "engine")
         managed.start(backend="memory")
@@ -85,14 +89,23 @@ def main() -> int:
             for name in names[turn % 3 :] + names[: turn % 3]:
                 times[name].append(servers[name].complete(prompt, max_tokens=1).elapsed_s)
             print(f"prompt {turn + 1}: " + ", ".join(f"{n} {times[n][-1]:.3f}" for n in names))
+        for turn in range(args.prompts):  # decode: short fresh prompts, exactly D new tokens
+            prompt = random_prompt(64, seed=7000 + turn)
+            for name in names[turn % 3 :] + names[: turn % 3]:
+                answer = servers[name].complete(prompt, max_tokens=args.decode, ignore_eos=True)
+                rates[name].append(args.decode / answer.elapsed_s)
     base = statistics.median(times[BASELINE])
     shape = f"{args.layers} layers, hidden {args.hidden}"
     print(f"model: {shape}; {args.prompts} x {args.tokens} tokens")
-    print(f"| setup | median cold TTFT (s) | vs {BASELINE} |")
-    print("|---|---|---|")
+    base_rate = statistics.median(rates[BASELINE])
+    print(f"| setup | cold TTFT (s) | TTFT vs {BASELINE} | decode tok/s | decode vs {BASELINE} |")
+    print("|---|---|---|---|---|")
     for name, taken in times.items():
-        median = statistics.median(taken)
-        print(f"| {name} | {median:.3f} | {base / median:.2f}x (above 1: faster) |")
+        median, rate = statistics.median(taken), statistics.median(rates[name])
+        print(
+            f"| {name} | {median:.3f} | {median / base:.2f}x | {rate:.1f} | "
+            f"{rate / base_rate:.2f}x |"
+        )
     return 0
 
 

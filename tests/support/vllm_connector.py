@@ -63,8 +63,11 @@ class ConnectorVllm:
     def root_url(self) -> str:
         return f"http://127.0.0.1:{self.status.port}"
 
-    def complete(self, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
-        """Greedy completion of a token-id prompt; `cached_tokens` as vLLM reports it."""
+    def complete(
+        self, token_ids: Sequence[int], *, max_tokens: int = 4, ignore_eos: bool = False
+    ) -> Completion:
+        """Greedy completion of a token-id prompt; `cached_tokens` as vLLM reports it
+        (`ignore_eos`: exactly `max_tokens` tokens, for decode-rate benchmarks)."""
         began = time.perf_counter()
         response = httpx.post(
             f"{self.root_url}/v1/completions",
@@ -73,6 +76,7 @@ class ConnectorVllm:
                 "prompt": list(token_ids),
                 "max_tokens": max_tokens,
                 "temperature": 0,
+                **({"ignore_eos": True} if ignore_eos else {}),
             },
             timeout=300.0,
         )

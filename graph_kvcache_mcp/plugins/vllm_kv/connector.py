@@ -124,7 +124,16 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             request.request_id, request.all_token_ids, num_computed_tokens, request.cache_salt
         )
         self._local_tokens[request.request_id] = num_computed_tokens
+        began = time.perf_counter()
         present = self.store.count_present(keys) if keys else 0
+        if present:
+            logger.info(
+                "EngineKVConnector: found %d of %d blocks of request %s in the engine in %.4f s",
+                present,
+                len(keys),
+                request.request_id,
+                time.perf_counter() - began,
+            )
         return present * self.block_size, False
 
     def update_state_after_alloc(
