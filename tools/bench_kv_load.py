@@ -50,23 +50,8 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore  # noqa: E402
+from tests.support.kv_identity import kv_identity  # noqa: E402
 from tests.support.wire_reference import reference_read  # noqa: E402
-
-
-def identity(layers: int, heads: int, block: int, head_size: int) -> KvModelIdentity:
-    return KvModelIdentity(
-        served_model="bench",
-        architecture="LlamaForCausalLM",
-        dtype="bfloat16",
-        num_layers=layers,
-        num_kv_heads=heads,
-        head_size=head_size,
-        head_size_v=head_size,
-        block_size=block,
-        page_bytes=heads * block * 2 * head_size * 2,
-        layout="cpu:LBHNC:bench:auto",
-        vllm_version="bench",
-    )
 
 
 def connector_read(loader: BlockLoader, keys: list[str]) -> float:
@@ -119,7 +104,7 @@ def main() -> int:
     parser.add_argument("--lanes", type=int, default=8, help="the connector's lanes")
     parser.add_argument("--profile", action="store_true", help="cProfile one connector load")
     args = parser.parse_args()
-    ident = identity(args.layers, args.kv_heads, 32, 64)
+    ident = kv_identity(layers=args.layers, kv_heads=args.kv_heads, block_size=32)
     caches = {
         f"layer.{n}": torch.zeros((args.blocks, args.kv_heads, 32, 128), dtype=torch.bfloat16)
         for n in range(args.layers)

@@ -19,25 +19,14 @@ import uuid
 import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
-from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, block_keys, encode_block
+from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys, encode_block
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader, LoadWindow
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from tests.support.engines import RunningEngine
+from tests.support.kv_identity import kv_identity
 from tests.support.peers import garbage_peer, loopback_peer, slow_peer
 
-IDENTITY = KvModelIdentity(
-    served_model="load-test",
-    architecture="LlamaForCausalLM",
-    dtype="bfloat16",
-    num_layers=2,
-    num_kv_heads=2,
-    head_size=16,
-    head_size_v=16,
-    block_size=4,
-    page_bytes=2 * 4 * 32 * 2,
-    layout="cpu:LBHNC:test:auto",
-    vllm_version="test",
-)
+IDENTITY = kv_identity(head_size=16, served_model="load-test")
 
 
 class DictCache:

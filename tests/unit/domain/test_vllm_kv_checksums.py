@@ -8,27 +8,15 @@ import json
 import zlib
 
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
-    KvModelIdentity,
     PayloadCheck,
     Rejected,
     block_keys,
     decode_block,
     encode_block,
 )
+from tests.support.kv_identity import kv_identity
 
-IDENTITY = KvModelIdentity(
-    served_model="m",
-    architecture="LlamaForCausalLM",
-    dtype="bfloat16",
-    num_layers=2,
-    num_kv_heads=1,
-    head_size=4,
-    head_size_v=4,
-    block_size=4,
-    page_bytes=64,
-    layout="cpu:LBHNC:vec:auto",
-    vllm_version="0.32.0",
-)
+IDENTITY = kv_identity(kv_heads=1, head_size=4, served_model="m")
 KEY = block_keys(IDENTITY.digest, [1, 2, 3, 4], 4)[0]
 PAYLOAD = bytes(range(128))
 
