@@ -10,7 +10,9 @@ goes to the three in a rotating order) so that the machine's load drifts over al
 - `none`: no KV connector;
 - `none, AMX requested`: no KV connector; a `sitecustomize` on vLLM's path asks for AMX tile
   state in every vLLM process before vLLM starts (what the connector does, without it);
-- `engine connector`: `EngineKVConnector` (asks for the tile state itself; saves every block).
+- `engine connector`: `EngineKVConnector` (asks for the tile state itself; saves every block);
+- `engine connector, engine unreachable` (opt-in, `--setups`): the connector pointed at a closed
+  port, so every save is dropped at once: the connector's cost without its uploads.
 
 Then P short fresh prompts ask each for D tokens (decode; the connector saves every block that
 fills). Reported: median TTFT and decode tokens/s per setup, each as a ratio to `none` (TTFT
@@ -40,7 +42,15 @@ from tests.support.vllm_connector import (  # noqa: E402
 )
 
 BASELINE = "none"
-SETUPS = {BASELINE: "none", "none, AMX requested": "none", "engine connector": "engine"}
+SETUPS = {
+    BASELINE: "none",
+    "none, AMX requested": "none",
+    "engine connector": "engine",
+    "engine connector, engine unreachable": "engine",
+}
+"""Setup name -> kv_connector. The last: the connector in place, every save dropped at once."""
+UNREACHABLE = {"EPISTEMIC_GRAPH_KVCACHE_URL": "http://127.0.0.1:9"}
+SETUPS_UNREACHABLE = "engine connector, engine unreachable"
 AMX_SITECUSTOMIZE = """\
 import torch
 
@@ -54,6 +64,11 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=3072)
     parser.add_argument("--decode", type=int, default=128, help="tokens per decode request")
+    parser.add_argument(
+        "--setups",
+        default="none,none, AMX requested,engine connector",
+        help="comma-separated names from SETUPS, the baseline first",
+    )
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--kv-heads", type=int, default=16)
@@ -61,8 +76,10 @@ def main() -> int:
     model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
     prompts = [random_prompt(args.tokens, seed=5000 + i) for i in range(args.prompts)]
     overrides = {"max_model_len": args.tokens + 64, "kv_cache_memory_bytes": 768 * 1024**2}
-    times: dict[str, list[float]] = {name: [] for name in SETUPS}
-    rates: dict[str, list[float]] = {name: [] for name in SETUPS}
+    chosen = [name.strip() for name in args.setups.split(",")]
+    chosen = [name for name in SETUPS if name in chosen or name == BASELINE]
+    times: dict[str, list[float]] = {name: [] for name in chosen}
+    rates: dict[str, list[float]] = {name: [] for name in chosen}
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp, ExitStack() as stack:
         managed = ManagedEngine(Path(tmp) / "engine")
         managed.start(backend="memory")
@@ -75,23 +92,23 @@ def main() -> int:
         (amx_dir / "sitecustomize.py").write_text(AMX_SITECUSTOMIZE)
         amx = {"PYTHONPATH": f"{amx_dir}{os.pathsep}{REPO}"}
         servers = {}
-        for index, (name, connector) in enumerate(SETUPS.items()):
-            launch = {**overrides, "kv_connector": connector}
-            env = amx if name == "none, AMX requested" else {}
+        for index, name in enumerate(chosen):
+            launch = {**overrides, "kv_connector": SETUPS[name]}
+            env = {"none, AMX requested": amx, SETUPS_UNREACHABLE: UNREACHABLE}.get(name, {})
             servers[name] = stack.enter_context(
                 connector_vllm(
                     Path(tmp) / f"vllm-{index}", engine, model_dir=model, extra_env=env, **launch
                 )
             )
             servers[name].complete(random_prompt(64, seed=6000 + index), max_tokens=1)
-        names = list(SETUPS)
+        names = chosen
         for turn, prompt in enumerate(prompts):
-            for name in names[turn % 3 :] + names[: turn % 3]:
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
                 times[name].append(servers[name].complete(prompt, max_tokens=1).elapsed_s)
             print(f"prompt {turn + 1}: " + ", ".join(f"{n} {times[n][-1]:.3f}" for n in names))
         for turn in range(args.prompts):  # decode: short fresh prompts, exactly D new tokens
             prompt = random_prompt(64, seed=7000 + turn)
-            for name in names[turn % 3 :] + names[: turn % 3]:
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
                 answer = servers[name].complete(prompt, max_tokens=args.decode, ignore_eos=True)
                 rates[name].append(args.decode / answer.elapsed_s)
     base = statistics.median(times[BASELINE])

@@ -200,6 +200,14 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._loader = BlockLoader(self.store, self.identity, pages.write_block)
         _allow_amx_tiles()
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        self.store.step_started()  # vLLM binds before every forward step (worker side)
+
+    def clear_connector_metadata(self) -> None:
+        super().clear_connector_metadata()
+        self.store.step_ended()
+
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         metadata = self._get_connector_metadata()
         if not isinstance(metadata, EngineKVMetadata) or not metadata.loads:
@@ -220,6 +228,7 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         return  # whole blocks (all layers) are copied out once per step, in wait_for_save
 
     def wait_for_save(self) -> None:
+        self.store.step_ended()
         metadata = self._get_connector_metadata()
         if not isinstance(metadata, EngineKVMetadata) or not metadata.saves:
             return

@@ -35,6 +35,10 @@ LOOKUP_CHUNK = 16
 UPLOAD_NICENESS = 10
 MAX_PENDING_SAVE_BYTES = 512 * 1024 * 1024
 """Blocks waiting for upload beyond this are dropped (a future miss, never back-pressure)."""
+UPLOAD_LANES = 2
+"""Uploads in flight at once: a few, so that an upload burst never crowds out a forward step."""
+MAX_UPLOAD_DEFER_S = 10.0
+"""An upload waits for vLLM's forward step to end at most this long before it goes anyway."""
 
 logger = logging.getLogger(LOGGER_NAME)
 _T = TypeVar("_T")
@@ -81,8 +85,10 @@ class EngineBlockStore:
         # Lookups and loads sit on a request's critical path; uploads are background work and
         # must not take CPU from vLLM's forward pass on a small box, so their threads run niced.
         self._upload_pool = ThreadPoolExecutor(
-            concurrency, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
+            UPLOAD_LANES, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
         )
+        self._between_steps = threading.Event()
+        self._between_steps.set()
         self._quiet_until = 0.0
         self.tally = tally or TransferTally()
         self._lock = threading.Lock()
@@ -167,6 +173,13 @@ class EngineBlockStore:
             self._idle.clear()
         self._saves.put((items, encode))
 
+    def step_started(self) -> None:
+        """vLLM's forward step began: new uploads wait for it to end (`MAX_UPLOAD_DEFER_S`)."""
+        self._between_steps.clear()
+
+    def step_ended(self) -> None:
+        self._between_steps.set()
+
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued block was sent (or dropped); False when time ran out."""
         return self._idle.wait(timeout_s)
@@ -232,7 +245,7 @@ class EngineBlockStore:
         while (queued := self._saves.get()) is not None:
             items, encode = queued
             try:
-                self._upload([(k, encode(k, v)) for k, v in items] if encode else items)
+                self._upload(items, encode)
             except Exception:  # the thread must survive anything; a lost save is a future miss
                 logger.exception("engine KV: upload failed")
             finally:
@@ -241,13 +254,17 @@ class EngineBlockStore:
                     if self._saves.empty():
                         self._idle.set()
 
-    def _upload(self, items: list[tuple[str, bytes]]) -> None:
+    def _upload(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
         if self._quiet():
             self.tally.add(dropped_blocks=len(items))
             return
         deadline = time.monotonic() + max(self.timeout_s, 15.0)
         outcomes = self._run_all(
-            lambda item: self.client.put(*item), items, deadline, "save", pool=self._upload_pool
+            lambda item: self._put_between_steps(item, encode),
+            items,
+            deadline,
+            "save",
+            pool=self._upload_pool,
         )
         # Stored but not new: another instance saved the same block first (first writer wins).
         new = [len(value) for (_, value), o in zip(items, outcomes, strict=True) if _new(o)]
@@ -256,6 +273,19 @@ class EngineBlockStore:
             saved_blocks=len(new), saved_bytes=sum(new), dropped_blocks=len(items) - acked
         )
         logger.debug("engine KV: saved %d new of %d blocks", len(new), len(items))
+
+    def _put_between_steps(
+        self, item: tuple[str, bytes], encode: Encode | None
+    ) -> Stored | Unavailable:
+        """Encode and PUT one block, started between vLLM's forward steps where it can.
+
+        vLLM's CPU worker runs its forward pass on OpenMP threads bound to every core; a thread
+        of ours (or the engine's, answering us) running beside them stalls each of their
+        barriers, which cost cold prefill about 2x on 2 cores (`tools/bench_cold_prefill.py`).
+        """
+        self._between_steps.wait(MAX_UPLOAD_DEFER_S)
+        key, data = item
+        return self.client.put(key, encode(key, data) if encode else data)
 
 
 def _new(outcome: object) -> bool:
