@@ -11,7 +11,7 @@ goes to the three in a rotating order) so that the machine's load drifts over al
 - `none, AMX requested`: no KV connector; a `sitecustomize` on vLLM's path asks for AMX tile
   state in every vLLM process before vLLM starts (what the connector does, without it);
 - `engine connector`: `EngineKVConnector` (asks for the tile state itself; saves every block);
-- `engine connector, engine unreachable` (opt-in, `--setups`): the connector pointed at a closed
+- `engine connector (engine unreachable)` (opt-in, `--setups`): the connector pointed at a closed
   port, so every save is dropped at once: the connector's cost without its uploads.
 
 Then P short fresh prompts ask each for D tokens (decode; the connector saves every block that
@@ -46,11 +46,11 @@ SETUPS = {
     BASELINE: "none",
     "none, AMX requested": "none",
     "engine connector": "engine",
-    "engine connector, engine unreachable": "engine",
+    "engine connector (engine unreachable)": "engine",
 }
 """Setup name -> kv_connector. The last: the connector in place, every save dropped at once."""
 UNREACHABLE = {"EPISTEMIC_GRAPH_KVCACHE_URL": "http://127.0.0.1:9"}
-SETUPS_UNREACHABLE = "engine connector, engine unreachable"
+SETUPS_UNREACHABLE = "engine connector (engine unreachable)"
 AMX_SITECUSTOMIZE = """\
 import torch
 
