@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support has the model builder and the stack helpers
@@ -57,7 +58,7 @@ def main() -> int:
     fresh = [random_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]
     warmup = [random_prompt(64, seed=3000 + i) for i in range(6)]
     chunks = args.prompts * (args.tokens // CHUNK_TOKENS)
-    overrides: dict[str, object] = {
+    overrides: dict[str, Any] = {
         "max_model_len": args.tokens + 64,
         "kv_cache_memory_bytes": 2 * 1024**3,
     }

@@ -52,9 +52,12 @@ class Completion:
     logprobs: list[float]
 
 
-def complete(root_url: str, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
+def complete(
+    root_url: str, token_ids: Sequence[int], *, max_tokens: int = 4, ignore_eos: bool = False
+) -> Completion:
     """Greedy completion of a token-id prompt; `cached_tokens` as vLLM reports it, and each
-    generated token's logprob (so restored KV can be compared with a cold run)."""
+    generated token's logprob (so restored KV can be compared with a cold run). `ignore_eos`:
+    exactly `max_tokens` tokens, for decode-rate benchmarks."""
     began = time.perf_counter()
     response = httpx.post(
         f"{root_url}/v1/completions",
@@ -64,6 +67,7 @@ def complete(root_url: str, token_ids: Sequence[int], *, max_tokens: int = 4) ->
             "max_tokens": max_tokens,
             "temperature": 0,
             "logprobs": 1,
+            **({"ignore_eos": True} if ignore_eos else {}),
         },
         timeout=300.0,
     )
@@ -107,9 +111,11 @@ class ConnectorVllm:
     def root_url(self) -> str:
         return f"http://127.0.0.1:{self.status.port}"
 
-    def complete(self, token_ids: Sequence[int], *, max_tokens: int = 4) -> Completion:
+    def complete(
+        self, token_ids: Sequence[int], *, max_tokens: int = 4, ignore_eos: bool = False
+    ) -> Completion:
         """Greedy completion of a token-id prompt (see `complete`)."""
-        return complete(self.root_url, token_ids, max_tokens=max_tokens)
+        return complete(self.root_url, token_ids, max_tokens=max_tokens, ignore_eos=ignore_eos)
 
     def external_hits(self) -> int:
         """`vllm:external_prefix_cache_hits_total`, in tokens."""
@@ -148,15 +154,18 @@ def connector_vllm(
     engine: RunningEngine,
     *,
     model_dir: Path | None = None,
+    extra_env: dict[str, str] | None = None,
     **launch_overrides: object,
 ) -> Iterator[ConnectorVllm]:
-    """A vLLM with `EngineKVConnector` on `engine`, stopped when the block exits."""
+    """A vLLM with `EngineKVConnector` on `engine`, stopped when the block exits.
+
+    `extra_env` goes into vLLM's environment last (benchmarks use it, e.g. `VLLM_PLUGINS`)."""
     managed = ManagedVllm(data_dir, python=require_vllm_venv())
     values: dict[str, object] = {"kv_connector": "engine"}
     values.update(launch_overrides)
     launch = fast_cpu_launch(model_dir or tiny_model_dir(), free_port(), **values)
     with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache_root:
-        env = connector_environment(engine.settings, Path(cache_root))
+        env = {**connector_environment(engine.settings, Path(cache_root)), **(extra_env or {})}
         try:
             status = managed.start(
                 launch, env=env, ready_timeout_s=READY_TIMEOUT_S, platform=VLLM_CPU

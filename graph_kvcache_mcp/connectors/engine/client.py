@@ -27,7 +27,7 @@ import anyio
 import anyio.to_thread
 from pydantic import SecretStr
 
-from graph_kvcache_mcp.connectors.engine.http_response import WireResponse
+from graph_kvcache_mcp.connectors.engine.http_response import BodySink, WireResponse
 from graph_kvcache_mcp.connectors.engine.lanes import gather_lanes, run_lanes
 from graph_kvcache_mcp.connectors.engine.reasons import EngineSource
 from graph_kvcache_mcp.connectors.engine.replies import KvReplies, StatsOutcome
@@ -157,6 +157,20 @@ class SyncKvClient:
             return [paths] * len(keys)
         return self._fan_out(lambda path: self._get(path, deadline), paths, deadline)
 
+    def get_many_into(self, keys: Sequence[str], sinks: Sequence[BodySink]) -> list[Outcome[int]]:
+        """`get_many`, each value received straight into its sink (`Hit(bytes received)`).
+
+        A sink whose answer is not a `Hit` holds nothing usable. A sink's buffers may still be
+        written to shortly after a batch that timed out returns: reuse them only after a batch
+        with no `Unavailable` answer.
+        """
+        deadline = self.deadline()
+        paths = self._paths(keys, deadline)
+        if isinstance(paths, Unavailable):
+            return [paths] * len(keys)
+        pairs = list(zip(paths, sinks, strict=True))
+        return self._fan_out(lambda pair: self._get_into(*pair, deadline), pairs, deadline)
+
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[PutOutcome]:
         """Store many (key, value) pairs concurrently; results in input order."""
         bodies = [check_value(bytes(value)) for _, value in items]
@@ -247,6 +261,9 @@ class SyncKvClient:
     def _get(self, path: str, deadline: Deadline) -> Outcome[bytes]:
         return self.replies.read_get(self._send("GET", path, None, deadline))
 
+    def _get_into(self, path: str, sink: BodySink, deadline: Deadline) -> Outcome[int]:
+        return self.replies.read_get_into(self._send("GET", path, None, deadline, sink))
+
     def _put(self, path: str, body: bytes, deadline: Deadline) -> PutOutcome:
         return self.replies.read_put(self._send("PUT", path, body, deadline), len(body))
 
@@ -274,14 +291,19 @@ class SyncKvClient:
             return self._pool
 
     def _send(
-        self, method: str, path: str, body: bytes | None, deadline: Deadline
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        deadline: Deadline,
+        sink: BodySink | None = None,
     ) -> WireResponse | Unavailable:
         pauses = retry_pauses()
         while True:
             if deadline.remaining_s() <= 0:
                 return self.timed_out(deadline)
             try:
-                return self.wire.exchange(method, path, body, deadline=deadline)
+                return self.wire.exchange(method, path, body, deadline=deadline, sink=sink)
             except WireError as exc:
                 pause = self.retry_pause(exc, pauses, deadline)
                 if pause < 0:

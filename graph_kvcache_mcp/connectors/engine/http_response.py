@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
 
@@ -46,6 +47,27 @@ class WireResponse:
     status: int
     body: bytes
     content_type: str
+    sunk_bytes: int = 0
+    """Body bytes handed to the caller's `BodySink` instead of `body` (a 200 read into it)."""
+
+
+class BodySink(Protocol):
+    """Where the body of a 200 answer goes when the caller reads it into its own buffers.
+
+    The wire receives straight into `target()` (`socket.recv_into`), so the body is copied once,
+    from the kernel into the caller's memory. `target()` must return a non-empty writable view
+    until `begin`'s length is reached; a sink that does not want the rest (a value of the wrong
+    size) hands out scratch space and remembers why.
+    """
+
+    def begin(self, length: int) -> None:
+        """The body's content-length, before any of it arrives."""
+
+    def target(self) -> memoryview:
+        """Where the next body bytes go."""
+
+    def wrote(self, count: int) -> None:
+        """`count` bytes were put at the start of the last `target()`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +87,18 @@ class ResponseReader:
     ~150 us a request in page faults.
     """
 
-    def __init__(self, *, head_only: bool, max_body_bytes: int = VALUE_CAP_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        head_only: bool,
+        max_body_bytes: int = VALUE_CAP_BYTES,
+        sink: BodySink | None = None,
+    ) -> None:
         self.head_only = head_only
         self.max_body_bytes = max_body_bytes
         self.closed = False
+        self._sink = sink
+        self._sinking = False
         self._chunks: list[bytes] = []
         self._head: ResponseHead | None = None
         self._body_bytes = 0
@@ -79,6 +109,24 @@ class ResponseReader:
         if self._head is None or self._head.length is None or self.head_only:
             return _RECV_CHUNK
         return max(4096, self._head.length - self._body_bytes + 1)
+
+    def target(self) -> memoryview | None:
+        """Where to `recv_into` next, while a sink takes the body; None: `recv(want())` instead."""
+        if not self._sinking or self._head is None or self._body_bytes >= (self._head.length or 0):
+            return None
+        assert self._sink is not None
+        view = self._sink.target()
+        left = (self._head.length or 0) - self._body_bytes
+        return view if len(view) <= left else view[:left]
+
+    def received_into(self, count: int) -> None:
+        """`recv_into(target())` put `count` bytes there; 0 means the peer closed."""
+        if not count:
+            self._on_close()
+            return
+        assert self._sink is not None
+        self._sink.wrote(count)
+        self._body_bytes += count
 
     def received(self, chunk: bytes) -> None:
         """Take the next bytes from the socket; b"" means the peer closed.
@@ -100,7 +148,8 @@ class ResponseReader:
             body = b""
         else:
             body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        return WireResponse(self._head.status, body, self._head.content_type)
+        sunk = self._body_bytes if self._sinking else 0
+        return WireResponse(self._head.status, body, self._head.content_type, sunk)
 
     def _on_head_bytes(self, chunk: bytes) -> None:
         pending = b"".join((*self._chunks, chunk)) if self._chunks else chunk
@@ -125,6 +174,9 @@ class ResponseReader:
         self._head = head
         self._chunks = []
         self._body_bytes = 0
+        if self._sink is not None and head.status == 200 and head.length and not self.head_only:
+            self._sinking = True
+            self._sink.begin(head.length)
         if pending:
             self._on_body_bytes(pending)
 
@@ -132,10 +184,27 @@ class ResponseReader:
         assert self._head is not None
         if self.head_only:
             return  # never kept: the answer to a HEAD has no value to frame
+        if self._sinking:
+            self._sink_bytes(chunk)
+            return
         self._chunks.append(chunk)
         self._body_bytes += len(chunk)
         if self._head.length is not None and self._body_bytes > self._head.length:
             raise MalformedResponse("response longer than its content-length")
+
+    def _sink_bytes(self, chunk: bytes) -> None:
+        """Copy body bytes that came with the head (or past the body's end) into the sink."""
+        assert self._sink is not None and self._head is not None and self._head.length is not None
+        view = memoryview(chunk)
+        while view:
+            if self._body_bytes >= self._head.length:
+                raise MalformedResponse("response longer than its content-length")
+            target = self.target()
+            assert target is not None
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            self.received_into(count)
+            view = view[count:]
 
     def _on_close(self) -> None:
         self.closed = True

@@ -71,6 +71,19 @@ class KvReplies:
             return Miss()
         return self._unexpected(response)
 
+    def read_get_into(self, response: WireResponse | Unavailable) -> Outcome[int]:
+        """`read_get` for a body received into a sink: `Hit(bytes received)`."""
+        if isinstance(response, Unavailable):
+            return response
+        if response.status == 200:
+            size = response.sunk_bytes or len(response.body)
+            self.counters.add(gets=1, get_hits=1, bytes_read=size)
+            return Hit(size)
+        if response.status == 404:
+            self.counters.add(gets=1, get_misses=1)
+            return Miss()
+        return self._unexpected(response)
+
     def read_put(self, response: WireResponse | Unavailable, size: int) -> PutOutcome:
         if isinstance(response, Unavailable):
             return response

@@ -29,6 +29,7 @@ import sniffio
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.engine.http_response import (
+    BodySink,
     MalformedResponse,
     ResponseReader,
     WireResponse,
@@ -122,8 +123,12 @@ class EngineWire:
         *,
         deadline: Deadline,
         headers: bytes = b"",
+        sink: BodySink | None = None,
     ) -> WireResponse:
         """Send `method path` (path already validated, sent verbatim) and return the response.
+
+        With a `sink`, the body of a 200 answer is received straight into the sink's buffers
+        (`sunk_bytes` says how much) instead of into `body`.
 
         Raises:
             WireError: the request did not complete by `deadline`; the subclass says how.
@@ -143,10 +148,13 @@ class EngineWire:
                 sock.settimeout(deadline.socket_timeout_s())
                 sock.sendall(body)
             stage = "read"
-            reader = ResponseReader(head_only=method == "HEAD")
+            reader = ResponseReader(head_only=method == "HEAD", sink=sink)
             while not reader.closed:
                 sock.settimeout(deadline.socket_timeout_s())
-                reader.received(sock.recv(reader.want()))
+                if (target := reader.target()) is None:
+                    reader.received(sock.recv(reader.want()))
+                else:
+                    reader.received_into(sock.recv_into(target))
             return reader.response()
         except TimeoutError as exc:
             raise WireTimeout(stage, deadline.budget_s) from exc

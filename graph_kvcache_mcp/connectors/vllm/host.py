@@ -83,6 +83,11 @@ def check_vllm_importable(
         raise VllmProcessError(f"{module} is not importable by {python}; {hint}")
 
 
+RESERVED_CPUS_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+RESERVED_CPUS_WITHOUT_CONNECTOR = "1"
+"""vLLM's own reservation for one rank on x86/ARM without a KV connector (TP is 1 here)."""
+
+
 def child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str, str]:
     """vLLM's environment: the allowed part of ours, vLLM's own switches, then `extra`."""
     env = inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES)
@@ -91,6 +96,15 @@ def child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str,
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("VLLM_HOST_IP", VLLM_HOST)
+    if launch.kv_connector != "none":
+        # vLLM's CPU worker keeps cores free of its OpenMP threads for its other processes: one
+        # per rank, and one more when any KV connector is configured (meant for NIXL). On two
+        # cores that second one leaves nothing to reserve, so the OpenMP threads took every core
+        # and cold prefill ran ~1.8x faster on an idle box and ~2x slower on a busy one than
+        # without the connector (tools/bench_cold_prefill.py). The same reservation as without
+        # a connector, unless the user chose one: a connector changes no core binding (the
+        # variable means nothing to a GPU vLLM).
+        env.setdefault(RESERVED_CPUS_ENV, RESERVED_CPUS_WITHOUT_CONNECTOR)
     if launch.dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     else:

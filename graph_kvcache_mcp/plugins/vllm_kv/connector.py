@@ -26,6 +26,7 @@ size 1); anything else is refused at start-up. Imports only what vLLM's venv pro
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KvModelIdentity,
-    Rejected,
-    decode_block,
     encode_block,
     unsupported_setup,
 )
@@ -50,6 +49,7 @@ from graph_kvcache_mcp.domain.vllm.kv_plan import (
     TransferPlanner,
 )
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
 from graph_kvcache_mcp.plugins.vllm_kv.stats import EngineKVPromMetrics, EngineKVStats
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore, logger
 
@@ -88,6 +88,7 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self.planner = TransferPlanner(self.identity.digest, self.block_size)
         self._local_tokens: dict[str, int] = {}
         self._pages: PagedKvCache | None = None
+        self._loader: BlockLoader | None = None
         self._load_errors: set[int] = set()
         if role == KVConnectorRole.SCHEDULER and (
             self._kv_transfer_config.kv_load_failure_policy != "recompute"
@@ -123,7 +124,16 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             request.request_id, request.all_token_ids, num_computed_tokens, request.cache_salt
         )
         self._local_tokens[request.request_id] = num_computed_tokens
+        began = time.perf_counter()
         present = self.store.count_present(keys) if keys else 0
+        if present:
+            logger.info(
+                "EngineKVConnector: found %d of %d blocks of request %s in the engine in %.4f s",
+                present,
+                len(keys),
+                request.request_id,
+                time.perf_counter() - began,
+            )
         return present * self.block_size, False
 
     def update_state_after_alloc(
@@ -187,7 +197,16 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 "blocks of a layout it does not understand"
             )
         self._pages = pages
+        self._loader = BlockLoader(self.store, self.identity, pages.write_block)
         _allow_amx_tiles()
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        self.store.step_started()  # vLLM binds before every forward step (worker side)
+
+    def clear_connector_metadata(self) -> None:
+        super().clear_connector_metadata()
+        self.store.step_ended()
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         metadata = self._get_connector_metadata()
@@ -209,21 +228,27 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         return  # whole blocks (all layers) are copied out once per step, in wait_for_save
 
     def wait_for_save(self) -> None:
+        self.store.step_ended()
         metadata = self._get_connector_metadata()
         if not isinstance(metadata, EngineKVMetadata) or not metadata.saves:
             return
         pages = self._require_pages()
         items: list[tuple[str, bytes]] = []
         try:
+            # Only the copy out of the cache happens here, before vLLM may reuse the blocks; the
+            # checksum and header are made on the upload thread.
             for save in metadata.saves:
                 items += [
-                    (key, encode_block(key, self.identity, pages.page_views(block_id)))
+                    (key, b"".join(pages.page_views(block_id)))
                     for key, block_id in zip(save.keys, save.block_ids, strict=True)
                 ]
         except Exception:  # a save is an optimisation: never fail the step for it
             logger.exception("EngineKVConnector: could not copy blocks out for saving")
             return
-        self.store.save_later(items)
+        self.store.save_later(items, self._encode)
+
+    def _encode(self, key: str, payload: bytes) -> bytes:
+        return encode_block(key, self.identity, payload)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
@@ -261,34 +286,39 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
         return self._pages
 
+    def _require_loader(self) -> BlockLoader:
+        if self._loader is None:
+            raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
+        return self._loader
+
     def _load(self, load: BlockTransfer) -> None:
         """Load the longest good run of `load`'s blocks; report the rest for recompute."""
-        pages = self._require_pages()
-        good: list[memoryview] = []
-        read_bytes = 0
-        for key, value in zip(load.keys, self.store.fetch(load.keys), strict=True):
-            decoded = decode_block(value, key, self.identity) if value is not None else None
-            if value is None or not isinstance(decoded, memoryview):
-                why = decoded.reason if isinstance(decoded, Rejected) else "missing or unreadable"
-                logger.warning(
-                    "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
-                    "from there",
-                    key,
-                    load.req_id,
-                    why,
-                )
-                break
-            good.append(decoded)
-            read_bytes += len(value)
-        try:
-            pages.write_blocks(load.block_ids[: len(good)], good)
-        except Exception:
-            logger.exception("EngineKVConnector: could not write loaded blocks; recomputing")
-            good, read_bytes = [], 0
-        failed = load.block_ids[len(good) :]
+        loader = self._require_loader()
+        began = time.perf_counter()
+        result = loader.load(load.keys, load.block_ids)
+        took = time.perf_counter() - began
+        if result.failure is not None:
+            logger.warning(
+                "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
+                "from there",
+                *result.failure[:1],
+                load.req_id,
+                result.failure[1],
+            )
+        if result.loaded_blocks:
+            logger.info(
+                "EngineKVConnector: loaded %d blocks (%d bytes) for request %s in %.4f s",
+                result.loaded_blocks,
+                result.read_bytes,
+                load.req_id,
+                took,
+            )
+        failed = load.block_ids[result.loaded_blocks :]
         self._load_errors.update(failed)
         self.store.tally.add(
-            loaded_blocks=len(good), loaded_bytes=read_bytes, load_failed_blocks=len(failed)
+            loaded_blocks=result.loaded_blocks,
+            loaded_bytes=result.read_bytes,
+            load_failed_blocks=len(failed),
         )
 
 

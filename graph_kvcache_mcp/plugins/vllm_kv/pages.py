@@ -8,8 +8,9 @@ block together, in a fixed layer order; the stored value's header names the layo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 
@@ -42,6 +43,12 @@ class PagedKvCache:
         self.page_shape = tuple(int(n) for n in first.shape[1:])
         self.dtype = first.dtype
         self.page_bytes = int(first[0].numel() * first.element_size())
+        # Byte views [blocks, page_bytes] of each layer, when every layer is one dense array.
+        self._arrays: list[np.ndarray] | None = (
+            [layer.view(torch.uint8).view(layer.shape[0], -1).numpy() for layer in self.layers]
+            if all(layer.is_contiguous() for layer in self.layers)
+            else None
+        )
 
     @property
     def block_bytes(self) -> int:
@@ -58,17 +65,17 @@ class PagedKvCache:
             for layer in self.layers
         ]
 
-    def write_blocks(
-        self, block_ids: Sequence[int], payloads: Sequence[bytes | memoryview]
-    ) -> None:
-        """Put each payload (as `read_blocks` made it) into its block, in every layer."""
-        if not block_ids:
+    def write_block(self, block_id: int, data: memoryview) -> None:
+        """Copy one block's payload (every layer's page, layer-major, as `page_views` reads
+        them) into that block of every layer. Releases the GIL while it copies."""
+        if data.nbytes != self.block_bytes:
+            raise ValueError(f"{data.nbytes} bytes do not fill a block of {self.block_bytes}")
+        payload = np.frombuffer(data, dtype=np.uint8)
+        size = self.page_bytes
+        if self._arrays is not None:
+            for position, array in enumerate(self._arrays):
+                array[block_id] = payload[position * size : (position + 1) * size]
             return
-        joined = bytearray().join(payloads)
-        if len(joined) != len(block_ids) * self.block_bytes:
-            raise ValueError(f"{len(joined)} bytes do not fill {len(block_ids)} blocks")
-        buffer = torch.frombuffer(joined, dtype=torch.uint8).view(self.dtype)
-        blocks = buffer.reshape(len(block_ids), len(self.layers), *self.page_shape)
-        index = torch.tensor(list(block_ids), dtype=torch.long)
-        for position, layer in enumerate(self.layers):
-            layer.index_copy_(0, index, blocks[:, position])
+        for position, layer in enumerate(self.layers):  # a strided layer: torch copies it
+            page = torch.from_numpy(payload[position * size : (position + 1) * size])
+            layer[block_id].copy_(page.view(self.dtype).view(self.page_shape))

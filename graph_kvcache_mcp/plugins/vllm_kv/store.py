@@ -23,8 +23,9 @@ from typing import TypeVar
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.engine.http_response import BodySink
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
-from graph_kvcache_mcp.domain.outcomes import Hit, Presence, Stored, Unavailable
+from graph_kvcache_mcp.domain.outcomes import Hit, Outcome, Presence, Stored, Unavailable
 
 # Under "vllm." so that vLLM's own logging configuration prints it beside vLLM's lines.
 LOGGER_NAME = "vllm.graph_kvcache.engine_kv"
@@ -34,9 +35,15 @@ LOOKUP_CHUNK = 16
 UPLOAD_NICENESS = 10
 MAX_PENDING_SAVE_BYTES = 512 * 1024 * 1024
 """Blocks waiting for upload beyond this are dropped (a future miss, never back-pressure)."""
+UPLOAD_LANES = 2
+"""Uploads in flight at once: a few, so that an upload burst never crowds out a forward step."""
+MAX_UPLOAD_DEFER_S = 10.0
+"""An upload waits for vLLM's forward step to end at most this long before it goes anyway."""
 
 logger = logging.getLogger(LOGGER_NAME)
 _T = TypeVar("_T")
+Encode = Callable[[str, bytes], bytes]
+"""Turns a queued block's data into the value stored under its key."""
 _R = TypeVar("_R")
 
 
@@ -78,12 +85,15 @@ class EngineBlockStore:
         # Lookups and loads sit on a request's critical path; uploads are background work and
         # must not take CPU from vLLM's forward pass on a small box, so their threads run niced.
         self._upload_pool = ThreadPoolExecutor(
-            concurrency, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
+            UPLOAD_LANES, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
         )
+        self._between_steps = threading.Event()
+        self._between_steps.set()
         self._quiet_until = 0.0
         self.tally = tally or TransferTally()
         self._lock = threading.Lock()
-        self._saves: queue.Queue[list[tuple[str, bytes]] | None] = queue.Queue()
+        self._saves: queue.Queue[tuple[list[tuple[str, bytes]], Encode | None] | None]
+        self._saves = queue.Queue()
         self._pending_bytes = 0
         self._idle = threading.Event()
         self._idle.set()
@@ -126,10 +136,33 @@ class EngineBlockStore:
         answers = self._run_all(self.client.get, keys, time.monotonic() + self.timeout_s, "load")
         return [answer.value if isinstance(answer, Hit) else None for answer in answers]
 
+    def fetch_into(self, keys: Sequence[str], sinks: Sequence[BodySink]) -> list[Outcome[int]]:
+        """Each key's value received straight into its sink, on up to `concurrency` lanes, the
+        whole batch within the KV timeout; `Hit(bytes received)` where the engine had it.
+
+        After an answer that is `Unavailable` (a timeout among them), a lane may still be
+        writing into its sink's buffer for a moment: hand that buffer out again only after a
+        batch without one.
+        """
+        if not keys or self._quiet():
+            return [Unavailable("engine calls paused after a failure")] * len(keys)
+        try:
+            answers = self.client.get_many_into(keys, sinks)
+        except Exception as exc:  # never into vLLM; InvalidKey cannot happen for our keys
+            self._went_wrong("load", f"the client raised {type(exc).__name__}")
+            return [Unavailable("the client raised")] * len(keys)
+        if failure := next((a for a in answers if isinstance(a, Unavailable)), None):
+            self._went_wrong("load", failure.reason)
+        return answers
+
     # --- writes ------------------------------------------------------------------------------
 
-    def save_later(self, items: list[tuple[str, bytes]]) -> None:
-        """Queue (key, value) pairs for upload; drops them when the engine is down or far behind."""
+    def save_later(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
+        """Queue (key, value) pairs for upload; drops them when the engine is down or far behind.
+
+        With `encode`, each value is `encode(key, data)` of the data queued, made on the upload
+        thread: work that need not delay the forward pass that queued it (checksum, header).
+        """
         size = sum(len(value) for _, value in items)
         with self._lock:
             if self._quiet() or self._pending_bytes + size > MAX_PENDING_SAVE_BYTES:
@@ -138,7 +171,14 @@ class EngineBlockStore:
                 return
             self._pending_bytes += size
             self._idle.clear()
-        self._saves.put(items)
+        self._saves.put((items, encode))
+
+    def step_started(self) -> None:
+        """vLLM's forward step began: new uploads wait for it to end (`MAX_UPLOAD_DEFER_S`)."""
+        self._between_steps.clear()
+
+    def step_ended(self) -> None:
+        self._between_steps.set()
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued block was sent (or dropped); False when time ran out."""
@@ -202,9 +242,10 @@ class EngineBlockStore:
 
     def _upload_loop(self) -> None:
         _lower_thread_priority()
-        while (items := self._saves.get()) is not None:
+        while (queued := self._saves.get()) is not None:
+            items, encode = queued
             try:
-                self._upload(items)
+                self._upload(items, encode)
             except Exception:  # the thread must survive anything; a lost save is a future miss
                 logger.exception("engine KV: upload failed")
             finally:
@@ -213,13 +254,17 @@ class EngineBlockStore:
                     if self._saves.empty():
                         self._idle.set()
 
-    def _upload(self, items: list[tuple[str, bytes]]) -> None:
+    def _upload(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
         if self._quiet():
             self.tally.add(dropped_blocks=len(items))
             return
         deadline = time.monotonic() + max(self.timeout_s, 15.0)
         outcomes = self._run_all(
-            lambda item: self.client.put(*item), items, deadline, "save", pool=self._upload_pool
+            lambda item: self._put_between_steps(item, encode),
+            items,
+            deadline,
+            "save",
+            pool=self._upload_pool,
         )
         # Stored but not new: another instance saved the same block first (first writer wins).
         new = [len(value) for (_, value), o in zip(items, outcomes, strict=True) if _new(o)]
@@ -228,6 +273,19 @@ class EngineBlockStore:
             saved_blocks=len(new), saved_bytes=sum(new), dropped_blocks=len(items) - acked
         )
         logger.debug("engine KV: saved %d new of %d blocks", len(new), len(items))
+
+    def _put_between_steps(
+        self, item: tuple[str, bytes], encode: Encode | None
+    ) -> Stored | Unavailable:
+        """Encode and PUT one block, started between vLLM's forward steps where it can.
+
+        vLLM's CPU worker runs its forward pass on OpenMP threads bound to every core; a thread
+        of ours (or the engine's, answering us) running beside them stalls each of their
+        barriers, which cost cold prefill about 2x on 2 cores (`tools/bench_cold_prefill.py`).
+        """
+        self._between_steps.wait(MAX_UPLOAD_DEFER_S)
+        key, data = item
+        return self.client.put(key, encode(key, data) if encode else data)
 
 
 def _new(outcome: object) -> bool:

@@ -14,20 +14,9 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     encode_block,
     unsupported_setup,
 )
+from tests.support.kv_identity import kv_identity
 
-IDENTITY = KvModelIdentity(
-    served_model="tiny-llama",
-    architecture="LlamaForCausalLM",
-    dtype="bfloat16",
-    num_layers=2,
-    num_kv_heads=2,
-    head_size=64,
-    head_size_v=64,
-    block_size=4,
-    page_bytes=2 * 4 * 128 * 2,
-    layout="cpu:LBHNC:vec:auto",
-    vllm_version="0.32.0",
-)
+IDENTITY = kv_identity()
 TOKENS = list(range(100, 118))  # four full blocks of 4 and a partial one
 
 
