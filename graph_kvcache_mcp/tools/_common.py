@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import Field
 
 from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.state import AppState, Snapshots
@@ -30,6 +31,12 @@ CALLS_MODEL = ToolAnnotations(
 STOPS_PROCESS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
+
+
+ServedModel = Annotated[
+    str | None, Field(description="Served model; default VLLM_MODEL, else the only one.")
+]
+"""The `model` parameter of every tool that calls vLLM."""
 
 
 def read_only_refusal(what: str) -> str:

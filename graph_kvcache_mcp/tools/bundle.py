@@ -43,6 +43,7 @@ from graph_kvcache_mcp.tools._common import (
     CALLS_MODEL,
     READ_ONLY,
     WRITES_IDEMPOTENT,
+    ServedModel,
     ToolSpec,
     register_all,
     state_of,
@@ -63,10 +64,7 @@ History = Annotated[
     list[ChatMessage] | None,
     Field(description="Earlier user/assistant messages, after the system message."),
 ]
-Model = Annotated[
-    str | None,
-    Field(description="Served model (default: VLLM_MODEL, else the only one)."),
-]
+Model = ServedModel
 TokenCounterChoice = Literal["auto", "estimate", "vllm"]
 
 
@@ -109,9 +107,9 @@ async def bundle_compile(
         ),
     ] = "auto",
 ) -> BundleCompileOut:
-    """Select evidence for a query under a token budget (relevance, evidence, freshness,
-    MMR diversity) and cache the bundle by content and parameters (any edit: a new key). Returns
-    its key for bundle_render / bundle_chat."""
+    """Select evidence for a query under a token budget (relevance, evidence, freshness, MMR
+    diversity), cached by content and parameters (an edit: a new key). Returns the key for
+    bundle_render / bundle_chat."""
     try:
         request = make_request(
             query,

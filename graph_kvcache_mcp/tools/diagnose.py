@@ -31,16 +31,16 @@ ChatBody = Annotated[
 async def diagnose_miss(
     ctx: Context[Any],
     first: ChatBody,
-    second: ChatBody,
+    second: Annotated[dict[str, Any], Field(description="The same, sent after first.")],
     model: Model = None,
     block_size: Annotated[
         int | None, Field(ge=1, description="Default: vLLM's cache_config_info.")
     ] = None,
     verify: Annotated[bool, Field(description="Also send both; report cached_tokens.")] = False,
 ) -> MissDiagnosis:
-    """Why the second chat request misses vLLM's prefix cache after the first: both tokenized by
-    the server, where they part, predicted_cached_tokens, and cause {kind, detail, fix}.
-    verify=true sends both and reports vLLM's cached_tokens. reachable=false: vLLM is down."""
+    """Why the second chat request misses vLLM's prefix cache after the first: where their
+    tokens part, predicted_cached_tokens, and cause {kind, detail, fix}. verify=true sends both
+    and reports cached_tokens. reachable=false: vLLM is down."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:

@@ -101,9 +101,9 @@ async def engine_stop(
         Field(description="Also stop an engine other sessions use or the CLI started."),
     ] = False,
 ) -> EngineStopResult:
-    """Stop the managed local engine (SIGTERM, then SIGKILL); durable data stays, memory data
-    is lost. Without force it refuses while other sessions hold leases or when the CLI started
-    it. Never signals a process this project did not start."""
+    """Stop the managed engine (SIGTERM, then SIGKILL; durable data stays). Without force it
+    refuses while other sessions hold leases or the CLI started it. Signals only a process this
+    project started."""
     try:
         return await state_of(ctx).kv.stop_engine(force=force)
     except ProcessError as exc:

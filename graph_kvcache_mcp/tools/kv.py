@@ -168,9 +168,8 @@ async def kv_save(
     path: Annotated[
         str,
         Field(
-            description="Absolute path of a NEW file to write the value to, inside the allowed "
-            "roots (the client's roots or the server's working directory); its directory must "
-            "exist. An existing file is never overwritten."
+            description="Absolute path of a NEW file inside the allowed roots (the client's, "
+            "else the working directory), in an existing directory; never overwritten."
         ),
     ],
 ) -> KvGetOut:
@@ -208,8 +207,8 @@ async def kv_put(
     file_path: Annotated[
         str | None,
         Field(
-            description="Absolute path of a regular file inside the allowed roots (the client's "
-            "roots or the server's working directory) whose bytes to store, instead of base64."
+            description="Instead of base64: absolute path of a regular file inside the allowed "
+            "roots (the client's, else the working directory) to store."
         ),
     ] = None,
 ) -> KvPutOut:

@@ -51,6 +51,7 @@ from graph_kvcache_mcp.tools._common import (
     CALLS_MODEL,
     READ_ONLY,
     STOPS_PROCESS,
+    ServedModel,
     ToolSpec,
     register_all,
     snapshot_since,
@@ -73,10 +74,7 @@ RESTARTS_SERVER = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 
-Model = Annotated[
-    str | None,
-    Field(description="Served model name; default: VLLM_MODEL, else the server's only model."),
-]
+Model = ServedModel
 
 
 class ChatMessage(BaseModel):
@@ -97,9 +95,9 @@ async def vllm_chat(
     temperature: Annotated[float, Field(ge=0, le=2, description="0 = greedy (repeatable).")] = 0.0,
     stream: Annotated[bool, Field(description="Stream, to measure TTFT.")] = False,
 ) -> VllmChatOut:
-    """One chat request to vLLM: the answer and a trace (prompt tokens,
-    prefix_cache_hit_tokens served from vLLM's prefix cache and their cached_tokens_source, null =
-    unknown; latency; TTFT when streamed)."""
+    """One chat request to vLLM: the answer and a trace (prompt tokens; prefix_cache_hit_tokens
+    and cached_tokens_source, where that count came from, null = unknown; latency; TTFT when
+    streamed)."""
     access = state_of(ctx).vllm
     try:
         turns = None if messages is None else [Turn(**m.model_dump()) for m in messages]
@@ -131,8 +129,8 @@ async def vllm_metrics(
     ] = None,
 ) -> VllmMetricsOut:
     """vLLM /metrics for one model: prefix-cache queries, hits, hit rate, connector hits,
-    prompt tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass the
-    snapshot_id it returns as since to a later call for the delta."""
+    prompt tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass
+    its snapshot_id as since later for a delta."""
     state = state_of(ctx)
     before = None if since is None else snapshot_since(state.vllm_snapshots, since, "vllm_metrics")
     access = state.vllm
@@ -182,9 +180,9 @@ async def vllm_start(
         float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
     ] = 600.0,
 ) -> VllmStatusOut:
-    """Start (or reuse) a loopback vLLM with prefix caching and cached-token counts
-    (CPU-safe flags without a GPU). Reports progress; returns once healthy; keeps running after
-    this server exits (see vllm_stop). mp_native: engine and lmcache server first."""
+    """Start (or reuse) a loopback vLLM with prefix caching (CPU flags without a GPU); returns
+    once healthy and keeps running after this server exits. mp_native and redis_resp start the
+    engine and an lmcache server first."""
     state = state_of(ctx)
     access = state.vllm
     try:
@@ -341,9 +339,9 @@ async def vllm_restart_reuse(
     ] = 600.0,
     restart: Annotated[RestartMode, Field(description="stack: the lmcache server too.")] = "vllm",
 ) -> RestartReuseOut:
-    """On the managed vLLM with kv_connector=engine or mp_native: a long prompt cold, a
-    restart, the same prompt again. Returns both TTFTs, cached tokens by tier and engine
-    bytes. The restart drops vLLM's own cache and takes as long as a start."""
+    """On the managed vLLM with a KV tier (kv_connector engine, mp_native, redis_resp): a long
+    prompt cold, a restart, the same prompt again. Both TTFTs, cached tokens by tier, engine
+    bytes. The restart takes as long as a start."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:
