@@ -16,11 +16,11 @@ from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.stack.mp_stack import ManagedServerCounters, dependency_reason
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
-from graph_kvcache_mcp.services.bundles import BundleCounters
+from graph_kvcache_mcp.services.bundle.bundles import BundleCounters
 
 if TYPE_CHECKING:
     from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
-    from graph_kvcache_mcp.services.fleet import FleetCounters
+    from graph_kvcache_mcp.services.fleet.operations import FleetCounters
 
 T = TypeVar("T")
 SNAPSHOTS_KEPT = 32

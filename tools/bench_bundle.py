@@ -31,7 +31,7 @@ from graph_kvcache_mcp.domain.bundle import (
 )
 from graph_kvcache_mcp.domain.bundle.synthetic import QUERY, synthetic_evidence
 from graph_kvcache_mcp.domain.latency import percentile
-from graph_kvcache_mcp.services.bundles import BundleCounters, compile_cached
+from graph_kvcache_mcp.services.bundle.bundles import BundleCounters, compile_cached
 
 GOAL = 10.0
 

@@ -30,7 +30,7 @@ from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.domain.latency import percentile
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.kv_views import KvGetManyOut, KvGetOut
+from graph_kvcache_mcp.services.kv.views import KvGetManyOut, KvGetOut
 
 VALUE_BYTES = 4096
 GOAL_OVERHEAD_MS = 2.0

@@ -21,7 +21,7 @@ import anyio
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.vllm.client import VllmClient
-from graph_kvcache_mcp.services.bundle_reuse import ReuseReport, measure_bundle_reuse, reuse_table
+from graph_kvcache_mcp.services.bundle.reuse import ReuseReport, measure_bundle_reuse, reuse_table
 
 
 async def run(args: argparse.Namespace) -> ReuseReport:

@@ -33,19 +33,19 @@ from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE, Bundle, ChatMessag
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidValue, VllmRequestError
-from graph_kvcache_mcp.services.bundle_reuse import measure_bundle_reuse, reuse_table
-from graph_kvcache_mcp.services.bundle_views import (
-    BundleChatOut,
-    BundleCompileOut,
-    BundleRenderOut,
-)
-from graph_kvcache_mcp.services.bundles import (
+from graph_kvcache_mcp.services.bundle.bundles import (
     ExactTokenCounter,
     bundle_chat,
     compile_cached,
     load_bundle,
     make_request,
     secret_of,
+)
+from graph_kvcache_mcp.services.bundle.reuse import measure_bundle_reuse, reuse_table
+from graph_kvcache_mcp.services.bundle.views import (
+    BundleChatOut,
+    BundleCompileOut,
+    BundleRenderOut,
 )
 
 

@@ -19,8 +19,8 @@ from graph_kvcache_mcp.commands._common import (
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
-from graph_kvcache_mcp.services import fleet as fleet_service
-from graph_kvcache_mcp.services.fleet_views import (
+from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
     FleetStatusOut,
     FleetWhereOut,

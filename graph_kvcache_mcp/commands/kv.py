@@ -20,8 +20,8 @@ from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.outcomes import Hit
-from graph_kvcache_mcp.services.kv_probe import KvProbeOut, probe_kv
-from graph_kvcache_mcp.services.kv_views import KvExistsOut, KvGetOut, KvPutOut, KvStatsOut
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut, probe_kv
+from graph_kvcache_mcp.services.kv.views import KvExistsOut, KvGetOut, KvPutOut, KvStatsOut
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

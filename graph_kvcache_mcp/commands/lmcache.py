@@ -32,12 +32,12 @@ from graph_kvcache_mcp.domain.lmcache.keys import (
 )
 from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.errors import ConfigError
-from graph_kvcache_mcp.services.lmcache_check import (
+from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
     LmcacheCheckOut,
     run_lmcache_check,
 )
-from graph_kvcache_mcp.services.lmcache_plan import (
+from graph_kvcache_mcp.services.lmcache.plan import (
     LmcacheConfigOut,
     build_plan,
     model_facts,

@@ -42,15 +42,15 @@ from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError, describe_validation
-from graph_kvcache_mcp.services import vllm as vllm_service
-from graph_kvcache_mcp.services.vllm_restart_reuse import (
+from graph_kvcache_mcp.services.vllm import operations as vllm_service
+from graph_kvcache_mcp.services.vllm.restart_reuse import (
     RestartMode,
     RestartReuseOut,
     ReuseCall,
     measure_restart_reuse,
 )
-from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
-from graph_kvcache_mcp.services.vllm_views import (
+from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
+from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmStatusOut,

@@ -1,6 +1,7 @@
 """Context bundle tools (bundle_*): compile through the KV cache, render, chat, measure reuse.
 
-Thin adapters over services/bundles.py; the CLI (`graph-kvcache-mcp bundle ...`) runs the same code.
+Thin adapters over services/bundle/bundles.py; the CLI (`graph-kvcache-mcp bundle ...`) runs
+the same code.
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue, VllmRequestError
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services import bundles as bundle_service
-from graph_kvcache_mcp.services.bundle_reuse import ReuseReport, measure_bundle_reuse
-from graph_kvcache_mcp.services.bundle_views import (
-    BundleChatOut,
-    BundleCompileOut,
-    BundleRenderOut,
-)
-from graph_kvcache_mcp.services.bundles import (
+from graph_kvcache_mcp.services.bundle import bundles as bundle_service
+from graph_kvcache_mcp.services.bundle.bundles import (
     compile_cached,
     load_bundle,
     make_request,
     secret_of,
+)
+from graph_kvcache_mcp.services.bundle.reuse import ReuseReport, measure_bundle_reuse
+from graph_kvcache_mcp.services.bundle.views import (
+    BundleChatOut,
+    BundleCompileOut,
+    BundleRenderOut,
 )
 from graph_kvcache_mcp.tools._common import (
     CALLS_MODEL,

@@ -14,9 +14,9 @@ from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services.kv_budget import budget_for
-from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis, explain_miss
-from graph_kvcache_mcp.services.stack_check import check_stack
+from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
+from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, explain_miss
+from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
 from graph_kvcache_mcp.tools.file_paths import hf_config_inside_roots
 

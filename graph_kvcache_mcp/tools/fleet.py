@@ -13,8 +13,8 @@ from pydantic import Field
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services import fleet as fleet_service
-from graph_kvcache_mcp.services.fleet_views import (
+from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
     FleetStatusOut,
     FleetWhereOut,

@@ -23,8 +23,8 @@ from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services.kv_probe import KvProbeOut, ProbeCheck, probe_kv
-from graph_kvcache_mcp.services.kv_views import (
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, probe_kv
+from graph_kvcache_mcp.services.kv.views import (
     DEFAULT_INLINE_CAP_BYTES,
     KvExistsOut,
     KvGetManyOut,

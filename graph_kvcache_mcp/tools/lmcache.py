@@ -24,13 +24,13 @@ from graph_kvcache_mcp.domain.lmcache.model import KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services.lmcache_check import (
+from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,
     LmcacheCheckOut,
     run_lmcache_check,
 )
-from graph_kvcache_mcp.services.lmcache_plan import (
+from graph_kvcache_mcp.services.lmcache.plan import (
     LmcacheConfigOut,
     build_plan,
     model_facts,

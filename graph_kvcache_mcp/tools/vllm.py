@@ -33,14 +33,14 @@ from graph_kvcache_mcp.errors import (
     VllmRequestError,
 )
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services import vllm as vllm_service
-from graph_kvcache_mcp.services.vllm_restart_reuse import (
+from graph_kvcache_mcp.services.vllm import operations as vllm_service
+from graph_kvcache_mcp.services.vllm.restart_reuse import (
     RestartMode,
     RestartReuseOut,
     measure_restart_reuse,
 )
-from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
-from graph_kvcache_mcp.services.vllm_views import (
+from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
+from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmResetOut,

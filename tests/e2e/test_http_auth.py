@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_FILE_NAME
-from graph_kvcache_mcp.services.kv_views import KvStatsOut
+from graph_kvcache_mcp.services.kv.views import KvStatsOut
 from tests.support.engines import RunningEngine
 from tests.support.http_server import http_server
 from tests.support.mcp_calls import b64, call_ok, fresh_key

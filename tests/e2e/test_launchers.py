@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
-from graph_kvcache_mcp.services.kv_views import KvStatsOut
+from graph_kvcache_mcp.services.kv.views import KvStatsOut
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.mcp_calls import call_ok
 from tests.support.processes import (

@@ -29,7 +29,7 @@ from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, parse_snapshot
-from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
+from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
 from tests.support.vllm import (
     MODEL_NAME,
     READY_TIMEOUT_S,

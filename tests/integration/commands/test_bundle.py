@@ -10,7 +10,7 @@ import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE
-from graph_kvcache_mcp.services.bundle_views import BundleCompileOut, BundleRenderOut
+from graph_kvcache_mcp.services.bundle.views import BundleCompileOut, BundleRenderOut
 from tests.support.bundles import corpus
 from tests.support.engines import RunningEngine
 

@@ -14,7 +14,7 @@ import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.processes.ports import free_port
-from graph_kvcache_mcp.services.vllm_views import (
+from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmStatusOut,

@@ -21,7 +21,7 @@ from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, ProcessSpec, plan_lmcache
 from graph_kvcache_mcp.errors import EngineProcessError, LmcacheProcessError
-from graph_kvcache_mcp.services.stack_check import check_stack
+from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from tests.support.engines import RunningEngine, running_engine
 from tests.support.lmcache import TEST_MODEL, require_lmcache
 

@@ -30,9 +30,9 @@ from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
-from graph_kvcache_mcp.services.lmcache_plan import server_environment
-from graph_kvcache_mcp.services.vllm_stack import start_mp_stack
-from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
+from graph_kvcache_mcp.services.lmcache.plan import server_environment
+from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
+from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.l2_paths import (
     CHUNK_TOKENS,

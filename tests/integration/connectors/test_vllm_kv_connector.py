@@ -23,7 +23,7 @@ from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.outcomes import Presence
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
+from graph_kvcache_mcp.services.vllm.restart_reuse import RestartReuseOut
 from tests.support.engines import RunningEngine, running_engine
 from tests.support.processes import wait_until
 from tests.support.vllm import READY_TIMEOUT_S, require_vllm_venv

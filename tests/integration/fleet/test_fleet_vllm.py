@@ -28,8 +28,8 @@ from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
 from graph_kvcache_mcp.domain.outcomes import Presence
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services import fleet as fleet_service
-from graph_kvcache_mcp.services.fleet_views import (
+from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
     FleetStatusOut,
     FleetWhereOut,

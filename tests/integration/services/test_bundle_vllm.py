@@ -9,8 +9,8 @@ import pytest
 from graph_kvcache_mcp.connectors.vllm.tokens import VllmTokenCounter
 from graph_kvcache_mcp.domain.bundle import Bundle
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.services.bundle_reuse import measure_bundle_reuse
-from graph_kvcache_mcp.services.bundles import BundleChat, bundle_chat, compile_cached
+from graph_kvcache_mcp.services.bundle.bundles import BundleChat, bundle_chat, compile_cached
+from graph_kvcache_mcp.services.bundle.reuse import measure_bundle_reuse
 from tests.support.bundles import corpus, request
 from tests.support.engines import RunningEngine
 from tests.support.vllm import BLOCK_SIZE, RunningVllm

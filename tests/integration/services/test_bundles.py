@@ -18,7 +18,7 @@ from graph_kvcache_mcp.domain.bundle import (
 )
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
-from graph_kvcache_mcp.services.bundles import BundleCounters, compile_cached, load_bundle
+from graph_kvcache_mcp.services.bundle.bundles import BundleCounters, compile_cached, load_bundle
 from tests.support.bundles import corpus, request
 from tests.support.engines import RunningEngine
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.processes.ports import free_port
-from graph_kvcache_mcp.services.lmcache_check import run_lmcache_check
+from graph_kvcache_mcp.services.lmcache.check import run_lmcache_check
 from tests.support.engines import RunningEngine
 
 

@@ -24,9 +24,9 @@ from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.kv_views import KvStatsOut
-from graph_kvcache_mcp.services.vllm_restart_reuse import RestartReuseOut
-from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
+from graph_kvcache_mcp.services.kv.views import KvStatsOut
+from graph_kvcache_mcp.services.vllm.restart_reuse import RestartReuseOut
+from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 from tests.support.mcp_calls import call_error, call_ok
 from tests.support.mp_stack import (
     CHUNK_SIZE,

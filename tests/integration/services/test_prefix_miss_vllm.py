@@ -12,7 +12,7 @@ from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.domain.diagnosis.prefix_diff import CauseKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.services.prefix_miss import explain_miss
+from graph_kvcache_mcp.services.diagnosis.prefix_miss import explain_miss
 from tests.support.vllm import BLOCK_SIZE, RunningVllm
 
 RULES = " ".join(

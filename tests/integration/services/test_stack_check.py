@@ -12,7 +12,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
-from graph_kvcache_mcp.services.stack_check import check_stack
+from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from tests.support.engines import RunningEngine
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.client import VllmClient
-from graph_kvcache_mcp.services.stack_check import check_stack
+from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from tests.support.engines import RunningEngine
 from tests.support.lmcache import running_lmcache_server
 

@@ -16,7 +16,7 @@ from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.stack_check import check_stack
+from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import call_ok
 from tests.support.vllm import BLOCK_SIZE, MODEL_NAME, RunningVllm, VllmServers

@@ -9,7 +9,7 @@ import pytest
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.errors import VllmProcessError
-from graph_kvcache_mcp.services.vllm_restart_reuse import measure_restart_reuse
+from graph_kvcache_mcp.services.vllm.restart_reuse import measure_restart_reuse
 
 
 async def test_without_a_managed_vllm_it_says_how_to_start_one(tmp_path: Path) -> None:

@@ -13,16 +13,16 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE, encode_bundle
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.bundle_views import (
-    BundleChatOut,
-    BundleCompileOut,
-    BundleRenderOut,
-)
-from graph_kvcache_mcp.services.bundles import (
+from graph_kvcache_mcp.services.bundle.bundles import (
     BundleCounters,
     compile_cached,
     make_request,
     secret_of,
+)
+from graph_kvcache_mcp.services.bundle.views import (
+    BundleChatOut,
+    BundleCompileOut,
+    BundleRenderOut,
 )
 from tests.support.bundles import corpus
 from tests.support.engines import RunningEngine

@@ -11,8 +11,8 @@ from mcp import Client
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.bundle_reuse import ReuseReport
-from graph_kvcache_mcp.services.bundle_views import BundleChatOut, BundleCompileOut
+from graph_kvcache_mcp.services.bundle.reuse import ReuseReport
+from graph_kvcache_mcp.services.bundle.views import BundleChatOut, BundleCompileOut
 from tests.support.bundles import corpus
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, call_ok

@@ -11,7 +11,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.prefix_miss import MissDiagnosis
+from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis
 from tests.support.mcp_calls import call_error, call_ok
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"

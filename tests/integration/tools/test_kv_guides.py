@@ -7,7 +7,7 @@ import re
 from mcp import Client
 
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.kv_views import KvStatsOut
+from graph_kvcache_mcp.services.kv.views import KvStatsOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES
 

@@ -12,8 +12,8 @@ from mcp import Client
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.kv_probe import KvProbeOut
-from graph_kvcache_mcp.services.kv_views import (
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut
+from graph_kvcache_mcp.services.kv.views import (
     KvExistsOut,
     KvGetManyOut,
     KvGetOut,

@@ -9,8 +9,8 @@ from mcp import Client
 
 from graph_kvcache_mcp.config import DEFAULT_TOOLSETS
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.lmcache_check import LmcacheCheckOut
-from graph_kvcache_mcp.services.lmcache_plan import LmcacheConfigOut
+from graph_kvcache_mcp.services.lmcache.check import LmcacheCheckOut
+from graph_kvcache_mcp.services.lmcache.plan import LmcacheConfigOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, call_error, call_ok
 

@@ -19,8 +19,8 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.vllm.launch import Platform
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.kv_probe import KvProbeOut
-from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut
+from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
 from graph_kvcache_mcp.tools.lmcache import LmcacheStatusOut
 from tests.support.engines import RunningEngine

@@ -17,7 +17,7 @@ from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs
 from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.services.vllm_views import (
+from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmResetOut,

@@ -5,7 +5,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.services.lmcache_plan import server_environment
+from graph_kvcache_mcp.services.lmcache.plan import server_environment
 
 
 def test_references_are_filled_from_the_resolved_engine_and_the_environment(

@@ -27,7 +27,7 @@ from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens, prompt_keys
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.errors import VllmRequestError
-from graph_kvcache_mcp.services.fleet_views import (
+from graph_kvcache_mcp.services.fleet.views import (
     CachedPrefix,
     FleetEffectivenessOut,
     FleetStatusOut,

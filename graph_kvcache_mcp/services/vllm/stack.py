@@ -36,8 +36,8 @@ from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_con
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, plan_stack_server
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from graph_kvcache_mcp.errors import ConfigError, FileRefused
-from graph_kvcache_mcp.services.lmcache_plan import server_environment
-from graph_kvcache_mcp.services.vllm_views import VllmStatusOut
+from graph_kvcache_mcp.services.lmcache.plan import server_environment
+from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 
 StartLmcache = Callable[[ProcessSpec, Mapping[str, str], RespPeer | None], Awaitable[LmcacheStatus]]
 """Starts (or reuses) the planned server with its environment; the peer for a resp adapter."""

@@ -41,7 +41,7 @@ from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
-from graph_kvcache_mcp.services.lmcache_plan import server_environment
+from graph_kvcache_mcp.services.lmcache.plan import server_environment
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient

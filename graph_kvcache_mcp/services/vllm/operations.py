@@ -22,7 +22,7 @@ from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
 from graph_kvcache_mcp.errors import InvalidValue
-from graph_kvcache_mcp.services.vllm_views import (
+from graph_kvcache_mcp.services.vllm.views import (
     MAX_BAD_LINES_SHOWN,
     VllmChatOut,
     VllmMetricsOut,

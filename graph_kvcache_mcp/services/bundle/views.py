@@ -11,7 +11,7 @@ from graph_kvcache_mcp.domain.bundle import Bundle, ChatMessage, Rejected, Selec
 from graph_kvcache_mcp.domain.bundle.compiled import PPM
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
 from graph_kvcache_mcp.domain.vllm.traces import Trace
-from graph_kvcache_mcp.services.bundles import BundleChat, CacheState, CompileResult
+from graph_kvcache_mcp.services.bundle.bundles import BundleChat, CacheState, CompileResult
 
 
 class BundleItemOut(BaseModel):

@@ -1,0 +1,1 @@
+"""Diagnosis use cases: why a request missed, what is misconfigured, KV budgets."""

@@ -1,0 +1,1 @@
+"""KV store use cases: the probe and the output models of the kv_* tools and commands."""

@@ -1,0 +1,1 @@
+"""LMCache use cases: the config plan and the adapter self-check."""
