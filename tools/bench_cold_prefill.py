@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
-from tests.support.vllm import bench_model_dir  # noqa: E402
+from tests.support.vllm import add_bench_model_arguments, bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import connector_vllm, random_prompt  # noqa: E402
 
 BASELINE = "none"
@@ -58,17 +58,13 @@ if torch.cpu._is_amx_tile_supported() and not torch.cpu._init_amx():
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=3072)
+    add_bench_model_arguments(parser, prompts=5)
     parser.add_argument("--decode", type=int, default=128, help="tokens per decode request")
     parser.add_argument(
         "--setups",
         default="none,none, AMX requested,engine connector",
         help="comma-separated names from SETUPS, the baseline first",
     )
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--kv-heads", type=int, default=16)
     args = parser.parse_args()
     model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
     prompts = [random_prompt(args.tokens, seed=5000 + i) for i in range(args.prompts)]

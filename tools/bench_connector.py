@@ -34,7 +34,7 @@ from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats  # noqa: E402
 from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
 from tests.support.processes import wait_until  # noqa: E402
-from tests.support.vllm import bench_model_dir  # noqa: E402
+from tests.support.vllm import add_bench_model_arguments, bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 from tests.support.wire_reference import reference_read  # noqa: E402
 
@@ -61,11 +61,7 @@ def stored_payload_bytes(keys: list[str], stored: int, warmup_blocks: int) -> fl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=3072)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--kv-heads", type=int, default=16)
+    add_bench_model_arguments(parser)
     args = parser.parse_args()
     model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
     kv_bytes_per_token = 2 * args.layers * args.kv_heads * 64 * 2  # K and V, bf16, head dim 64

@@ -36,7 +36,7 @@ from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config  # noqa:
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config  # noqa: E402
 from tests.support.engines import running_engine  # noqa: E402
 from tests.support.l2_paths import mp_vllm, native_server  # noqa: E402
-from tests.support.vllm import bench_model_dir  # noqa: E402
+from tests.support.vllm import add_bench_model_arguments, bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 
 RATIO_GOAL = 3.0
@@ -46,11 +46,7 @@ CHUNK_TOKENS = 256
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=3072)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--kv-heads", type=int, default=16)
+    add_bench_model_arguments(parser)
     args = parser.parse_args()
     model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
     facts = facts_from_hf_config(read_hf_config(model), name="bench-llama")

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import subprocess
 import tempfile
@@ -54,6 +55,16 @@ def tiny_model_dir() -> Path:
     if not (out / "config.json").exists():
         subprocess.run([str(require_vllm_venv()), str(BUILDER), str(out)], check=True, timeout=300)
     return out
+
+
+def add_bench_model_arguments(parser: argparse.ArgumentParser, *, prompts: int = 3) -> None:
+    """The flags every vLLM benchmark takes: its prompts and the random Llama it serves (the
+    defaults are the model the README's figures were measured on)."""
+    parser.add_argument("--prompts", type=int, default=prompts)
+    parser.add_argument("--tokens", type=int, default=3072)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--kv-heads", type=int, default=16)
 
 
 def bench_model_dir(layers: int, hidden: int, kv_heads: int) -> Path:
