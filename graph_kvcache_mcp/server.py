@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from graph_kvcache_mcp import __version__
@@ -112,7 +113,11 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
             yield state
         finally:
             try:
-                await state.aclose()
+                # Shielded: the lifespan ends by cancellation (a signal, a vanished client), and
+                # the first checkpoint of an unshielded cleanup would abandon the rest of it,
+                # leaving the engine this session started running.
+                with anyio.CancelScope(shield=True):
+                    await state.aclose()
             finally:
                 app.unbind_live(state)
                 state.closed.set()
