@@ -32,6 +32,7 @@ from graph_kvcache_mcp.connectors.processes.control import (
 )
 from graph_kvcache_mcp.connectors.processes.identity import (
     describe_listener,
+    environment_value,
     is_ours,
     listener_owner,
 )
@@ -42,6 +43,7 @@ from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_serve
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
     LMCACHE_MP_HINT,
+    RESERVED_CPUS_ENV,
     VLLM_HOST,
     check_vllm_importable,
     child_environment,
@@ -202,6 +204,9 @@ class ManagedVllm:
             raise VllmProcessError(
                 f"no vLLM started from {self.data_dir} is running; start one with vllm_start"
             )
+        # The core reservation the running server was given (by child_environment for a KV
+        # connector, or by the user): the restart binds the same cores, so it computes alike.
+        reserved = environment_value(state.process.pid, RESERVED_CPUS_ENV)
         self.stop()
         if while_stopped is not None:
             while_stopped()
@@ -219,7 +224,10 @@ class ManagedVllm:
             env=state.plan_env,
         )
         note = progress or (lambda _elapsed, _total, _message: None)
-        return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
+        kept = {RESERVED_CPUS_ENV: reserved} if reserved is not None else {}
+        return self._launch(
+            launch, plan, {**plan.env, **kept, **(env or {})}, ready_timeout_s, note
+        )
 
     def status(self, *, port: int | None = None) -> VllmStatus:
         """Our server's state; without one, whatever answers on `port` (reported, not owned)."""
