@@ -263,9 +263,8 @@ async def _start_stack(
 
     async def ensure_engine() -> None:
         if settings.kv_url is None:
-            resp = launch.kv_connector == "redis_resp"  # the RESP wire is the managed engine's
             await anyio.to_thread.run_sync(
-                partial(ManagedEngine(settings.data_dir).start, resp=resp)
+                partial(ManagedEngine(settings.data_dir).start, resp=launch.l2_over_resp)
             )
 
     async def start_lmcache(

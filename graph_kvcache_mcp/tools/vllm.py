@@ -231,7 +231,7 @@ async def _start_stack(
     state = state_of(ctx)
 
     async def ensure_engine() -> None:
-        if launch.kv_connector == "redis_resp" and state.settings.kv_url is None:
+        if launch.l2_over_resp and state.settings.kv_url is None:
             await state.kv.start_engine(resp=True)  # the RESP wire is the managed engine's
         else:
             await state.kv.client()

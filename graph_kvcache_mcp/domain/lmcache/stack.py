@@ -60,7 +60,7 @@ def plan_stack_server(
     cpu = platform.kind == "cpu"
     block = launch.block_size or (DEFAULT_CPU_BLOCK_SIZE if cpu else None)
     choices = LmcacheChoices(
-        mode="redis_resp" if launch.kv_connector == "redis_resp" else "mp_native",
+        mode="redis_resp" if launch.l2_over_resp else "mp_native",
         engine_url=engine_url,
         chunk_size=options.chunk_size,
         lmcache_host=launch.lmcache_host,

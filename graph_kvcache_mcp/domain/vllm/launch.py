@@ -101,6 +101,12 @@ class VllmLaunch(BaseModel):
         """vLLM's processes must be told the engine's URL and token (ENGINE_ENV_NAMES)."""
         return self.kv_connector in {"engine", "inprocess_plugin"}
 
+    @property
+    def l2_over_resp(self) -> bool:
+        """The lmcache server's L2 is the managed engine's RESP wire (LMCache's `resp` adapter),
+        not our native adapter: the engine must be started with that wire open."""
+        return self.kv_connector == "redis_resp"
+
 
 class LaunchPlan(BaseModel):
     """The arguments after `python -m vllm.entrypoints.openai.api_server`, and why."""

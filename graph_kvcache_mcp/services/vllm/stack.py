@@ -81,7 +81,7 @@ async def start_mp_stack(
     assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
     server_env = server_environment(server.env, settings)
     peer = None
-    if launch.kv_connector == "redis_resp":  # L2 is the managed engine's RESP wire
+    if launch.l2_over_resp:
         engine = ManagedEngine(settings.data_dir)
         resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
         server, server_env, peer = resp.server, resp.env, resp.peer
