@@ -382,31 +382,14 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
     def impostor(self, state: EngineState) -> str | None:
         """Why the token must not go to `state.port` (None when our engine holds that port's
         listening socket): nothing listens there yet, or another process does."""
-        owner = listener_owner(state.process.pid, state.port)
-        if owner == "ours":
-            return None
-        if owner == "none":
-            return f"nothing listens on port {state.port} yet"
-        return (
-            f"port {state.port} is held by another process ({describe_listener(state.port)}), "
-            f"not by the engine we started (pid {state.process.pid}); the token was not sent"
-        )
+        return _listener_refusal(state, state.port, what="port", secret="token")
 
     def resp_impostor(self, state: EngineState) -> str | None:
         """Why the RESP password must not go to `state.resp_port` (None when our engine holds
         that port's listening socket), as `impostor` says for the HTTP token."""
         if state.resp_port is None:
             return "the engine runs without its RESP wire"
-        owner = listener_owner(state.process.pid, state.resp_port)
-        if owner == "ours":
-            return None
-        if owner == "none":
-            return f"nothing listens on the RESP port {state.resp_port} yet"
-        return (
-            f"RESP port {state.resp_port} is held by another process "
-            f"({describe_listener(state.resp_port)}), not by the engine we started "
-            f"(pid {state.process.pid}); the RESP password was not sent"
-        )
+        return _listener_refusal(state, state.resp_port, what="RESP port", secret="RESP password")
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -559,3 +542,17 @@ def _engine_reason(log_path: Path) -> str:
     errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
     chosen = (errors or lines or ["(empty log)"])[-1]
     return chosen.strip()[-300:]
+
+
+def _listener_refusal(state: EngineState, port: int, *, what: str, secret: str) -> str | None:
+    """Why `secret` must not go to `port` (None when the engine we started holds its listening
+    socket): nothing listens there yet, or another process does."""
+    owner = listener_owner(state.process.pid, port)
+    if owner == "ours":
+        return None
+    if owner == "none":
+        return f"nothing listens on {what} {port} yet"
+    return (
+        f"{what} {port} is held by another process ({describe_listener(port)}), not by the "
+        f"engine we started (pid {state.process.pid}); the {secret} was not sent"
+    )
