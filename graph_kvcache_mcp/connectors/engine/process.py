@@ -429,11 +429,12 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         credentials = self.resp_credentials()
         assert credentials is not None  # the state just written records the port
         deadline = time.monotonic() + timeout_s
-        while (why := self.resp_impostor(state)) is not None and time.monotonic() < deadline:
-            if "another process" in why:
-                break  # a squatter: no point waiting, and the password must not go there
+        # Wait only while nothing listens yet: a squatter is refused at once.
+        while time.monotonic() < deadline:
+            if listener_owner(state.process.pid, credentials.port) != "none":
+                break
             time.sleep(0.05)
-        if why is not None:
+        if (why := self.resp_impostor(state)) is not None:
             stop_process(state.process, term_wait_s=5.0)
             self.state_file.clear()
             raise EngineProcessError(f"the engine's RESP wire cannot be trusted: {why}")
