@@ -4,7 +4,7 @@ managed `lmcache server`, and check the LMCache adapter against the engine. Opt-
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context
@@ -18,9 +18,18 @@ from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheS
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
-from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode
-from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
-from graph_kvcache_mcp.domain.lmcache.model import KvKind
+from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
+from graph_kvcache_mcp.domain.lmcache.choices import (
+    BlockTokens,
+    ChunkSize,
+    LmcacheChoices,
+    Mode,
+    ServerMode,
+    SizeGb,
+    TensorParallelSize,
+)
+from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
+from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.registrar import Registrar
@@ -66,13 +75,9 @@ class LmcacheStatusOut(LmcacheStatus):
         return cls(**status.model_dump(), holds_lease=access.holds_lease)
 
 
-Namespace = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=128,
-        description="Key namespace hashed into every engine key (keeps fleets apart).",
-    ),
+NamespaceArg = Annotated[
+    Namespace,
+    Field(description="Key namespace hashed into every engine key (keeps fleets apart)."),
 ]
 
 
@@ -95,12 +100,10 @@ async def lmcache_config(
         Field(description="KV layout when no config.json is given: dense|mla|hybrid|compressed."),
     ] = None,
     num_layers: Annotated[
-        int | None, Field(ge=1, description="Attention layers (without config.json).")
+        Count | None, Field(description="Attention layers (without config.json).")
     ] = None,
-    kv_heads: Annotated[int | None, Field(ge=1, description="KV heads (GQA).")] = None,
-    head_dim: Annotated[
-        int | None, Field(ge=1, description="Head size (MLA: latent width).")
-    ] = None,
+    kv_heads: Annotated[Count | None, Field(description="KV heads (GQA).")] = None,
+    head_dim: Annotated[Count | None, Field(description="Head size (MLA: latent width).")] = None,
     kv_dtype: Annotated[str | None, Field(description="KV dtype, e.g. bfloat16.")] = None,
     vision: Annotated[bool | None, Field(description="The model takes images or video.")] = None,
     mode: Annotated[
@@ -115,27 +118,26 @@ async def lmcache_config(
         str | None,
         Field(description="Engine KV base URL; default: the engine this server uses."),
     ] = None,
-    chunk_size: Annotated[int | None, Field(ge=1, description="Tokens per LMCache chunk.")] = None,
+    chunk_size: Annotated[ChunkSize | None, Field(description="Tokens per LMCache chunk.")] = None,
     mamba_block_size: Annotated[
-        int | None,
+        BlockTokens | None,
         Field(
-            ge=1,
             description="Hybrid models: vLLM's attention block size from its log line "
             "'Setting attention block size to N tokens' (otherwise estimated).",
         ),
     ] = None,
     tensor_parallel_size: Annotated[
-        int, Field(ge=1, le=64, description="vLLM --tensor-parallel-size (KV per rank).")
+        TensorParallelSize, Field(description="vLLM --tensor-parallel-size (KV per rank).")
     ] = 1,
-    namespace: Namespace = DEFAULT_NAMESPACE,
+    namespace: NamespaceArg = DEFAULT_NAMESPACE,
     lmcache_port: Annotated[
-        int, Field(ge=1, le=65535, description="The lmcache server's port (vLLM connects).")
+        ServicePort, Field(description="The lmcache server's port (vLLM connects).")
     ] = 5555,
     lmcache_http_port: Annotated[
-        int, Field(ge=1, le=65535, description="The lmcache server's HTTP admin port.")
+        ServicePort, Field(description="The lmcache server's HTTP admin port.")
     ] = 8080,
     l1_size_gb: Annotated[
-        float, Field(gt=0, description="The lmcache server's L1 (host memory) size in GB.")
+        SizeGb, Field(description="The lmcache server's L1 (host memory) size in GB.")
     ] = 20.0,
 ) -> LmcacheConfigOut:
     """Generate LMCache + vLLM configuration that makes the engine LMCache's shared remote tier:
@@ -187,7 +189,7 @@ async def lmcache_check(
         int,
         Field(ge=1, le=VALUE_CAP_BYTES, description="Size of the random test page."),
     ] = DEFAULT_PAGE_BYTES,
-    namespace: Namespace = DEFAULT_NAMESPACE,
+    namespace: NamespaceArg = DEFAULT_NAMESPACE,
 ) -> LmcacheCheckOut:
     """Validate the LMCache adapter against this server's engine, without vLLM: build the same
     native_plugin client `lmcache server` loads, set a random page, wait on its eventfd, drain,
@@ -222,27 +224,27 @@ async def lmcache_start(
         str | None, Field(description="Local config.json (or model dir) to size the server.")
     ] = None,
     model: Annotated[str | None, Field(description="Model id, when no config.json.")] = None,
-    num_layers: Annotated[int | None, Field(ge=1, description="Attention layers.")] = None,
-    kv_heads: Annotated[int | None, Field(ge=1, description="KV heads (GQA).")] = None,
-    head_dim: Annotated[int | None, Field(ge=1, description="Head size.")] = None,
+    num_layers: Annotated[Count | None, Field(description="Attention layers.")] = None,
+    kv_heads: Annotated[Count | None, Field(description="KV heads (GQA).")] = None,
+    head_dim: Annotated[Count | None, Field(description="Head size.")] = None,
     mode: Annotated[
-        Literal["mp_native", "redis_resp"],
+        ServerMode,
         Field(description="mp_native (our adapter to the engine) or redis_resp."),
     ] = "mp_native",
     engine_url: Annotated[
         str | None, Field(description="Engine KV base URL; default: the engine this server uses.")
     ] = None,
-    lmcache_port: Annotated[int, Field(ge=1024, le=65535, description="Server port.")] = 5555,
+    lmcache_port: Annotated[ServicePort, Field(description="Server port.")] = 5555,
     lmcache_http_port: Annotated[
-        int, Field(ge=1024, le=65535, description="HTTP admin port (/healthcheck, /status).")
+        ServicePort, Field(description="HTTP admin port (/healthcheck, /status).")
     ] = 8080,
-    l1_size_gb: Annotated[float, Field(gt=0, description="L1 size in GB.")] = 20.0,
+    l1_size_gb: Annotated[SizeGb, Field(description="L1 size in GB.")] = 20.0,
     extra_args: Annotated[
         list[str] | None,
         Field(description="More `lmcache server` flags, e.g. ['--no-l1-use-lazy']."),
     ] = None,
     ready_timeout_s: Annotated[
-        float, Field(gt=0, le=3600, description="Give up (and stop it) if not healthy by then.")
+        ReadyTimeout, Field(description="Give up (and stop it) if not healthy by then.")
     ] = 180.0,
 ) -> LmcacheStatusOut:
     """Start the `lmcache server` that lmcache_config plans (or reuse the one this data dir
@@ -291,7 +293,7 @@ async def lmcache_start(
 
 async def lmcache_stop(
     ctx: Context[Any],
-    wait_s: Annotated[float, Field(gt=0, le=120, description="SIGTERM grace before SIGKILL.")] = 15,
+    wait_s: Annotated[StopWait, Field(description="SIGTERM grace before SIGKILL.")] = 15,
     force: Annotated[
         bool, Field(description="Also stop a server other sessions use or the CLI started.")
     ] = False,
