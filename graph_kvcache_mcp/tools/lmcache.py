@@ -17,7 +17,6 @@ from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
-from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.choices import (
     BlockTokens,
@@ -37,6 +36,7 @@ from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,
     LmcacheCheckOut,
+    PageBytes,
     run_lmcache_check,
 )
 from graph_kvcache_mcp.services.lmcache.plan import (
@@ -186,8 +186,8 @@ async def lmcache_config(
 async def lmcache_check(
     ctx: Context[Any],
     page_bytes: Annotated[
-        int,
-        Field(ge=1, le=VALUE_CAP_BYTES, description="Size of the random test page."),
+        PageBytes,
+        Field(description="Size of the random test page."),
     ] = DEFAULT_PAGE_BYTES,
     namespace: NamespaceArg = DEFAULT_NAMESPACE,
 ) -> LmcacheCheckOut:
