@@ -18,6 +18,7 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_MISS,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    Verbs,
     common_options,
     emit,
     note,
@@ -67,7 +68,7 @@ COMPILE_FLAGS = (
 """`BundleParams` fields `bundle compile` takes as flags."""
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser("bundle", help="compile, cache and render context bundles")
     verbs = group.add_subparsers(
         dest="verb", required=True, metavar="{compile,render,chat,reuse-measure}"
@@ -110,6 +111,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _vllm_flags(compile_)
     compile_.set_defaults(handler=run_compile)
 
+    _add_turn_verbs(verbs, parent)
+    _add_reuse_measure(verbs)
+
+
+def _add_turn_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     turn = argparse.ArgumentParser(add_help=False)
     turn.add_argument("key", help="a key printed by `bundle compile`")
     turn.add_argument("--turn", required=True, help="the user's message")
@@ -127,6 +133,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _vllm_flags(chat)
     chat.set_defaults(handler=run_chat)
 
+
+def _add_reuse_measure(verbs: Verbs) -> None:
     measure = verbs.add_parser(
         "reuse-measure",
         parents=[common_options()],

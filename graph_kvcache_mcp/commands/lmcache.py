@@ -13,6 +13,7 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_MISS,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    Verbs,
     common_options,
     emit,
     note,
@@ -60,7 +61,7 @@ class LmcacheKeyOut(BaseModel):
     scheme_version: int
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser(
         "lmcache", help="LMCache with the engine as its remote tier: config, check, keys"
     )
@@ -99,6 +100,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_flag(start, "--ready-timeout-s", ReadyTimeout, default=180.0)
     start.set_defaults(handler=run_start)
 
+    _add_process_verbs(verbs, parent)
+    _add_key_verbs(verbs, parent)
+
+
+def _add_process_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     stop = verbs.add_parser(
         "stop",
         parents=[parent],
@@ -117,6 +123,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     status.set_defaults(handler=run_status)
 
+
+def _add_key_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     check = verbs.add_parser(
         "check", parents=[parent], help="validate the LMCache adapter against the engine"
     )

@@ -24,6 +24,7 @@ from graph_kvcache_mcp.domain.bundle import (
 )
 from graph_kvcache_mcp.domain.bundle.models import (
     MAX_ITEMS,
+    BundleRequest,
     ChatAnswerTokens,
     DiversityLambda,
     HalfLifeDays,
@@ -93,11 +94,9 @@ async def bundle_compile(
     ],
     ctx: Context[Any],
     policy_version: Annotated[
-        PolicyVersion, Field(description="Your policy's version (part of the cache key).")
+        PolicyVersion, Field(description="Your policy's version (keyed).")
     ] = "v1",
-    token_budget: Annotated[
-        TokenBudget, Field(description="Most tokens the bundle text may use.")
-    ] = 2000,
+    token_budget: Annotated[TokenBudget, Field(description="Most tokens the text may use.")] = 2000,
     top_k: Annotated[TopK, Field(description="Most items to select.")] = 20,
     diversity_lambda: Annotated[
         DiversityLambda, Field(description="MMR: 1 = score only, lower = more diverse.")
@@ -107,15 +106,13 @@ async def bundle_compile(
         Field(description="Score weights, normalized by their sum."),
     ] = None,
     freshness_half_life_days: Annotated[
-        HalfLifeDays, Field(description="Freshness half-life before as_of, in days.")
+        HalfLifeDays, Field(description="Freshness half-life, days.")
     ] = 30.0,
     as_of: Annotated[
         datetime | None,
         Field(description="When freshness is measured (ISO 8601); omit = neutral."),
     ] = None,
-    include_text: Annotated[
-        bool, Field(description="Also return the rendered text (can be long).")
-    ] = False,
+    include_text: Annotated[bool, Field(description="Also return the rendered text.")] = False,
     token_counter: Annotated[
         TokenCounterChoice,
         Field(
@@ -141,6 +138,17 @@ async def bundle_compile(
         )
     except InvalidValue as exc:
         raise ToolError(f"{exc}; fix it and call bundle_compile again") from exc
+    return await _compile(ctx, request, token_counter, include_text=include_text)
+
+
+async def _compile(
+    ctx: Context[Any],
+    request: BundleRequest,
+    token_counter: TokenCounterChoice,
+    *,
+    include_text: bool,
+) -> BundleCompileOut:
+    """Compile through the session's KV store, counting with the served tokenizer when asked."""
     state = state_of(ctx)
     exact_wanted = token_counter == "vllm" or (
         token_counter == "auto" and state.settings.vllm_model is not None

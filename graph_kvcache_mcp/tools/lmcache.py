@@ -27,6 +27,7 @@ from graph_kvcache_mcp.domain.lmcache.choices import (
     SizeGb,
     TensorParallelSize,
 )
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
 from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -81,24 +82,49 @@ NamespaceArg = Annotated[
 ]
 
 
+HfConfigArg = Annotated[
+    str | None,
+    Field(
+        description="Absolute path of a local Hugging Face config.json (or its model "
+        "directory) inside the allowed roots. Preferred: the facts are read from it. Nothing "
+        "is downloaded."
+    ),
+]
+ModelIdArg = Annotated[
+    str | None, Field(description="Model id as vLLM serves it, e.g. Qwen/Qwen3-8B.")
+]
+KindArg = Annotated[
+    KvKind | None,
+    Field(description="KV layout when no config.json is given: dense|mla|hybrid|compressed."),
+]
+ModeArg = Annotated[
+    Mode,
+    Field(
+        description="mp_native (recommended: lmcache server + our native_plugin adapter), "
+        "redis_resp (LMCache's resp adapter to a Redis endpoint), or inprocess_plugin "
+        "(LMCache inside vLLM with our remote_storage_plugins connector)."
+    ),
+]
+EngineUrlArg = Annotated[
+    str | None, Field(description="Engine KV base URL; default: the engine this server uses.")
+]
+MambaBlockArg = Annotated[
+    BlockTokens | None,
+    Field(
+        description="Hybrid models: vLLM's attention block size from its log line "
+        "'Setting attention block size to N tokens' (otherwise estimated).",
+    ),
+]
+TensorParallelArg = Annotated[
+    TensorParallelSize, Field(description="vLLM --tensor-parallel-size (KV per rank).")
+]
+
+
 async def lmcache_config(
     ctx: Context[Any],
-    hf_config: Annotated[
-        str | None,
-        Field(
-            description="Absolute path of a local Hugging Face config.json (or its model "
-            "directory) inside the allowed roots. Preferred: the facts are read from it. Nothing "
-            "is downloaded."
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        Field(description="Model id as vLLM serves it, e.g. Qwen/Qwen3-8B."),
-    ] = None,
-    kind: Annotated[
-        KvKind | None,
-        Field(description="KV layout when no config.json is given: dense|mla|hybrid|compressed."),
-    ] = None,
+    hf_config: HfConfigArg = None,
+    model: ModelIdArg = None,
+    kind: KindArg = None,
     num_layers: Annotated[
         Count | None, Field(description="Attention layers (without config.json).")
     ] = None,
@@ -106,29 +132,11 @@ async def lmcache_config(
     head_dim: Annotated[Count | None, Field(description="Head size (MLA: latent width).")] = None,
     kv_dtype: Annotated[str | None, Field(description="KV dtype, e.g. bfloat16.")] = None,
     vision: Annotated[bool | None, Field(description="The model takes images or video.")] = None,
-    mode: Annotated[
-        Mode,
-        Field(
-            description="mp_native (recommended: lmcache server + our native_plugin adapter), "
-            "redis_resp (LMCache's resp adapter to a Redis endpoint), or inprocess_plugin "
-            "(LMCache inside vLLM with our remote_storage_plugins connector)."
-        ),
-    ] = "mp_native",
-    engine_url: Annotated[
-        str | None,
-        Field(description="Engine KV base URL; default: the engine this server uses."),
-    ] = None,
+    mode: ModeArg = "mp_native",
+    engine_url: EngineUrlArg = None,
     chunk_size: Annotated[ChunkSize | None, Field(description="Tokens per LMCache chunk.")] = None,
-    mamba_block_size: Annotated[
-        BlockTokens | None,
-        Field(
-            description="Hybrid models: vLLM's attention block size from its log line "
-            "'Setting attention block size to N tokens' (otherwise estimated).",
-        ),
-    ] = None,
-    tensor_parallel_size: Annotated[
-        TensorParallelSize, Field(description="vLLM --tensor-parallel-size (KV per rank).")
-    ] = 1,
+    mamba_block_size: MambaBlockArg = None,
+    tensor_parallel_size: TensorParallelArg = 1,
     namespace: NamespaceArg = DEFAULT_NAMESPACE,
     lmcache_port: Annotated[
         ServicePort, Field(description="The lmcache server's port (vLLM connects).")
@@ -147,6 +155,36 @@ async def lmcache_config(
     over the engine's 64 MiB value cap). Give hf_config (a local config.json) when you can;
     otherwise model, num_layers, kv_heads and head_dim. Computes only; starts nothing. If
     plan.supported is false, tell the user to rely on vLLM's native prefix caching."""
+    facts = {
+        "model": model,
+        "kind": kind,
+        "num_layers": num_layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "kv_dtype": kv_dtype,
+        "vision": vision,
+    }
+    choices = {
+        "mode": mode,
+        "namespace": namespace,
+        "chunk_size": chunk_size,
+        "mamba_block_size": mamba_block_size,
+        "tensor_parallel_size": tensor_parallel_size,
+        "lmcache_port": lmcache_port,
+        "lmcache_http_port": lmcache_http_port,
+        "l1_size_gb": l1_size_gb,
+    }
+    return await _plan(ctx, hf_config, engine_url, facts, choices)
+
+
+async def _plan(
+    ctx: Context[Any],
+    hf_config: str | None,
+    engine_url: str | None,
+    facts_given: dict[str, Any],
+    choices_given: dict[str, Any],
+) -> LmcacheConfigOut:
+    """The plan for the facts (read from `hf_config` when given) and the choices."""
     settings = state_of(ctx).settings
     source = f"config.json at {hf_config}" if hf_config else "given facts"
     if hf_config is not None:
@@ -155,28 +193,9 @@ async def lmcache_config(
         # The engine this server would use, without starting one: generating config is read-only.
         default_url = (await anyio.to_thread.run_sync(resolve_kv_target, settings)).base_url
         facts = await anyio.to_thread.run_sync(
-            lambda: model_facts(
-                hf_config=hf_config,
-                model=model,
-                kind=kind,
-                num_layers=num_layers,
-                kv_heads=kv_heads,
-                head_dim=head_dim,
-                kv_dtype=kv_dtype,
-                vision=vision,
-            )
+            lambda: model_facts(hf_config=hf_config, **facts_given)
         )
-        choices = LmcacheChoices(
-            mode=mode,
-            engine_url=engine_url or default_url,
-            namespace=namespace,
-            chunk_size=chunk_size,
-            mamba_block_size=mamba_block_size,
-            tensor_parallel_size=tensor_parallel_size,
-            lmcache_port=lmcache_port,
-            lmcache_http_port=lmcache_http_port,
-            l1_size_gb=l1_size_gb,
-        )
+        choices = LmcacheChoices(engine_url=engine_url or default_url, **choices_given)
         plan = build_plan(facts, choices)
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call lmcache_config again.") from None
@@ -253,7 +272,6 @@ async def lmcache_start(
     connects with kv_connector mp_native (vllm_start). This session holds a lease: the server
     stops when the last session using it exits (unless --keep-engine)."""
     access = state_of(ctx).lmcache
-    settings = access.settings
     planned = await lmcache_config(
         ctx,
         hf_config=hf_config,
@@ -271,24 +289,31 @@ async def lmcache_start(
     if planned_server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
     server = planned_server.model_copy(update={"argv": [*planned_server.argv, *(extra_args or [])]})
-    env = server_environment(server.env, settings)
     try:
-        peer = None
-        if mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
-            kv = state_of(ctx).kv
-            if settings.kv_url is None:
-                await kv.start_engine(resp=True)
-            engine, planned_env = kv.engine, env
-            launch = await anyio.to_thread.run_sync(
-                lambda: prepare_resp_launch(engine, server, planned_env)
-            )
-            server, env, peer = launch.server, launch.env, launch.peer
-        status = await access.start(
-            server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
-        )
+        status = await _start_server(ctx, server, ready_timeout_s, resp=mode == "redis_resp")
     except (LmcacheProcessError, EngineProcessError) as exc:
         raise ToolError(str(exc)) from exc
     return LmcacheStatusOut.build(status, access)
+
+
+async def _start_server(
+    ctx: Context[Any], server: ProcessSpec, ready_timeout_s: float, *, resp: bool
+) -> LmcacheStatus:
+    """Start `server`; for a `resp` adapter, the managed engine's RESP wire first, proven to
+    answer, and the adapter aimed at it."""
+    state = state_of(ctx)
+    access, settings = state.lmcache, state.settings
+    env = server_environment(server.env, settings)
+    peer = None
+    if resp:
+        if settings.kv_url is None:
+            await state.kv.start_engine(resp=True)
+        engine, planned_env = state.kv.engine, env
+        launch = await anyio.to_thread.run_sync(
+            lambda: prepare_resp_launch(engine, server, planned_env)
+        )
+        server, env, peer = launch.server, launch.env, launch.peer
+    return await access.start(server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer)
 
 
 async def lmcache_stop(

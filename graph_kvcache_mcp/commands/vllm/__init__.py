@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TypeAlias, get_args
+from typing import get_args
 
-from graph_kvcache_mcp.commands._common import common_options
+from graph_kvcache_mcp.commands._common import Verbs, common_options
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.commands.vllm._handlers import (
     run_chat,
@@ -31,8 +31,6 @@ from graph_kvcache_mcp.domain.vllm.chat import AnswerTokens, Temperature
 from graph_kvcache_mcp.services.vllm.restart_reuse import RestartMode, ReusePromptTokens
 
 __all__ = ["register"]
-
-Verbs: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def register(subparsers: Verbs) -> None:
