@@ -156,7 +156,7 @@ async def vllm_metrics(
 
 async def vllm_start(
     ctx: Context[Any],
-    model: Annotated[str, Field(min_length=1, description="Local model dir or hub id to serve.")],
+    model: Annotated[str, Field(min_length=1, description="Local model dir or hub id.")],
     port: Annotated[
         ServicePort | None, Field(description="Loopback port; default: VLLM_BASE_URL's.")
     ] = None,
@@ -174,24 +174,20 @@ async def vllm_start(
     kv_cache_memory_bytes: Annotated[
         KvCacheBytes | None, Field(description="KV cache size; CPU default 1 GiB.")
     ] = None,
-    dev_mode: Annotated[
-        bool, Field(description="Dev mode, needed by vllm_reset_prefix_cache.")
-    ] = False,
+    dev_mode: Annotated[bool, Field(description="Needed by vllm_reset_prefix_cache.")] = False,
     extra_args: Annotated[list[str] | None, Field(description="More vLLM flags.")] = None,
     kv_connector: Annotated[
         KvConnector,
         Field(description="External KV tier: engine (CPU), an LMCache mode, or none."),
     ] = "none",
-    kv_events: Annotated[
-        bool, Field(description="Publish KV events (for the fleet_* tools).")
-    ] = False,
+    kv_events: Annotated[bool, Field(description="Publish KV events (fleet_* tools).")] = False,
     ready_timeout_s: Annotated[
         ReadyTimeout, Field(description="Stop it if not healthy by then.")
     ] = 600.0,
 ) -> VllmStatusOut:
     """Start (or reuse) a loopback vLLM with prefix caching (CPU flags without a GPU); returns
-    once healthy and keeps running after this server exits. mp_native and redis_resp start the
-    engine and an lmcache server first."""
+    once healthy; it outlives this server. mp_native and redis_resp start the engine and an
+    lmcache server first."""
     access = state_of(ctx).vllm
     try:
         launch = VllmLaunch(

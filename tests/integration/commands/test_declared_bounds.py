@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.domain.bundle.models import BundleParams
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import kv_budget
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
@@ -121,6 +122,28 @@ DRIFTED = [
         ),
         id="empty-policy-version",
     ),
+    pytest.param(
+        Case(
+            "diagnose_budget",
+            {"hf_config": {"model_type": "llama"}, "kv_memory_gib": 2e6},
+            "kv_memory_gib",
+            ("diagnose", "budget", "--hf-config", "x", "--kv-memory-gib", "2e6"),
+            "--kv-memory-gib",
+            toolset="diagnose",
+        ),
+        id="kv-memory-over-the-domain-ceiling",
+    ),
+    pytest.param(
+        Case(
+            "fleet_status",
+            {"prefixes": 101},
+            "prefixes",
+            ("fleet", "status", "--prefixes", "101"),
+            "--prefixes",
+            toolset="fleet",
+        ),
+        id="fleet-prefixes-checked-by-hand-in-the-cli",
+    ),
 ]
 
 TOOL_ONLY_BEFORE = [
@@ -192,6 +215,16 @@ TOOL_ONLY_BEFORE = [
              BundleParams, {"top_k": 0}, toolset="bundle"),
         id="bundle-top-k",
     ),
+    pytest.param(
+        Case("kv_probe", {"samples": 0}, "samples", ("kv", "probe", "--samples", "0"),
+             "--samples", toolset="kv"),
+        id="kv-probe-samples",
+    ),
+    pytest.param(
+        Case("engine_start", {"port": 80}, "port", ("engine", "start", "--port", "80"),
+             "--port", toolset="engine"),
+        id="engine-port",
+    ),
 ]  # fmt: skip
 
 
@@ -245,6 +278,14 @@ def test_the_cli_refuses_infinite_and_nan_where_the_model_does(
     ):
         with pytest.raises(ValidationError):
             model(**fields)
+
+
+def test_kv_budget_refuses_what_its_tool_and_flag_refuse() -> None:
+    """The domain function checks the same declared bound the tool schema now carries."""
+    with pytest.raises(ConfigError, match=r"kv_memory_gib is 2000000\.0"):
+        kv_budget({"model_type": "llama"}, kv_memory_gib=2e6)
+    with pytest.raises(ConfigError, match=r"chunk_size is 2\.5"):
+        kv_budget({"model_type": "llama"}, chunk_size=2.5)  # type: ignore[arg-type]
 
 
 def test_settings_refuse_an_lmcache_port_the_stack_could_not_use(tmp_path: Path) -> None:
