@@ -231,16 +231,11 @@ def inprocess_kv_transfer_config() -> dict[str, Any]:
     return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
-def _mp(
-    facts: ModelFacts,
-    choices: LmcacheChoices,
-    summary: ModelSummary,
-    block: int | None,
-    base_env: dict[str, str],
-    warnings: list[str],
-    notes: list[str],
-) -> LmcachePlan:
-    server_env = dict(base_env)
+def _l2_adapter(
+    choices: LmcacheChoices, server_env: dict[str, str], warnings: list[str]
+) -> dict[str, Any]:
+    """The server's `--l2-adapter`: our native_plugin client, or LMCache's `resp` adapter; adds
+    the environment each needs (references, never secret values)."""
     if choices.mode == "mp_native":
         adapter: dict[str, Any] = {
             "type": "native_plugin",
@@ -270,6 +265,20 @@ def _mp(
             "bypass /kv, so kv_stats, dedup counters and lmcache_check do not see them; the "
             "engine's RESP password is HMAC-SHA256(auth secret, 'redis:' + user) in hex"
         )
+    return adapter
+
+
+def _mp(
+    facts: ModelFacts,
+    choices: LmcacheChoices,
+    summary: ModelSummary,
+    block: int | None,
+    base_env: dict[str, str],
+    warnings: list[str],
+    notes: list[str],
+) -> LmcachePlan:
+    server_env = dict(base_env)
+    adapter = _l2_adapter(choices, server_env, warnings)
     server = ProcessSpec(
         argv=[
             "lmcache",
