@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import types
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 M = TypeVar("M", bound=BaseModel)
@@ -78,6 +80,33 @@ def add_model_flags(
             dest=name,
             required=info.is_required() and name not in defaults,
         )
+
+
+def add_launch_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    program: str,
+    python_dest: str,
+    python_env: str,
+    ready_timeout_s: float,
+) -> None:
+    """What every start of a managed process takes: `--extra-arg` (repeat), `--python` (the
+    interpreter whose venv has the program) and `--ready-timeout-s`."""
+    parser.add_argument(
+        "--extra-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help=f"one more {program} argument (repeat; use --extra-arg=--flag for flags)",
+    )
+    parser.add_argument(
+        "--python",
+        dest=python_dest,
+        type=Path,
+        default=None,
+        help=f"interpreter with {program} (default: ${python_env} or this one)",
+    )
+    add_flag(parser, "--ready-timeout-s", ReadyTimeout, default=ready_timeout_s)
 
 
 def field_type(info: FieldInfo) -> Any:

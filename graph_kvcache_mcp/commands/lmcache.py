@@ -18,7 +18,12 @@ from graph_kvcache_mcp.commands._common import (
     emit,
     note,
 )
-from graph_kvcache_mcp.commands._flags import add_flag, add_model_flags, model_from_args
+from graph_kvcache_mcp.commands._flags import (
+    add_flag,
+    add_launch_flags,
+    add_model_flags,
+    model_from_args,
+)
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
@@ -26,7 +31,7 @@ from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
-from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, StopWait
+from graph_kvcache_mcp.domain.lifecycle import StopWait
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.keys import (
     DEFAULT_NAMESPACE,
@@ -83,21 +88,13 @@ def register(subparsers: Verbs) -> None:
         "start", parents=[parent], help="start (or reuse) the lmcache server `config` plans"
     )
     _plan_arguments(start)
-    start.add_argument(
-        "--extra-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="one more `lmcache server` argument (repeat; --extra-arg=--flag for flags)",
+    add_launch_flags(
+        start,
+        program="`lmcache server`",
+        python_dest="lmcache_python",
+        python_env="GRAPH_KVCACHE_LMCACHE_PYTHON",
+        ready_timeout_s=180.0,
     )
-    start.add_argument(
-        "--python",
-        dest="lmcache_python",
-        type=Path,
-        default=None,
-        help="interpreter with LMCache (default: $GRAPH_KVCACHE_LMCACHE_PYTHON or this one)",
-    )
-    add_flag(start, "--ready-timeout-s", ReadyTimeout, default=180.0)
     start.set_defaults(handler=run_start)
 
     _add_process_verbs(verbs, parent)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from functools import partial
-from pathlib import Path
 
 import anyio
 
 from graph_kvcache_mcp.commands._common import EXIT_OK, emit, note
-from graph_kvcache_mcp.commands._flags import add_flag, add_model_flags, model_from_args
+from graph_kvcache_mcp.commands._flags import add_launch_flags, add_model_flags, model_from_args
 from graph_kvcache_mcp.commands.vllm._describe import describe_status
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
@@ -19,7 +18,6 @@ from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache, RespPeer
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
-from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
@@ -65,21 +63,13 @@ def add_start_flags(start: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out --enable-prompt-tokens-details (cached tokens then come from /metrics)",
     )
-    start.add_argument(
-        "--extra-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="one more vLLM argument (repeat; use --extra-arg=--flag for flags)",
+    add_launch_flags(
+        start,
+        program="vLLM",
+        python_dest="vllm_python",
+        python_env="GRAPH_KVCACHE_VLLM_PYTHON",
+        ready_timeout_s=600.0,
     )
-    start.add_argument(
-        "--python",
-        dest="vllm_python",
-        type=Path,
-        default=None,
-        help="interpreter with vLLM (default: $GRAPH_KVCACHE_VLLM_PYTHON or this one)",
-    )
-    add_flag(start, "--ready-timeout-s", ReadyTimeout, default=600.0)
     add_model_flags(
         start,
         StackOptions,
