@@ -132,11 +132,15 @@ def model_from_args(
 
 
 def _checked(declared: Any) -> Callable[[str], Any]:
-    adapter: TypeAdapter[Any] = TypeAdapter(_without_none(declared))
+    # The adapter is built on first use: every command's parser is built on each start (serve
+    # too), and only the flags actually given need one.
+    adapters: list[TypeAdapter[Any]] = []
 
     def parse(text: str) -> Any:
+        if not adapters:
+            adapters.append(TypeAdapter(_without_none(declared)))
         try:
-            return adapter.validate_python(text)
+            return adapters[0].validate_python(text)
         except ValidationError as exc:
             messages = "; ".join(error["msg"] for error in exc.errors(include_url=False))
             raise argparse.ArgumentTypeError(messages) from None
