@@ -23,7 +23,7 @@ from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, probe_kv
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, ProbeSamples, probe_kv
 from graph_kvcache_mcp.services.kv.views import (
     DEFAULT_INLINE_CAP_BYTES,
     KvExistsOut,
@@ -62,7 +62,7 @@ CREATES_FILE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
-Samples = Annotated[int, Field(ge=1, le=500, description="Small requests to time for latency.")]
+Samples = Annotated[ProbeSamples, Field(description="Small requests to time for latency.")]
 
 
 async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvStatsOut:
