@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import pydantic_core
 from mcp import MCPError
+from mcp.server import InitializationOptions, NotificationOptions
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -124,6 +125,7 @@ class StrictServer(MCPServer[LifespanT]):
         # here. A stack: each in-memory Client runs its own lifespan on the same server object.
         self._live: list[LifespanT] = []
         self.middleware.insert(0, protocol_errors)
+        self._declare_tools_list_changed()
 
     def add_tool(
         self,
@@ -150,11 +152,30 @@ class StrictServer(MCPServer[LifespanT]):
         assert tool is not None
         tighten(tool)
 
+    def _declare_tools_list_changed(self) -> None:
+        # The `toolsets` tool adds tools at run time, so initialize declares tools.listChanged.
+        # SDK 2.3 takes that flag only as an argument of create_initialization_options, which
+        # every transport calls without one (tests/unit/test_sdk_seams.py checks this seam);
+        # the 2026-07-28 era derives it from subscriptions/listen being served.
+        lowlevel = self._lowlevel_server
+        plain = lowlevel.create_initialization_options
+
+        def with_list_changed(
+            notification_options: NotificationOptions | None = None, **options: Any
+        ) -> InitializationOptions:
+            flags = notification_options or NotificationOptions(tools_changed=True)
+            return plain(flags, **options)
+
+        lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign,assignment]
+
     def bind_live(self, state: LifespanT) -> None:
         self._live.append(state)
 
     def unbind_live(self, state: LifespanT) -> None:
         self._live[:] = [live for live in self._live if live is not state]
+
+    def tool_names(self) -> list[str]:
+        return [tool.name for tool in self._tool_manager.list_tools()]
 
     def live_state(self) -> LifespanT | None:
         """The state of the most recent running lifespan, None when none runs."""
