@@ -11,11 +11,16 @@ Rows (interleaved in R rounds so drift hits every row alike; each call timed on 
   mcp auto, no client check   `mcp auto` with the SDK client's output-schema validation turned
                      off: the difference to `mcp auto` is what that client-side check costs
 Overhead = row p50 - connector p50, per call. Goal: mcp overhead p50 <= 2 ms.
+
+`--breakdown` also times the pieces of one call on their own (best of 5 rounds, microseconds),
+ours (strict argument check, compact text) against the SDK's (output conversion, the client's
+output-schema check with the schema as the SDK writes it and as this server publishes it).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import tempfile
 import time
@@ -24,13 +29,17 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
+from mcp.types import CallToolResult
+from pydantic import BaseModel
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.domain.latency import percentile
+from graph_kvcache_mcp.domain.tool_schemas import lean_output_schema
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv.views import KvGetManyOut, KvGetOut
+from graph_kvcache_mcp.strict_server import compact
 
 VALUE_BYTES = 4096
 GOAL_OVERHEAD_MS = 2.0
@@ -134,10 +143,69 @@ def report(samples: dict[str, list[float]]) -> bool:
     return met
 
 
+def best_us(call: Callable[[], object], count: int, rounds: int = 5) -> float:
+    """The fastest round's microseconds per call: the piece's own cost, least disturbed."""
+    fastest = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(count):
+            call()
+        fastest = min(fastest, (time.perf_counter() - started) / count * 1e6)
+    return fastest
+
+
+def breakdown(settings: Settings) -> None:
+    """The pieces of one kv_get call, each timed on its own (no engine traffic)."""
+    from jsonschema import exceptions as schema_errors  # type: ignore[import-untyped]
+    from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
+    tool = build_server(settings)._tool_manager.get_tool("kv_get")
+    assert tool is not None
+    meta = tool.fn_metadata
+    sdk_arguments: type[BaseModel] = meta.arg_model.__mro__[1]  # before tighten() closed it
+    arguments = {"keys": [KEY], "include_value": True}
+    value = os.urandom(VALUE_BYTES)
+    outcome = KvGetOut.model_validate(
+        {"key": KEY, "reachable": True, "hit": True, "size_bytes": VALUE_BYTES}
+        | {"sha256": "0" * 64, "value_b64": base64.b64encode(value).decode()}
+    )
+    out = KvGetManyOut.from_results([outcome])
+    result = meta.convert_result(out)
+    assert isinstance(result, CallToolResult)
+    sdk_schema = KvGetManyOut.model_json_schema(mode="serialization")
+
+    def check(schema: dict[str, object]) -> Callable[[], object]:
+        validator = validator_for(schema)(schema)
+        return lambda: schema_errors.best_match(validator.iter_errors(result.structured_content))
+
+    rows = [
+        ("ours", "strict argument check", lambda: meta.validate_arguments(arguments), 2000),
+        ("sdk", "(its lax argument check)", lambda: sdk_arguments.model_validate(arguments), 2000),
+        ("ours", "compact text block", lambda: compact(result), 2000),
+        (
+            "sdk",
+            "convert_result (check, dump, indented text)",
+            lambda: meta.convert_result(out),
+            2000,
+        ),
+        ("sdk client", "output-schema check, SDK's schema", check(sdk_schema), 300),
+        (
+            "sdk client",
+            "output-schema check, lean schema",
+            check(lean_output_schema(sdk_schema)),
+            300,
+        ),
+    ]
+    print(f"\n{'whose':<11} {'piece of one kv_get call':<45} {'us':>8}")
+    for whose, piece, call, count in rows:
+        print(f"{whose:<11} {piece:<45} {best_us(call, count):>8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=500, help="timed calls per row")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--breakdown", action="store_true", help="also time each piece alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as data_dir:
         engine = ManagedEngine(Path(data_dir))
@@ -154,6 +222,8 @@ def main() -> None:
         finally:
             engine.stop(term_wait_s=5.0)
     report(samples)
+    if args.breakdown:
+        breakdown(settings)
 
 
 if __name__ == "__main__":
