@@ -15,7 +15,7 @@ import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import ServerNotification, ToolListChangedNotification
+from mcp.types import ToolListChangedNotification
 
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
 from graph_kvcache_mcp.tools.toolsets import ToolsetsOut
@@ -41,8 +41,6 @@ class ListChanges:
         self.arrived = anyio.Event()
 
     async def __call__(self, message: object) -> None:
-        if isinstance(message, ServerNotification):
-            message = message.root if hasattr(message, "root") else message
         if isinstance(message, ToolListChangedNotification):
             self.count += 1
             self.arrived.set()
