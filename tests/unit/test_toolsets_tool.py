@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 from mcp import Client
+from mcp.shared.subscriptions import ToolsListChanged
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.server import build_server
@@ -49,3 +51,14 @@ async def test_a_server_without_the_toolsets_toolset_offers_no_switch(tmp_path: 
     settings = Settings.build(data_dir=tmp_path, toolsets=("kv",))
     async with Client(build_server(settings)) as client:
         assert "toolsets" not in await _names(client)
+
+
+async def test_a_2026_client_listening_for_tool_changes_gets_the_event(tmp_path: Path) -> None:
+    async with Client(build_server(Settings.build(data_dir=tmp_path)), mode="auto") as client:
+        async with client.listen(tools_list_changed=True) as changes:
+            await call_ok(client, "toolsets", {"enable": "fleet"})
+            with anyio.fail_after(10):
+                event = await changes.__anext__()
+        names = await _names(client)
+    assert isinstance(event, ToolsListChanged)
+    assert any(name.startswith("fleet_") for name in names)
