@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The two commands a newcomer needs:
 #   ./run.sh demo   set up .venv and run the scripted MCP workflow against the embedded engine
+#   ./run.sh demo --vllm   the same, then the golden path on a CPU vLLM (sets .venv-vllm up once:
+#                   3-6 minutes and ~1.5 GB the first time; the vLLM part then takes 2-4 minutes)
 #   ./run.sh test   set up every venv the tests use (main, vLLM, LMCache) and run lint, types, tests
 # Also: ./run.sh setup (main venv only), ./run.sh bench (benchmarks; needs setup).
 set -euo pipefail
@@ -93,7 +95,16 @@ setup_lmcache() {
 
 case "${1:-}" in
   setup) setup_main ;;
-  demo) setup_main; exec .venv/bin/graph-kvcache-mcp demo ;;
+  demo)
+    shift
+    setup_main
+    for arg in "$@"; do
+      if [ "$arg" = "--vllm" ]; then
+        setup_vllm
+        export GRAPH_KVCACHE_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
+      fi
+    done
+    exec .venv/bin/graph-kvcache-mcp demo "$@" ;;
   test)
     setup_main; setup_vllm; setup_lmcache
     .venv/bin/ruff check .
@@ -103,5 +114,5 @@ case "${1:-}" in
     ;;
   bench)
     for bench in tools/bench_*.py; do echo "== $bench"; .venv/bin/python "$bench"; done ;;
-  *) echo "usage: ./run.sh demo | test | setup | bench" >&2; exit 2 ;;
+  *) echo "usage: ./run.sh demo [--vllm] | test | setup | bench" >&2; exit 2 ;;
 esac

@@ -34,8 +34,9 @@ from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet")
-DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose")
+TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet", "compat", "toolsets")
+DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose", "toolsets")
+"""`toolsets` is the one tool that lists the others and enables an opt-in one at run time."""
 Endpoint = Literal["kv", "vllm"]
 # The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
 DISABLE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled", ""})

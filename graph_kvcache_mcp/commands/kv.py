@@ -137,6 +137,8 @@ def _describe_stats(out: KvStatsOut) -> str:
     lines.append(f"  {'hit_rate':<22} {_ratio(out.hit_rate)} ({out.hit_rate_source or 'no gets'})")
     lines.append(f"  {'dedup_ratio':<22} {_ratio(out.dedup_ratio)}")
     lines.append(f"  {'dedup_hit_share':<22} {_ratio(out.dedup_hit_share)}")
+    if out.note:
+        lines.append(f"  note: {out.note}")
     return "\n".join(lines)
 
 
