@@ -37,6 +37,7 @@ from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
 from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -122,12 +123,7 @@ async def measure_restart_reuse(
         VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
             `stack` without an lmcache server), it does not answer, or it does not come back.
     """
-    state = managed.running_state()
-    if state is None:
-        raise VllmProcessError(
-            f"no managed vLLM runs for {managed.data_dir}: start one with vllm_start "
-            "kv_connector='engine' or 'mp_native' first"
-        )
+    state = _running(managed)
     connector = kv_connector_of(state.process.command)
     server = _lmcache_of(managed, state.process.command, connector, mode)
     model = state.served_model_name
@@ -169,6 +165,16 @@ async def measure_restart_reuse(
         engine_bytes_loaded=loaded,
         notes=_notes(connector, restarted, loaded),
     )
+
+
+def _running(managed: ManagedVllm) -> VllmState:
+    state = managed.running_state()
+    if state is None:
+        raise VllmProcessError(
+            f"no managed vLLM runs for {managed.data_dir}: start one with vllm_start "
+            "kv_connector='engine' or 'mp_native' first"
+        )
+    return state
 
 
 def _while_stopped(
