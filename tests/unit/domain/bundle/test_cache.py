@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
 from graph_kvcache_mcp.domain.bundle import (
@@ -20,23 +18,14 @@ from graph_kvcache_mcp.domain.bundle.cache import KEPT_FIRST, PutAnswer
 from graph_kvcache_mcp.domain.outcomes import Miss, Stored, Unavailable
 from tests.support.bundles import corpus, request
 
-
-@cache
-def _bundle() -> Bundle:
-    return compile_bundle(request(corpus(5), "prefix cache", token_budget=400))
-
-
-class _Hit:
-    """Stands for a usable stored bundle in the table (built lazily, once)."""
-
-
+USABLE: Bundle = compile_bundle(request(corpus(5), "prefix cache", token_budget=400))
 DOWN = Unavailable("engine not reachable")
 FULL = Unavailable("engine refused the put (507)")
 FORGED = Rejected("checksum does not match the payload (corrupt or tampered entry)")
 STALE = Rejected("stored format 'ctxbundle/0' is not 'ctxbundle/1'")
 UNUSABLE = "stored entry unusable, treated as a miss: "
 
-ROWS: list[tuple[str, Lookup | type[_Hit], PutAnswer, CacheVerdict]] = [
+ROWS: list[tuple[str, Lookup, PutAnswer, CacheVerdict]] = [
     ("no store", StoreOff(), None, CacheVerdict("off", ())),
     (
         "store down before the lookup",
@@ -44,7 +33,7 @@ ROWS: list[tuple[str, Lookup | type[_Hit], PutAnswer, CacheVerdict]] = [
         None,
         CacheVerdict("unavailable", ("cache_unavailable",), "store not used: engine not reachable"),
     ),
-    ("usable hit", _Hit, None, CacheVerdict("hit", ("cache_hits",))),
+    ("usable hit", USABLE, None, CacheVerdict("hit", ("cache_hits",))),
     (
         "miss, stored",
         Miss(),
@@ -99,43 +88,39 @@ ROWS: list[tuple[str, Lookup | type[_Hit], PutAnswer, CacheVerdict]] = [
 ]
 
 
-def _lookup(given: Lookup | type[_Hit]) -> Lookup:
-    return _bundle() if given is _Hit else given  # type: ignore[return-value]
-
-
 @pytest.mark.parametrize(
     ("lookup", "put", "verdict"), [row[1:] for row in ROWS], ids=[row[0] for row in ROWS]
 )
 def test_each_lookup_and_put_answer_has_one_verdict(
-    lookup: Lookup | type[_Hit], put: PutAnswer, verdict: CacheVerdict
+    lookup: Lookup, put: PutAnswer, verdict: CacheVerdict
 ) -> None:
-    assert cache_verdict(_lookup(lookup), put) == verdict
+    assert cache_verdict(lookup, put) == verdict
 
 
 @pytest.mark.parametrize(
     ("lookup", "stores"),
-    [(StoreOff(), False), (DOWN, False), (_Hit, False), (Miss(), True), (FORGED, True)],
+    [(StoreOff(), False), (DOWN, False), (USABLE, False), (Miss(), True), (FORGED, True)],
     ids=["off", "down", "hit", "miss", "rejected"],
 )
 def test_only_a_lookup_that_reached_the_store_and_found_nothing_usable_is_stored(
-    lookup: Lookup | type[_Hit], stores: bool
+    lookup: Lookup, stores: bool
 ) -> None:
-    assert needs_store(_lookup(lookup)) is stores
+    assert needs_store(lookup) is stores
 
 
 @pytest.mark.parametrize(
     ("lookup", "put"),
-    [(Miss(), None), (FORGED, None), (StoreOff(), Stored("stored_new")), (_Hit, FULL)],
+    [(Miss(), None), (FORGED, None), (StoreOff(), Stored("stored_new")), (USABLE, FULL)],
     ids=["miss-without-put", "rejected-without-put", "off-with-put", "hit-with-put"],
 )
 def test_a_put_answer_that_does_not_fit_the_lookup_is_a_caller_bug(
-    lookup: Lookup | type[_Hit], put: PutAnswer
+    lookup: Lookup, put: PutAnswer
 ) -> None:
     with pytest.raises(ValueError, match="lookup takes"):
-        cache_verdict(_lookup(lookup), put)
+        cache_verdict(lookup, put)
 
 
 def test_every_verdict_moves_each_counter_at_most_once() -> None:
     for _, lookup, put, _ in ROWS:
-        counted = cache_verdict(_lookup(lookup), put).counters
+        counted = cache_verdict(lookup, put).counters
         assert len(set(counted)) == len(counted)
