@@ -106,11 +106,12 @@ case "${1:-}" in
     done
     exec .venv/bin/graph-kvcache-mcp demo "$@" ;;
   test)
+    shift  # the rest goes to pytest: `./run.sh test --reverse`, `-p randomly` (docs/testing.md)
     setup_main; setup_vllm; setup_lmcache
     .venv/bin/ruff check .
     .venv/bin/ruff format --check .
     .venv/bin/mypy graph_kvcache_mcp tools tests
-    .venv/bin/pytest -q -p no:cacheprovider
+    .venv/bin/pytest -q -p no:cacheprovider "$@"
     ;;
   bench)
     for bench in tools/bench_*.py; do echo "== $bench"; .venv/bin/python "$bench"; done ;;

@@ -8,7 +8,7 @@ Precedence for the KV store address: `EPISTEMIC_GRAPH_KVCACHE_URL` > `EPISTEMIC_
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -186,58 +186,10 @@ class Settings(BaseModel):
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {"data_dir": default_data_dir(env)}
-        if hosts := env.get(INSECURE_HOSTS_ENV, "").strip():
-            values["insecure_http_hosts"] = split_list(hosts)
-        if url := env.get("EPISTEMIC_GRAPH_KVCACHE_URL", "").strip():
-            values["kv_url"] = url
-        elif addr := env.get("EPISTEMIC_GRAPH_KVCACHE_ADDR", "").strip():
-            try:
-                values["kv_url"] = url_from_addr(addr)
-            except ConfigError as exc:
-                if not defer_endpoint_errors:
-                    raise
-                values["kv_url"] = addr  # kept so nothing falls back to another engine
-                values["endpoint_problems"] = (("kv", str(exc)),)
-        if token := env.get("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "").strip():
-            values["kv_token"] = SecretStr(token)
-        if timeout := env.get("EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S", "").strip():
-            values["kv_timeout_s"] = _number(timeout, "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S")
-        if conns := env.get("EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS", "").strip():
-            values["kv_concurrency"] = int(
-                _number(conns, "EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS")
-            )
-        if "GRAPH_KVCACHE_READ_ONLY" in env:
-            values["read_only"] = _flag(env["GRAPH_KVCACHE_READ_ONLY"], "GRAPH_KVCACHE_READ_ONLY")
-        if toolsets := env.get("GRAPH_KVCACHE_TOOLSETS", "").strip():
-            values["toolsets"] = split_list(toolsets)
-        if http_token := env.get("GRAPH_KVCACHE_HTTP_TOKEN", "").strip():
-            values["http_token"] = SecretStr(http_token)
-        if (roots := env.get(ROOTS_ENV, "")).strip():
-            values["file_roots"] = tuple(
-                Path(root).expanduser() for root in roots_from_setting(roots, separator=os.pathsep)
-            )
-        if bundle_secret := env.get("GRAPH_KVCACHE_BUNDLE_SECRET", "").strip():
-            values["bundle_secret"] = SecretStr(bundle_secret)
-        if vllm_url := env.get("VLLM_BASE_URL", "").strip():
-            values["vllm_base_url"] = vllm_url
-        if vllm_key := env.get("VLLM_API_KEY", "").strip():
-            values["vllm_api_key"] = SecretStr(vllm_key)
-        if vllm_model := env.get("VLLM_MODEL", "").strip():
-            values["vllm_model"] = vllm_model
-        if vllm_python := env.get("GRAPH_KVCACHE_VLLM_PYTHON", "").strip():
-            values["vllm_python"] = Path(vllm_python)
-        if vllm_timeout := env.get("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "").strip():
-            values["vllm_timeout_s"] = _number(vllm_timeout, "GRAPH_KVCACHE_VLLM_TIMEOUT_S")
-        if lmcache_python := env.get("GRAPH_KVCACHE_LMCACHE_PYTHON", "").strip():
-            values["lmcache_python"] = Path(lmcache_python)
-        if fleet_file := env.get("GRAPH_KVCACHE_FLEET", "").strip():
-            values["fleet_file"] = Path(fleet_file).expanduser()
-        for field, name in (
-            ("lmcache_port", "GRAPH_KVCACHE_LMCACHE_PORT"),
-            ("lmcache_http_port", "GRAPH_KVCACHE_LMCACHE_HTTP_PORT"),
-        ):
-            if port := env.get(name, "").strip():
-                values[field] = int(_number(port, name))
+        values.update(_kv_endpoint(env, defer_endpoint_errors=defer_endpoint_errors))
+        for variable, field, parse in ENV_SETTINGS:
+            if variable in env and (value := parse(env[variable], variable)) is not None:
+                values[field] = value
         values.update({k: v for k, v in overrides.items() if v is not None})
         if defer_endpoint_errors:
             values["endpoint_problems"] = _endpoint_problems(values)
@@ -283,6 +235,44 @@ def _endpoint_problems(values: dict[str, Any]) -> tuple[tuple[Endpoint, str], ..
     return tuple(problems.items())
 
 
+EnvParser = Callable[[str, str], Any]
+"""(a variable's value as set, its name) -> the setting, or None to leave it at its default.
+
+Raises ConfigError naming the variable when the value is malformed."""
+
+
+def _kv_endpoint(env: Mapping[str, str], *, defer_endpoint_errors: bool) -> dict[str, Any]:
+    """The engine's URL: `EPISTEMIC_GRAPH_KVCACHE_URL`, else one made of `..._ADDR` (kept as
+    given, with the problem recorded, when malformed and errors are deferred)."""
+    if url := env.get("EPISTEMIC_GRAPH_KVCACHE_URL", "").strip():
+        return {"kv_url": url}
+    if not (addr := env.get("EPISTEMIC_GRAPH_KVCACHE_ADDR", "").strip()):
+        return {}
+    try:
+        return {"kv_url": url_from_addr(addr)}
+    except ConfigError as exc:
+        if not defer_endpoint_errors:
+            raise
+        # Kept so nothing falls back to another engine.
+        return {"kv_url": addr, "endpoint_problems": (("kv", str(exc)),)}
+
+
+def _given(convert: Callable[[str], Any]) -> EnvParser:
+    """A setting read from the stripped value; blank leaves the default."""
+    return lambda text, _name: convert(text.strip()) if text.strip() else None
+
+
+def _numeric(convert: Callable[[float], Any]) -> EnvParser:
+    """A number (`convert` makes a whole one of it where the setting counts); blank: default."""
+    return lambda text, name: convert(_number(text.strip(), name)) if text.strip() else None
+
+
+def _roots(text: str, _name: str) -> tuple[Path, ...] | None:
+    if not text.strip():
+        return None
+    return tuple(Path(root).expanduser() for root in roots_from_setting(text, separator=os.pathsep))
+
+
 def split_list(text: str) -> tuple[str, ...]:
     """Split a comma-separated setting, dropping blanks."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -302,3 +292,28 @@ def _flag(text: str, name: str) -> bool:
     if lowered in DISABLE_WORDS:
         return False
     raise ConfigError(f"{name}={text!r}: use true/false (or 1/0)")
+
+
+ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
+    (INSECURE_HOSTS_ENV, "insecure_http_hosts", _given(split_list)),
+    ("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "kv_token", _given(SecretStr)),
+    ("EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S", "kv_timeout_s", _numeric(float)),
+    ("EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS", "kv_concurrency", _numeric(int)),
+    ("GRAPH_KVCACHE_READ_ONLY", "read_only", _flag),
+    ("GRAPH_KVCACHE_TOOLSETS", "toolsets", _given(split_list)),
+    ("GRAPH_KVCACHE_HTTP_TOKEN", "http_token", _given(SecretStr)),
+    (ROOTS_ENV, "file_roots", _roots),
+    ("GRAPH_KVCACHE_BUNDLE_SECRET", "bundle_secret", _given(SecretStr)),
+    ("VLLM_BASE_URL", "vllm_base_url", _given(str)),
+    ("VLLM_API_KEY", "vllm_api_key", _given(SecretStr)),
+    ("VLLM_MODEL", "vllm_model", _given(str)),
+    ("GRAPH_KVCACHE_VLLM_PYTHON", "vllm_python", _given(Path)),
+    ("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "vllm_timeout_s", _numeric(float)),
+    ("GRAPH_KVCACHE_LMCACHE_PYTHON", "lmcache_python", _given(Path)),
+    ("GRAPH_KVCACHE_FLEET", "fleet_file", _given(lambda text: Path(text).expanduser())),
+    ("GRAPH_KVCACHE_LMCACHE_PORT", "lmcache_port", _numeric(int)),
+    ("GRAPH_KVCACHE_LMCACHE_HTTP_PORT", "lmcache_http_port", _numeric(int)),
+)
+"""Each variable `from_env` reads besides the engine's URL (`_kv_endpoint`), the Settings field
+it sets and how its value is read, in the order they are read (the first malformed one is
+reported)."""

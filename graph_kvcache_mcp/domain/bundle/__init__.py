@@ -2,9 +2,20 @@
 
 Pure: no I/O, no clock, no environment. `compile_bundle` selects; `bundle_key` names the result
 by its content; `encode_bundle`/`decode_bundle` store and read it back; `Bundle.text()` and
-`Bundle.as_prompt_messages()` render it, byte-identically for a fresh and a cached bundle.
+`Bundle.as_prompt_messages()` render it, byte-identically for a fresh and a cached bundle;
+`cache_verdict` says what a compile through the store reports and counts.
 """
 
+from graph_kvcache_mcp.domain.bundle.cache import (
+    CacheState,
+    CacheVerdict,
+    Lookup,
+    StoredState,
+    StoreOff,
+    cache_verdict,
+    join_notes,
+    needs_store,
+)
 from graph_kvcache_mcp.domain.bundle.codec import Decoded, Rejected, decode_bundle, encode_bundle
 from graph_kvcache_mcp.domain.bundle.compile import budget_parts, compile_bundle
 from graph_kvcache_mcp.domain.bundle.compiled import (
@@ -39,11 +50,14 @@ __all__ = [
     "Bundle",
     "BundleParams",
     "BundleRequest",
+    "CacheState",
+    "CacheVerdict",
     "ChatMessage",
     "Citation",
     "Decoded",
     "EstimateCounter",
     "EvidenceItem",
+    "Lookup",
     "PrecountedCounter",
     "ProofEdge",
     "Rejected",
@@ -51,11 +65,16 @@ __all__ = [
     "RelationType",
     "ScoreWeights",
     "SelectedItem",
+    "StoreOff",
+    "StoredState",
     "TokenCounter",
     "budget_parts",
     "bundle_key",
+    "cache_verdict",
     "compile_bundle",
     "decode_bundle",
     "encode_bundle",
+    "join_notes",
     "key_material",
+    "needs_store",
 ]

@@ -18,7 +18,7 @@ from graph_kvcache_mcp.domain.bundle.render import (
     edge_part,
     item_part,
 )
-from graph_kvcache_mcp.domain.bundle.scoring import score_pool, terms
+from graph_kvcache_mcp.domain.bundle.scoring import Scores, score_pool, terms
 from graph_kvcache_mcp.domain.bundle.select import Candidate, Edge, select
 from graph_kvcache_mcp.domain.bundle.tokens import EstimateCounter, TokenCounter
 
@@ -81,11 +81,13 @@ def compile_bundle(
 ) -> Bundle:
     """The bundle for `request`, fitted with `counter` (default: the estimate).
 
+    The steps: score every item, count every text part a selection could use, select with MMR
+    under what the fixed parts leave of the budget, then describe the picks.
+
     Raises:
         LookupError: a pre-counted counter lacks a part of `budget_parts(request)`.
     """
     counter = counter or EstimateCounter()
-    key = bundle_key(request, token_counter=counter.name, secret=secret)
     params = request.params
     items = sorted(request.items, key=lambda item: item.id)
     item_terms = [terms(item.text) for item in items]
@@ -97,64 +99,82 @@ def compile_bundle(
         as_of=params.as_of,
         half_life_days=params.freshness_half_life_days,
     )
-
-    parts = _parts(items)
-    unique = parts.unique()
-    tokens_of = dict(zip(unique, counter.count_many(unique), strict=True))
-    tokens_of[""] = 0
-    fixed_tokens = sum(tokens_of[part] for part in FIXED_PARTS)
-    edge_tokens = {
-        e: tokens_of[line] for e, line in zip(parts.edges, parts.edge_lines, strict=True)
-    }
+    costs = _Costs.of(_parts(items), counter)
     candidates = [
-        Candidate(
-            id=item.id,
-            terms=item_terms[index],
-            score=scores[index].composite,
-            base_tokens=tokens_of[parts.blocks[index]] + tokens_of[parts.citations[index]],
-        )
-        for index, item in enumerate(items)
+        Candidate(id=item.id, terms=item_terms[i], score=scores[i].composite, base_tokens=cost)
+        for i, (item, cost) in enumerate(zip(items, costs.item_tokens, strict=True))
     ]
     selection = select(
         candidates,
         top_k=params.top_k,
         diversity_lambda=params.diversity_lambda,
-        tokens_left=params.token_budget - fixed_tokens,
+        tokens_left=params.token_budget - costs.fixed_tokens,
         declared=declared_edges(items),
-        edge_tokens=edge_tokens,
+        edge_tokens=costs.edge_tokens,
     )
-
     chosen = {items[pick.index].id for pick in selection.picks}
-    outside = sum(
-        1 for source, _, target in _all_relations(items) if not {source, target} <= chosen
-    )
     return Bundle(
-        key=key,
+        key=bundle_key(request, token_counter=counter.name, secret=secret),
         policy_version=params.policy_version,
         token_counter=counter.name,
         token_budget=params.token_budget,
-        tokens_used=fixed_tokens + selection.tokens,
+        tokens_used=costs.fixed_tokens + selection.tokens,
         candidates=len(items),
         dropped_over_budget=selection.dropped_over_budget,
         dropped_by_top_k=selection.dropped_by_top_k,
-        relations_outside=outside,
+        relations_outside=_relations_outside(items, chosen),
         items=tuple(
-            SelectedItem(
-                id=items[pick.index].id,
-                kind=items[pick.index].kind,
-                text=items[pick.index].text,
-                source_refs=items[pick.index].source_refs,
-                tokens=pick.tokens,
-                score_ppm=_ppm(scores[pick.index].composite),
-                relevance_ppm=_ppm(scores[pick.index].relevance),
-                evidence_ppm=_ppm(scores[pick.index].evidence),
-                freshness_ppm=_ppm(scores[pick.index].freshness),
-                relevance_source=scores[pick.index].relevance_source,
-            )
+            _selected(items[pick.index], scores[pick.index], pick.tokens)
             for pick in selection.picks
         ),
         edges=tuple(ProofEdge(source=s, relation=r, target=t) for s, r, t in selection.edges),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Costs:
+    """Token costs of the parts: the fixed frame, each item (its block and citation), each edge."""
+
+    fixed_tokens: int
+    item_tokens: list[int]
+    edge_tokens: dict[Edge, int]
+
+    @classmethod
+    def of(cls, parts: _Parts, counter: TokenCounter) -> _Costs:
+        unique = parts.unique()
+        tokens_of = dict(zip(unique, counter.count_many(unique), strict=True))
+        tokens_of[""] = 0  # the citation part of an item without sources
+        return cls(
+            fixed_tokens=sum(tokens_of[part] for part in FIXED_PARTS),
+            item_tokens=[
+                tokens_of[block] + tokens_of[citation]
+                for block, citation in zip(parts.blocks, parts.citations, strict=True)
+            ],
+            edge_tokens={
+                edge: tokens_of[line]
+                for edge, line in zip(parts.edges, parts.edge_lines, strict=True)
+            },
+        )
+
+
+def _selected(item: EvidenceItem, scores: Scores, tokens: int) -> SelectedItem:
+    return SelectedItem(
+        id=item.id,
+        kind=item.kind,
+        text=item.text,
+        source_refs=item.source_refs,
+        tokens=tokens,
+        score_ppm=_ppm(scores.composite),
+        relevance_ppm=_ppm(scores.relevance),
+        evidence_ppm=_ppm(scores.evidence),
+        freshness_ppm=_ppm(scores.freshness),
+        relevance_source=scores.relevance_source,
+    )
+
+
+def _relations_outside(items: Sequence[EvidenceItem], chosen: set[str]) -> int:
+    """Declared relations with an end outside the selection (not drawn in the proof graph)."""
+    return sum(1 for source, _, target in _all_relations(items) if not {source, target} <= chosen)
 
 
 def _all_relations(items: Sequence[EvidenceItem]) -> list[tuple[str, str, str]]:

@@ -18,6 +18,7 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     GeometryInput,
     HybridFamily,
     KvKind,
+    ModelFacts,
     ModelGeometry,
     read_geometry,
 )
@@ -132,8 +133,9 @@ def _budget(
     chunk_size: int | None,
     block_size: int | None,
 ) -> KvBudget:
+    """The steps: bytes per token of the full-attention layers, the windowed and recurrent
+    layers beside them, what fits in the memory given, then one block and one chunk."""
     facts = geometry.facts
-    dtype_bytes = facts.dtype_bytes()
     notes: list[str] = []
     full_layers = facts.attention_layers - geometry.sliding_window_layers
     per_layer = facts.attention_bytes_per_token_layer(1)
@@ -144,25 +146,7 @@ def _budget(
             "compressed sparse attention (DeepSeek-V4 style) is not modelled: read vLLM's "
             "startup log for its KV cache size"
         )
-
-    sliding = None
-    if geometry.sliding_window_layers and facts.sliding_window:
-        sliding_per_token = geometry.sliding_window_layers * per_layer
-        sliding = SlidingWindowBudget(
-            layers=geometry.sliding_window_layers,
-            window_tokens=facts.sliding_window,
-            bytes_per_token=sliding_per_token,
-            bytes_per_sequence=sliding_per_token * facts.sliding_window,
-        )
-    recurrent = None
-    if facts.hybrid is not None:
-        state = facts.hybrid.state_bytes_per_layer
-        recurrent = RecurrentStateBudget(
-            family=facts.hybrid.family,
-            layers=facts.hybrid.linear_layers,
-            bytes_per_sequence=None if state is None else state * facts.hybrid.linear_layers,
-        )
-
+    sliding = _sliding_budget(geometry, per_layer)
     # Every token counts in the full-attention layers; a model with none (every layer windowed)
     # pays the windowed bytes for each token inside the window.
     fit_per_token = bytes_per_token or (sliding.bytes_per_token if sliding else None)
@@ -171,37 +155,65 @@ def _budget(
     tokens_fit = None
     if kv_memory_gib is not None and fit_per_token:
         tokens_fit = int(kv_memory_gib * GIB) // fit_per_token
-    block_bytes = block_size * fit_per_token if block_size and fit_per_token else None
-
-    chunk = None
-    if chunk_size is not None and facts.kind != "compressed":
-        size = facts.chunk_bytes(chunk_size, 1, block_size)
-        chunk = ChunkBudget(
-            chunk_tokens=chunk_size,
-            chunk_bytes=size,
-            over_engine_value_cap=size > ENGINE_VALUE_CAP_BYTES,
+    chunk = _chunk_budget(facts, chunk_size, block_size)
+    if chunk is not None and chunk.over_engine_value_cap:
+        notes.append(
+            f"a {chunk.chunk_tokens}-token chunk is {chunk.chunk_bytes:,} bytes, over the "
+            f"engine's {ENGINE_VALUE_CAP_BYTES:,}-byte value cap: use a smaller chunk_size"
         )
-        if chunk.over_engine_value_cap:
-            notes.append(
-                f"a {chunk_size}-token chunk is {size:,} bytes, over the engine's "
-                f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap: use a smaller chunk_size"
-            )
     return KvBudget(
         model=facts.name,
         kind=facts.kind,
         kv_dtype=facts.kv_dtype,
-        dtype_bytes=dtype_bytes,
+        dtype_bytes=facts.dtype_bytes(),
         full_attention_layers=full_layers,
         bytes_per_token=bytes_per_token,
         sliding_window=sliding,
-        recurrent_state=recurrent,
+        recurrent_state=_recurrent_budget(facts),
         kv_memory_gib=kv_memory_gib,
         tokens_fit=tokens_fit,
         block_size=block_size,
-        block_bytes=block_bytes,
+        block_bytes=block_size * fit_per_token if block_size and fit_per_token else None,
         chunk=chunk,
         inputs=inputs,
         notes=notes,
+    )
+
+
+def _sliding_budget(geometry: ModelGeometry, per_layer: int) -> SlidingWindowBudget | None:
+    facts = geometry.facts
+    if not geometry.sliding_window_layers or not facts.sliding_window:
+        return None
+    per_token = geometry.sliding_window_layers * per_layer
+    return SlidingWindowBudget(
+        layers=geometry.sliding_window_layers,
+        window_tokens=facts.sliding_window,
+        bytes_per_token=per_token,
+        bytes_per_sequence=per_token * facts.sliding_window,
+    )
+
+
+def _recurrent_budget(facts: ModelFacts) -> RecurrentStateBudget | None:
+    if facts.hybrid is None:
+        return None
+    state = facts.hybrid.state_bytes_per_layer
+    return RecurrentStateBudget(
+        family=facts.hybrid.family,
+        layers=facts.hybrid.linear_layers,
+        bytes_per_sequence=None if state is None else state * facts.hybrid.linear_layers,
+    )
+
+
+def _chunk_budget(
+    facts: ModelFacts, chunk_size: int | None, block_size: int | None
+) -> ChunkBudget | None:
+    if chunk_size is None or facts.kind == "compressed":
+        return None
+    size = facts.chunk_bytes(chunk_size, 1, block_size)
+    return ChunkBudget(
+        chunk_tokens=chunk_size,
+        chunk_bytes=size,
+        over_engine_value_cap=size > ENGINE_VALUE_CAP_BYTES,
     )
 
 

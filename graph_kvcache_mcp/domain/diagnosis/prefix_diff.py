@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -134,70 +135,141 @@ def classify(
     first_extras: dict[str, Any] | None = None,
     second_extras: dict[str, Any] | None = None,
 ) -> Cause:
-    """The cause of the divergence, first match wins (see the module docstring).
+    """The cause of the divergence: the first of `CAUSE_RULES` that matches, else `edited`.
 
     `*_extras` are the request fields besides `messages` that reach the chat template (tools).
     """
-    if identical_tokens:
-        return Cause(
-            kind="identical",
-            detail="both requests tokenize to the same prompt",
-            fix="nothing to fix: the second request reuses every whole block but the last token's",
-        )
     index = first_different_message(first, second)
-    a = message_text(first[index]) if index is not None and index < len(first) else ""
-    b = message_text(second[index]) if index is not None and index < len(second) else ""
-    if index is not None and index < min(len(first), len(second)):
-        volatile = volatile_at_divergence(a, b)
-        if volatile is not None:
-            kind, value_a, value_b = volatile
-            return Cause(
-                kind="volatile_value",
-                detail=f"message {index} ({role_at(first, second, index)}) differs in a {kind}: "
-                f"{value_a!r} vs {value_b!r}",
-                fix=f"move the {kind} out of the shared prefix (after the stable content, e.g. "
-                "into the last user message) or drop it; everything after it is recomputed",
-            )
-    if _reordered(first, second, a, b, index):
-        return Cause(
-            kind="reordered",
-            detail="the same content in another order"
-            + (f" inside message {index}" if _same_items(a, b) else " (messages)"),
-            fix="keep a stable order: sort messages, tools, documents and list items the same "
-            "way on every request",
-        )
-    if _squash(first) == _squash(second) and (first_extras or {}) == (second_extras or {}):
-        return Cause(
-            kind="whitespace",
-            detail=f"the texts differ only in whitespace (message {index})",
-            fix="normalise whitespace once (trailing spaces, newlines, indentation) before "
-            "sending, and keep it byte-identical across requests",
-        )
-    if common < block_size:
-        return Cause(
-            kind="short_prefix",
-            detail=f"the common prefix is {common} tokens, shorter than one {block_size}-token "
-            "block: vLLM caches whole blocks only",
-            fix="share a longer stable prefix (system prompt, tools, documents first), or run "
-            "vLLM with a smaller --block-size",
-        )
-    if (first_extras or {}) == (second_extras or {}) and _new_turn(first, second, index):
-        return Cause(
-            kind="new_turn",
-            detail="everything before the last user message is identical; the prompts part "
-            "in the new turn",
-            fix="nothing to fix: this is how a conversation reuses its prefix",
-        )
-    if index is None:
+    pair = _Pair(
+        first=first,
+        second=second,
+        common=common,
+        identical_tokens=identical_tokens,
+        block_size=block_size,
+        same_extras=(first_extras or {}) == (second_extras or {}),
+        index=index,
+        a=message_text(first[index]) if index is not None and index < len(first) else "",
+        b=message_text(second[index]) if index is not None and index < len(second) else "",
+    )
+    for rule in CAUSE_RULES:
+        if (cause := rule(pair)) is not None:
+            return cause
+    return _edited(pair)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    """Two requests, as the cause rules read them: `index` is the first differing message,
+    `a` and `b` its text on each side ("" where a side lacks it)."""
+
+    first: Sequence[dict[str, Any]]
+    second: Sequence[dict[str, Any]]
+    common: int
+    identical_tokens: bool
+    block_size: int
+    same_extras: bool
+    index: int | None
+    a: str
+    b: str
+
+    def where(self) -> str:
+        assert self.index is not None
+        return f"message {self.index} ({role_at(self.first, self.second, self.index)})"
+
+
+def _identical(pair: _Pair) -> Cause | None:
+    if not pair.identical_tokens:
+        return None
+    return Cause(
+        kind="identical",
+        detail="both requests tokenize to the same prompt",
+        fix="nothing to fix: the second request reuses every whole block but the last token's",
+    )
+
+
+def _volatile_value(pair: _Pair) -> Cause | None:
+    if pair.index is None or pair.index >= min(len(pair.first), len(pair.second)):
+        return None
+    volatile = volatile_at_divergence(pair.a, pair.b)
+    if volatile is None:
+        return None
+    kind, value_a, value_b = volatile
+    return Cause(
+        kind="volatile_value",
+        detail=f"{pair.where()} differs in a {kind}: {value_a!r} vs {value_b!r}",
+        fix=f"move the {kind} out of the shared prefix (after the stable content, e.g. "
+        "into the last user message) or drop it; everything after it is recomputed",
+    )
+
+
+def _reordered_content(pair: _Pair) -> Cause | None:
+    if not _reordered(pair.first, pair.second, pair.a, pair.b, pair.index):
+        return None
+    return Cause(
+        kind="reordered",
+        detail="the same content in another order"
+        + (f" inside message {pair.index}" if _same_items(pair.a, pair.b) else " (messages)"),
+        fix="keep a stable order: sort messages, tools, documents and list items the same "
+        "way on every request",
+    )
+
+
+def _whitespace(pair: _Pair) -> Cause | None:
+    if _squash(pair.first) != _squash(pair.second) or not pair.same_extras:
+        return None
+    return Cause(
+        kind="whitespace",
+        detail=f"the texts differ only in whitespace (message {pair.index})",
+        fix="normalise whitespace once (trailing spaces, newlines, indentation) before "
+        "sending, and keep it byte-identical across requests",
+    )
+
+
+def _short_prefix(pair: _Pair) -> Cause | None:
+    if pair.common >= pair.block_size:
+        return None
+    return Cause(
+        kind="short_prefix",
+        detail=f"the common prefix is {pair.common} tokens, shorter than one "
+        f"{pair.block_size}-token block: vLLM caches whole blocks only",
+        fix="share a longer stable prefix (system prompt, tools, documents first), or run "
+        "vLLM with a smaller --block-size",
+    )
+
+
+def _new_conversation_turn(pair: _Pair) -> Cause | None:
+    if not pair.same_extras or not _new_turn(pair.first, pair.second, pair.index):
+        return None
+    return Cause(
+        kind="new_turn",
+        detail="everything before the last user message is identical; the prompts part "
+        "in the new turn",
+        fix="nothing to fix: this is how a conversation reuses its prefix",
+    )
+
+
+def _edited(pair: _Pair) -> Cause:
+    if pair.index is None:
         where = "the request fields besides messages (tools, template arguments)"
     else:
-        where = f"message {index} ({role_at(first, second, index)})"
+        where = pair.where()
     return Cause(
         kind="edited",
         detail=f"{where} was edited before the last user message",
         fix="keep the shared prefix byte-stable: append new content after it instead of "
         "editing earlier messages",
     )
+
+
+CAUSE_RULES: tuple[Callable[[_Pair], Cause | None], ...] = (
+    _identical,
+    _volatile_value,
+    _reordered_content,
+    _whitespace,
+    _short_prefix,
+    _new_conversation_turn,
+)
+"""The causes in the order they are tried (the module docstring's); `edited` is the rest."""
 
 
 def volatile_at_divergence(a: str, b: str) -> tuple[str, str, str] | None:

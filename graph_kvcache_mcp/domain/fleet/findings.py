@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.domain.diagnosis.stack_findings import Severity
+from graph_kvcache_mcp.domain.diagnosis.stack_facts import Severity
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
 
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,16 +26,24 @@ from graph_kvcache_mcp.domain.bundle import (
     DEFAULT_PREAMBLE,
     Bundle,
     BundleRequest,
+    CacheState,
+    CacheVerdict,
     ChatMessage,
     EstimateCounter,
+    Lookup,
     PrecountedCounter,
     Rejected,
+    StoredState,
+    StoreOff,
     TokenCounter,
     budget_parts,
     bundle_key,
+    cache_verdict,
     compile_bundle,
     decode_bundle,
     encode_bundle,
+    join_notes,
+    needs_store,
 )
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import DEFAULT_MAX_TOKENS
@@ -44,8 +52,6 @@ from graph_kvcache_mcp.errors import InvalidValue, describe_validation
 
 if TYPE_CHECKING:  # the vLLM client (and openai) load on first use, not with the server
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
-
-CacheState = Literal["hit", "miss", "unavailable", "off"]
 
 
 class ExactTokenCounter(Protocol):
@@ -73,6 +79,10 @@ class BundleCounters:
             for name, amount in amounts.items():
                 setattr(self, name, getattr(self, name) + amount)
 
+    def count(self, verdict: CacheVerdict) -> None:
+        """Move the counters the cache's verdict names (the one place a compile counts)."""
+        self.add(**dict.fromkeys(verdict.counters, 1))
+
 
 class CompileResult(BaseModel):
     """A compiled bundle and how the cache took part."""
@@ -86,7 +96,7 @@ class CompileResult(BaseModel):
     )
     kv_cache_hit: bool
     assembled: bool = Field(description="True when scoring/MMR/budget/proof graph ran.")
-    stored: Literal["stored_new", "already_present"] | None = Field(
+    stored: StoredState | None = Field(
         None, description="What the store did with the new bundle, when it was put."
     )
     reason: str | None = Field(None, description="Why the cache could not serve or store.")
@@ -161,70 +171,46 @@ async def compile_cached(
     """
     started = time.perf_counter()
     counters = counters if counters is not None else BundleCounters()
-    fallback = counter or EstimateCounter()
-    if isinstance(exact, Unavailable):
-        sizing = _Sizing(None, fallback, _unavailable_note(exact, fallback))
-    else:
-        sizing = _Sizing(exact, fallback)
-    if kv is None or isinstance(kv, Unavailable):
-        built = await _assemble(request, sizing, secret, counters)
-        if kv is not None:
-            counters.add(cache_unavailable=1)
-        return built.result(
-            cache="off" if kv is None else "unavailable",
-            reason=None if kv is None else f"store not used: {kv.reason}",
-            started=started,
+    sizing = _Sizing.of(exact, counter or EstimateCounter())
+    lookup, lookup_ms = await _look_up(request, kv, sizing, secret)
+    if isinstance(lookup, Bundle):
+        verdict = cache_verdict(lookup, None)
+        counters.count(verdict)
+        return CompileResult(
+            bundle=lookup,
+            cache=verdict.cache,
+            kv_cache_hit=True,
+            assembled=False,
+            lookup_ms=lookup_ms,
+            total_ms=_ms(started),
         )
+    built = await _assemble(request, sizing, secret, counters)
+    put = await kv.put(built.bundle.key, built.blob) if _reached(kv, lookup) else None
+    verdict = cache_verdict(lookup, put)
+    counters.count(verdict)
+    return built.result(verdict, started=started, lookup_ms=lookup_ms)
 
+
+async def _look_up(
+    request: BundleRequest, kv: KvClient | Unavailable | None, sizing: _Sizing, secret: bytes | None
+) -> tuple[Lookup, float | None]:
+    """What the store holds under the request's key, decoded, and how long asking took."""
+    if kv is None:
+        return StoreOff(), None
+    if isinstance(kv, Unavailable):
+        return kv, None
     key = bundle_key(request, token_counter=sizing.name, secret=secret)
     lookup_started = time.perf_counter()
     found = await kv.get(key)
     lookup_ms = _ms(lookup_started)
-    rejected: str | None = None
     if isinstance(found, Hit):
-        decoded = decode_bundle(found.value, expected_key=key, secret=secret)
-        if isinstance(decoded, Bundle):
-            counters.add(cache_hits=1)
-            return CompileResult(
-                bundle=decoded,
-                cache="hit",
-                kv_cache_hit=True,
-                assembled=False,
-                lookup_ms=lookup_ms,
-                total_ms=_ms(started),
-            )
-        counters.add(rejected_entries=1)
-        rejected = f"stored entry unusable, treated as a miss: {decoded.reason}"
+        return decode_bundle(found.value, expected_key=key, secret=secret), lookup_ms
+    return found, lookup_ms
 
-    built = await _assemble(request, sizing, secret, counters)
-    if isinstance(found, Unavailable):
-        counters.add(cache_unavailable=1)
-        return built.result(
-            cache="unavailable",
-            reason=f"store not used: {found.reason}",
-            started=started,
-            lookup_ms=lookup_ms,
-        )
-    put = await kv.put(built.bundle.key, built.blob)
-    if isinstance(put, Unavailable):
-        counters.add(cache_unavailable=1)
-        return built.result(
-            cache="unavailable",
-            reason=_join(rejected, f"bundle not stored: {put.reason}"),
-            started=started,
-            lookup_ms=lookup_ms,
-        )
-    counters.add(cache_misses=1)
-    kept_first = None
-    if not put.stored_new and rejected is None:
-        kept_first = "the store already held this key; it keeps the first value written"
-    return built.result(
-        cache="miss",
-        reason=_join(rejected, kept_first),
-        started=started,
-        lookup_ms=lookup_ms,
-        stored=put.state,
-    )
+
+def _reached(kv: KvClient | Unavailable | None, lookup: Lookup) -> TypeGuard[KvClient]:
+    """Whether the new bundle is put: the lookup reached `kv` and found nothing usable."""
+    return kv is not None and not isinstance(kv, Unavailable) and needs_store(lookup)
 
 
 def _unavailable_note(exact: Unavailable, fallback: TokenCounter) -> str:
@@ -236,6 +222,12 @@ class _Sizing:
     exact: ExactTokenCounter | None
     fallback: TokenCounter
     note: str | None = None
+
+    @classmethod
+    def of(cls, exact: ExactTokenCounter | Unavailable | None, fallback: TokenCounter) -> _Sizing:
+        if isinstance(exact, Unavailable):
+            return cls(None, fallback, _unavailable_note(exact, fallback))
+        return cls(exact, fallback)
 
     @property
     def name(self) -> str:
@@ -252,21 +244,15 @@ class _Built:
     note: str | None
 
     def result(
-        self,
-        *,
-        cache: CacheState,
-        reason: str | None,
-        started: float,
-        lookup_ms: float | None = None,
-        stored: Literal["stored_new", "already_present"] | None = None,
+        self, verdict: CacheVerdict, *, started: float, lookup_ms: float | None
     ) -> CompileResult:
         return CompileResult(
             bundle=self.bundle,
-            cache=cache,
+            cache=verdict.cache,
             kv_cache_hit=False,
             assembled=True,
-            stored=stored,
-            reason=_join(reason, self.note),
+            stored=verdict.stored,
+            reason=join_notes(verdict.reason, self.note),
             lookup_ms=lookup_ms,
             assemble_ms=self.assemble_ms,
             total_ms=_ms(started),
@@ -290,11 +276,6 @@ async def _assemble(
     if not isinstance(stored_form, Bundle):  # a bug in the codec, never a caller mistake
         raise RuntimeError(f"a fresh bundle did not survive its own encoding: {stored_form}")
     return _Built(stored_form, blob, _ms(started), note)
-
-
-def _join(*notes: str | None) -> str | None:
-    present = [note for note in notes if note]
-    return "; ".join(present) if present else None
 
 
 async def load_bundle(

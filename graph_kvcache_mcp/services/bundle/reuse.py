@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -145,63 +146,93 @@ async def measure_bundle_reuse(
         VllmRequestError: vLLM refused a request (e.g. the bundle exceeds its context).
     """
     nonce = nonce or secrets.token_hex(4)
+    chosen = await _warmed_up(client, model, nonce)
+    if isinstance(chosen, ReuseReport):
+        return chosen
+    run = _Run(model=chosen, nonce=nonce)
+    for index in range(1, bundles + 1):
+        bundle = measurement_bundle(index, nonce, items=items, token_budget=token_budget)
+        run.bundle_tokens.append(bundle.tokens_used)
+        preamble = measurement_preamble(index, nonce)
+        for phase, question in _PHASES:
+            messages = bundle.as_prompt_messages(question, system_preamble=preamble)
+            measured = await _measured_call(client, chosen, messages, max_tokens)
+            if isinstance(measured, Unavailable):
+                return run.report(reason=measured.reason)
+            call = run.record(index, phase, *measured)
+            if progress is not None:
+                done = f"bundle {index} {phase}: {call.hit_tokens_usage} hit tokens"
+                await progress(len(run.calls), 2 * bundles, done)
+    summary = summarize_reuse(run.calls, block_size=run.block_size, bundles=bundles)
+    return run.report(summary=summary)
+
+
+_PHASES: tuple[tuple[Literal["cold", "warm"], str], ...] = (
+    ("cold", COLD_QUESTION),
+    ("warm", WARM_QUESTION),
+)
+
+
+async def _warmed_up(client: VllmClient, model: str | None, nonce: str) -> str | ReuseReport:
+    """The model to measure, after one throwaway call (so one-time costs do not land on the
+    first cold call); a report saying why when vLLM cannot be reached."""
     chosen = await client.resolve_model(model)
     if isinstance(chosen, Unavailable):
         return ReuseReport(reachable=False, reason=chosen.reason, nonce=nonce)
-    # One throwaway call first, so one-time costs do not land on the first cold call.
     warm_up = [ChatMessage(role="user", content=f"warm-up {nonce}")]
     first = await client.chat(warm_up, model=chosen, max_tokens=1)
     if isinstance(first, Unavailable):
         return ReuseReport(reachable=False, reason=first.reason, model=chosen, nonce=nonce)
+    return chosen
 
-    total = 2 * bundles
-    calls: list[ReuseCall] = []
-    bundle_tokens: list[int] = []
+
+@dataclass
+class _Run:
+    """What a run has measured so far: each bundle's tokens, each call, the block size."""
+
+    model: str
+    nonce: str
+    bundle_tokens: list[int] = field(default_factory=list)
+    calls: list[ReuseCall] = field(default_factory=list)
     block_size: int | None = None
-    for index in range(1, bundles + 1):
-        bundle = measurement_bundle(index, nonce, items=items, token_budget=token_budget)
-        bundle_tokens.append(bundle.tokens_used)
-        preamble = measurement_preamble(index, nonce)
-        for phase, question in (("cold", COLD_QUESTION), ("warm", WARM_QUESTION)):
-            messages = bundle.as_prompt_messages(question, system_preamble=preamble)
-            measured = await _measured_call(client, chosen, messages, max_tokens)
-            if isinstance(measured, Unavailable):
-                return ReuseReport(
-                    reachable=False,
-                    reason=measured.reason,
-                    model=chosen,
-                    nonce=nonce,
-                    bundle_tokens=bundle_tokens,
-                    calls=calls,
-                )
-            result, window = measured
-            exclusive = window is not None and window.exclusive_to(result.trace.prompt_tokens)
-            block_size = block_size or (window.block_size if window else None)
-            usage = result.trace.prefix_cache_hit_tokens
-            calls.append(
-                ReuseCall(
-                    bundle=index,
-                    phase=phase,
-                    latency_s=result.trace.latency_s,
-                    prompt_tokens=result.trace.prompt_tokens,
-                    hit_tokens_usage=usage,
-                    cached_tokens_source=result.trace.cached_tokens_source,
-                    hit_tokens_metrics=window.hits if window else None,
-                    queries_tokens_metrics=window.queries if window else None,
-                    metrics_exclusive=exclusive,
-                    whole_blocks=_whole_blocks(usage, block_size),
-                )
-            )
-            if progress is not None:
-                await progress(len(calls), total, f"bundle {index} {phase}: {usage} hit tokens")
-    return ReuseReport(
-        reachable=True,
-        model=chosen,
-        nonce=nonce,
-        bundle_tokens=bundle_tokens,
-        calls=calls,
-        summary=summarize_reuse(calls, block_size=block_size, bundles=bundles),
-    )
+
+    def record(
+        self,
+        index: int,
+        phase: Literal["cold", "warm"],
+        result: ChatResult,
+        window: MetricsWindow | None,
+    ) -> ReuseCall:
+        trace = result.trace
+        self.block_size = self.block_size or (window.block_size if window else None)
+        call = ReuseCall(
+            bundle=index,
+            phase=phase,
+            latency_s=trace.latency_s,
+            prompt_tokens=trace.prompt_tokens,
+            hit_tokens_usage=trace.prefix_cache_hit_tokens,
+            cached_tokens_source=trace.cached_tokens_source,
+            hit_tokens_metrics=window.hits if window else None,
+            queries_tokens_metrics=window.queries if window else None,
+            metrics_exclusive=window is not None and window.exclusive_to(trace.prompt_tokens),
+            whole_blocks=_whole_blocks(trace.prefix_cache_hit_tokens, self.block_size),
+        )
+        self.calls.append(call)
+        return call
+
+    def report(
+        self, *, reason: str | None = None, summary: ReuseSummary | None = None
+    ) -> ReuseReport:
+        """The report so far: unreachable when `reason` is given, else with its summary."""
+        return ReuseReport(
+            reachable=reason is None,
+            reason=reason,
+            model=self.model,
+            nonce=self.nonce,
+            bundle_tokens=self.bundle_tokens,
+            calls=self.calls,
+            summary=summary,
+        )
 
 
 async def _measured_call(

@@ -7,11 +7,11 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.domain.bundle import Bundle, ChatMessage, Rejected, SelectedItem
+from graph_kvcache_mcp.domain.bundle import Bundle, CacheState, ChatMessage, Rejected, SelectedItem
 from graph_kvcache_mcp.domain.bundle.compiled import PPM
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
 from graph_kvcache_mcp.domain.vllm.traces import Trace
-from graph_kvcache_mcp.services.bundle.bundles import BundleChat, CacheState, CompileResult
+from graph_kvcache_mcp.services.bundle.bundles import BundleChat, CompileResult
 
 
 class BundleItemOut(BaseModel):

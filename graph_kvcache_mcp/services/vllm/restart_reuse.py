@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -37,6 +37,7 @@ from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
 from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -124,17 +125,11 @@ async def measure_restart_reuse(
         VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
             `stack` without an lmcache server), it does not answer, or it does not come back.
     """
-    state = managed.running_state()
-    if state is None:
-        raise VllmProcessError(
-            f"no managed vLLM runs for {managed.data_dir}: start one with vllm_start "
-            "kv_connector='engine' or 'mp_native' first"
-        )
+    state = _running(managed)
     connector = kv_connector_of(state.process.command)
     server = _lmcache_of(managed, state.process.command, connector, mode)
     model = state.served_model_name
     kv = sync_client_for(resolve_kv_target(settings), settings)
-    restarted_processes = ["vllm"]
     try:
         async with open_client(settings, base_url=state.base_url) as client:
             prompt = await _prompt_of(client, model, prompt_tokens)
@@ -142,19 +137,7 @@ async def measure_restart_reuse(
             cold = await _call(client, prompt, model, kv, server, managed.data_dir)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
         stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
-        between = None
-        if mode == "stack" and server is not None:
-            lmcache = ManagedLmcache(managed.data_dir)
-            server_env = server_environment(server.plan_env, settings)
-            restarted_processes = ["vllm", "lmcache server"]
-
-            def between() -> None:
-                if server.resp_peer is not None:  # the resp adapter needs the engine's wire
-                    engine = ManagedEngine(managed.data_dir)
-                    restart_resp_lmcache(engine, lmcache, env=server_env)
-                else:
-                    lmcache.restart(env=server_env)
-
+        between, restarted_processes = _while_stopped(managed, settings, server, mode)
         began = time.monotonic()
         await anyio.to_thread.run_sync(
             lambda: managed.restart(
@@ -170,30 +153,71 @@ async def measure_restart_reuse(
     finally:
         kv.close()
     blocks, stored = _stored(before, after)
-    loaded = restarted.engine_bytes_read
-    if server is not None and restarted.engine_blocks_read is not None:
-        chunk = stored // blocks if blocks and stored else None
-        chunk = chunk or (stored_l2.l2_chunk_bytes if stored_l2 is not None else None)
-        loaded = None if chunk is None else restarted.engine_blocks_read * chunk
-    notes = _notes(connector, restarted, loaded)
-    speedup = (
-        round(cold.ttft_s / restarted.ttft_s, 2)
-        if cold.ttft_s is not None and restarted.ttft_s
-        else None
-    )
+    loaded = _bytes_loaded(server, restarted, blocks, stored, stored_l2)
     return RestartReuseOut(
         prompt_tokens=cold.prompt_tokens,
         kv_connector=connector or "none",
         restarted_processes=restarted_processes,
         cold=cold,
         restarted=restarted,
-        ttft_speedup=speedup,
+        ttft_speedup=_speedup(cold, restarted),
         restart_s=round(restart_s, 3),
         engine_blocks_stored=blocks,
         engine_bytes_stored=stored,
         engine_bytes_loaded=loaded,
-        notes=notes,
+        notes=_notes(connector, restarted, loaded),
     )
+
+
+def _running(managed: ManagedVllm) -> VllmState:
+    state = managed.running_state()
+    if state is None:
+        raise VllmProcessError(
+            f"no managed vLLM runs for {managed.data_dir}: start one with vllm_start "
+            "kv_connector='engine' or 'mp_native' first"
+        )
+    return state
+
+
+def _while_stopped(
+    managed: ManagedVllm, settings: Settings, server: LmcacheState | None, mode: RestartMode
+) -> tuple[Callable[[], None] | None, list[str]]:
+    """What runs while vLLM is down (`stack`: restarting the lmcache server), and the names of
+    the processes the measurement restarts."""
+    if mode != "stack" or server is None:
+        return None, ["vllm"]
+    lmcache = ManagedLmcache(managed.data_dir)
+    server_env = server_environment(server.plan_env, settings)
+
+    def restart_lmcache() -> None:
+        if server.resp_peer is not None:  # the resp adapter needs the engine's wire
+            restart_resp_lmcache(ManagedEngine(managed.data_dir), lmcache, env=server_env)
+        else:
+            lmcache.restart(env=server_env)
+
+    return restart_lmcache, ["vllm", "lmcache server"]
+
+
+def _bytes_loaded(
+    server: LmcacheState | None,
+    restarted: ReuseCall,
+    blocks: int | None,
+    stored: int | None,
+    stored_l2: LmcacheCounters | None,
+) -> int | None:
+    """Engine bytes the restarted call read: the connector's own count, or on the MP stack the
+    blocks read times one chunk's size (the engine's bytes per block, else LMCache's L2 one)."""
+    if server is None or restarted.engine_blocks_read is None:
+        return restarted.engine_bytes_read
+    chunk = stored // blocks if blocks and stored else None
+    chunk = chunk or (stored_l2.l2_chunk_bytes if stored_l2 is not None else None)
+    return None if chunk is None else restarted.engine_blocks_read * chunk
+
+
+def _speedup(cold: ReuseCall, restarted: ReuseCall) -> float | None:
+    if cold.ttft_s is None or not restarted.ttft_s:
+        return None
+    return round(cold.ttft_s / restarted.ttft_s, 2)
 
 
 def _lmcache_of(

@@ -14,6 +14,7 @@ names the difference, before anything new is started.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -64,33 +65,17 @@ async def start_mp_stack(
         LmcacheProcessError: the server is missing, runs with other settings, or did not start.
         VllmProcessError: vLLM runs with another tier, or did not start.
     """
-    note = progress or (lambda _elapsed, _total, _message: None)
-
-    async def say(message: str) -> None:  # progress reporters expect a worker thread
-        await anyio.to_thread.run_sync(note, 0.0, 0.0, message)
-
+    say = _announcer(progress)
     where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
     await ensure_engine()
     target = resolve_kv_target(settings)
     await say(f"L2: the {target.source} engine at {target.base_url}")
-    facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
-    plan = plan_stack_server(
-        launch, facts, where, engine_url=target.base_url, options=options or StackOptions()
-    )
-    server = plan.lmcache_server
-    assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
-    server_env = server_environment(server.env, settings)
-    peer = None
-    if launch.l2_over_resp:
-        engine = ManagedEngine(settings.data_dir)
-        resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
-        server, server_env, peer = resp.server, resp.env, resp.peer
-        await say(f"L2: LMCache's resp adapter on the engine's RESP wire {peer.address}")
+    server = await _planned_server(launch, settings, where, target.base_url, options, say)
     lmcache = ManagedLmcache(settings.data_dir)
     await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
-    await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server)
+    await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
     await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
-    server_status = await start_lmcache(server, server_env, peer)
+    server_status = await start_lmcache(server.spec, server.env, server.peer)
     status = await anyio.to_thread.run_sync(
         partial(
             managed.start,
@@ -106,9 +91,58 @@ async def start_mp_stack(
         update={
             "lmcache": server_status,
             "l2_engine_url": target.base_url,
-            "stack_notes": plan.notes,
+            "stack_notes": server.notes,
         }
     )
+
+
+Say = Callable[[str], Awaitable[None]]
+
+
+def _announcer(progress: Progress | None) -> Say:
+    """A progress line sender (reporters expect a worker thread, so it is called from one)."""
+    note = progress or (lambda _elapsed, _total, _message: None)
+
+    async def say(message: str) -> None:
+        await anyio.to_thread.run_sync(note, 0.0, 0.0, message)
+
+    return say
+
+
+@dataclass(frozen=True)
+class _ServerLaunch:
+    """The lmcache server to start: its spec and environment, the RESP peer when its L2 goes
+    over the engine's RESP wire, and the plan's notes."""
+
+    spec: ProcessSpec
+    env: dict[str, str] = field(repr=False)  # holds the engine token or the RESP password
+    peer: RespPeer | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+async def _planned_server(
+    launch: VllmLaunch,
+    settings: Settings,
+    where: Platform,
+    engine_url: str,
+    options: StackOptions | None,
+    say: Say,
+) -> _ServerLaunch:
+    """The server the config generator plans for `launch`, its `${NAME}`s filled in, moved
+    onto the engine's RESP wire when the launch asks for it."""
+    facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
+    plan = plan_stack_server(
+        launch, facts, where, engine_url=engine_url, options=options or StackOptions()
+    )
+    server = plan.lmcache_server
+    assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
+    server_env = server_environment(server.env, settings)
+    if not launch.l2_over_resp:
+        return _ServerLaunch(server, server_env, None, list(plan.notes))
+    engine = ManagedEngine(settings.data_dir)
+    resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
+    await say(f"L2: LMCache's resp adapter on the engine's RESP wire {resp.peer.address}")
+    return _ServerLaunch(resp.server, resp.env, resp.peer, list(plan.notes))
 
 
 def _detect() -> Platform:

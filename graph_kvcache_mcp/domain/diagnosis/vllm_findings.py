@@ -1,0 +1,114 @@
+"""Findings about vLLM, from its /metrics, its cache config and a probe call. Pure: no I/O.
+
+A vLLM that does not answer has one finding; one that answers goes through `RULES`, one small
+function per finding id, each returning its finding or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from graph_kvcache_mcp.domain.diagnosis.stack_facts import Finding, Severity, VllmFacts
+
+KV_PRESSURE_USAGE = 0.9
+
+
+def vllm_findings(facts: VllmFacts) -> list[Finding]:
+    """What is wrong with vLLM: no answer, or each rule of `RULES` that fires, in order."""
+    if not facts.reachable:
+        return [
+            _finding(
+                "vllm_unreachable",
+                "error",
+                facts.reason or f"{facts.target} did not answer",
+                "start vLLM (vllm_start) or point VLLM_BASE_URL at the running server",
+            )
+        ]
+    return [found for rule in RULES if (found := rule(facts)) is not None]
+
+
+def _prefix_caching_off(facts: VllmFacts) -> Finding | None:
+    config = facts.cache_config
+    if config is None or config.enable_prefix_caching is not False:
+        return None
+    return _finding(
+        "vllm_prefix_caching_off",
+        "error",
+        "vllm:cache_config_info has enable_prefix_caching=False",
+        "restart vLLM with --enable-prefix-caching (and without "
+        "--no-enable-prefix-caching): nothing is reused between requests now",
+    )
+
+
+def _prompt_tokens_details_off(facts: VllmFacts) -> Finding | None:
+    if facts.prompt_tokens_details is not False:
+        return None
+    return _finding(
+        "vllm_prompt_tokens_details_off",
+        "warning",
+        "a probe call's usage has no prompt_tokens_details",
+        "restart vLLM with --enable-prompt-tokens-details so each response says how "
+        "many prompt tokens came from the cache",
+    )
+
+
+def _block_larger_than_shared_prefix(facts: VllmFacts) -> Finding | None:
+    block = facts.cache_config.block_size if facts.cache_config is not None else None
+    shared = facts.shared_prefix_tokens
+    if not block or shared is None or shared >= block:
+        return None
+    return _finding(
+        "vllm_block_larger_than_shared_prefix",
+        "warning",
+        f"the shared prefix is {shared} tokens, the block size {block}: vLLM "
+        "caches whole blocks only, so it reuses nothing",
+        "share a longer stable prefix, or restart vLLM with a smaller --block-size",
+    )
+
+
+def _kv_pressure(facts: VllmFacts) -> Finding | None:
+    usage = facts.kv_cache_usage
+    full = usage is not None and usage > KV_PRESSURE_USAGE
+    if (facts.preemptions or 0) <= 0 and not full:
+        return None
+    parts = []
+    if facts.preemptions:
+        parts.append(f"{facts.preemptions} preemptions (vllm:num_preemptions_total)")
+    if full:
+        parts.append(f"KV cache {usage:.0%} full")
+    return _finding(
+        "vllm_kv_pressure",
+        "warning",
+        ", ".join(parts),
+        "give vLLM more KV memory (--gpu-memory-utilization or "
+        "--kv-cache-memory-bytes), lower --max-num-seqs, or shorten prompts: evicted "
+        "blocks are recomputed",
+    )
+
+
+def _external_cache_never_hits(facts: VllmFacts) -> Finding | None:
+    if (facts.external_queries or 0) <= 0 or facts.external_hits != 0:
+        return None
+    return _finding(
+        "external_cache_never_hits",
+        "warning",
+        f"the KV connector was asked for {facts.external_queries} tokens and "
+        "found none (vllm:external_prefix_cache_hits_total = 0)",
+        "check that the connector stores (kv_role kv_both), that every process "
+        "shares PYTHONHASHSEED and the hash algorithm, and that LMCache's chunk size "
+        "matches",
+    )
+
+
+RULES: tuple[Callable[[VllmFacts], Finding | None], ...] = (
+    _prefix_caching_off,
+    _prompt_tokens_details_off,
+    _block_larger_than_shared_prefix,
+    _kv_pressure,
+    _external_cache_never_hits,
+)
+"""The rules for a vLLM that answers, in the order their findings are listed."""
+
+
+def _finding(id_: str, severity: Severity, evidence: str, fix: str) -> Finding:
+    return Finding(id=id_, severity=severity, component="vllm", evidence=evidence, fix=fix)
