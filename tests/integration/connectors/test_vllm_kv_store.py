@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.errors import ConfigError
-from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
+from graph_kvcache_mcp.plugins.vllm_kv.store import UPLOAD_NICENESS, EngineBlockStore
 from tests.support.engines import RunningEngine
 from tests.support.peers import garbage_peer, slow_peer
 
@@ -53,6 +54,37 @@ def test_saved_blocks_are_uploaded_in_the_background_and_fetched_back(
         assert store.fetch(keys) == [keys[0].encode() * 100, keys[1].encode() * 100, None]
     finally:
         store.close()
+
+
+def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEngine) -> None:
+    core = max(os.sched_getaffinity(0))
+    seen: list[tuple[set[int], int]] = []
+
+    def encode(key: str, data: bytes) -> bytes:  # runs on the upload lane that sends the block
+        seen.append((os.sched_getaffinity(0), os.getpriority(os.PRIO_PROCESS, 0)))
+        return data
+
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        store.run_uploads_on(frozenset({core}))
+        store.save_later([(key, b"block") for key in _keys(3)], encode)
+        assert store.flush(10.0)
+    finally:
+        store.close()
+    assert seen == [({core}, UPLOAD_NICENESS)] * 3
+
+
+def test_the_reserved_cores_are_the_processs_cores_the_calling_thread_is_not_bound_to() -> None:
+    """What the connector computes in vLLM's worker, staged in a child bound to one core."""
+    probe = (
+        "import os\n"
+        "from graph_kvcache_mcp.plugins.vllm_kv.store import reserved_cores\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(os.getppid()))})\n"
+        "print(sorted(reserved_cores()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    ours = os.sched_getaffinity(0)
+    assert done.stdout.strip() == str(sorted(ours - {min(ours)}))
 
 
 def test_a_stopped_engine_is_a_miss_and_later_calls_skip_it(own_engine: RunningEngine) -> None:
