@@ -186,7 +186,8 @@ class EngineBlockStore:
             _bind_thread(thread, cores)  # the upload lanes bind themselves as they start
 
     def step_started(self) -> None:
-        """vLLM's forward step began: new uploads wait for it to end (`MAX_UPLOAD_DEFER_S`)."""
+        """vLLM's forward step began: new uploads without cores of their own wait for it to end
+        (`MAX_UPLOAD_DEFER_S`)."""
         self._between_steps.clear()
 
     def step_ended(self) -> None:
@@ -295,13 +296,15 @@ class EngineBlockStore:
     def _put_between_steps(
         self, item: tuple[str, bytes], encode: Encode | None
     ) -> Stored | Unavailable:
-        """Encode and PUT one block, started between vLLM's forward steps where it can.
+        """Encode and PUT one block; on the forward pass's own cores, between vLLM's steps.
 
-        vLLM's CPU worker runs its forward pass on OpenMP threads bound to every core; a thread
-        of ours (or the engine's, answering us) running beside them stalls each of their
-        barriers, which cost cold prefill about 2x on 2 cores (`tools/bench_cold_prefill.py`).
+        vLLM's CPU worker runs its forward pass on OpenMP threads bound to their cores; a thread
+        of ours running beside them stalls each of their barriers. On cores of their own
+        (`run_uploads_on`) uploads go at once: held back to the gaps between steps, a long
+        chunked prefill let through about two blocks a step, and its saves fell behind.
         """
-        self._between_steps.wait(MAX_UPLOAD_DEFER_S)
+        if not self._upload_cores:
+            self._between_steps.wait(MAX_UPLOAD_DEFER_S)
         key, data = item
         return self.client.put(key, encode(key, data) if encode else data)
 
