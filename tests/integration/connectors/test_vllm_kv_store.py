@@ -25,6 +25,14 @@ def _store(
     return EngineBlockStore(client, timeout_s=timeout_s, concurrency=4)
 
 
+def _in_child(*lines: str) -> str:
+    """What a fresh interpreter running `lines` prints."""
+    program = "\n".join(lines)
+    return subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def _keys(count: int) -> list[str]:
     run = uuid.uuid4().hex
     return [f"vkv1:test-{run}-{i}" for i in range(count)]
@@ -76,15 +84,14 @@ def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEng
 
 def test_the_reserved_cores_are_the_processs_cores_the_calling_thread_is_not_bound_to() -> None:
     """What the connector computes in vLLM's worker, staged in a child bound to one core."""
-    probe = (
-        "import os\n"
-        "from graph_kvcache_mcp.plugins.vllm_kv.store import reserved_cores\n"
-        "os.sched_setaffinity(0, {min(os.sched_getaffinity(os.getppid()))})\n"
-        "print(sorted(reserved_cores()))\n"
+    printed = _in_child(
+        "import os",
+        "from graph_kvcache_mcp.plugins.vllm_kv.store import reserved_cores",
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(os.getppid()))})",
+        "print(sorted(reserved_cores()))",
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     ours = os.sched_getaffinity(0)
-    assert done.stdout.strip() == str(sorted(ours - {min(ours)}))
+    assert printed.strip() == str(sorted(ours - {min(ours)}))
 
 
 def test_a_stopped_engine_is_a_miss_and_later_calls_skip_it(own_engine: RunningEngine) -> None:
@@ -143,14 +150,13 @@ def test_the_engine_comes_from_the_environment_and_a_bad_url_is_refused() -> Non
 
 def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
     """vLLM's venv gets the package with --no-deps: no mcp, openai, httpx or platformdirs."""
-    probe = (
-        "import sys\n"
-        "import graph_kvcache_mcp.plugins.vllm_kv.store\n"
-        "import graph_kvcache_mcp.domain.vllm.kv_plan\n"
-        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    printed = _in_child(
+        "import sys",
+        "import graph_kvcache_mcp.plugins.vllm_kv.store",
+        "import graph_kvcache_mcp.domain.vllm.kv_plan",
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))",
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    third_party = set(done.stdout.split()) - set(sys.stdlib_module_names) - {"graph_kvcache_mcp"}
+    third_party = set(printed.split()) - set(sys.stdlib_module_names) - {"graph_kvcache_mcp"}
     third_party = {name for name in third_party if not name.startswith("_")}
     assert third_party <= {
         "anyio",
