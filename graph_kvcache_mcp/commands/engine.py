@@ -12,11 +12,8 @@ from graph_kvcache_mcp.commands._common import (
     note,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.process import (
-    EngineStatus,
-    EngineStopResult,
-    ManagedEngine,
-)
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

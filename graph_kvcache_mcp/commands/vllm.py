@@ -30,7 +30,8 @@ from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.trace_log import append_traces
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache, RespPeer
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm

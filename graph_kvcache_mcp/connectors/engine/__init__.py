@@ -2,5 +2,6 @@
 
 Public surface: `client.KvClient`/`SyncKvClient` (typed outcomes, one deadline per call),
 `opener.open_kv_client` (which engine, and one client for it), `access.KvAccess` (a server
-session's way to the engine), `process.ManagedEngine`. The rest serves those.
+session's way to the engine, with two policies: `access.ConfiguredKvAccess` and
+`managed_access.ManagedKvAccess`), `process.ManagedEngine`. The rest serves those.
 """

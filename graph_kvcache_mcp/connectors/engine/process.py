@@ -29,12 +29,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.resp_wire import wait_resp_ready
+from graph_kvcache_mcp.connectors.engine.state import (
+    Backend,
+    EngineState,
+    EngineStatus,
+    EngineStopResult,
+    RespCredentials,
+)
 from graph_kvcache_mcp.connectors.files.private import (
     exclusive,
     narrow_tree,
@@ -46,7 +52,6 @@ from graph_kvcache_mcp.connectors.files.private import (
 from graph_kvcache_mcp.connectors.processes.control import (
     OS_INHERITED,
     OS_INHERITED_PREFIXES,
-    StopHow,
     inherited_environment,
     spawn_logged,
     stop_process,
@@ -55,10 +60,9 @@ from graph_kvcache_mcp.connectors.processes.control import (
 from graph_kvcache_mcp.connectors.processes.identity import describe_listener, listener_owner
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
-    LeasedState,
     keep_until_stop,
 )
-from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
+from graph_kvcache_mcp.connectors.processes.leases import Leases
 from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
@@ -66,7 +70,6 @@ from graph_kvcache_mcp.domain.engine.resp import RESP_USER, resp_password
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
-Backend = Literal["durable", "memory"]
 ENGINE_HOST = "127.0.0.1"
 DEFAULT_READY_TIMEOUT_S = 30.0
 PORT_RELEASE_GRACE_S = 1.0
@@ -78,66 +81,6 @@ Progress = Callable[[str], None]
 # What the engine process may inherit from us: what the OS and its runtime need, nothing else.
 # Everything the engine itself reads is set explicitly in `ManagedEngine._environment`.
 _INHERITED = OS_INHERITED | {"RUST_LOG", "RUST_BACKTRACE"}
-
-
-class EngineState(LeasedState):
-    """`state.json`: the engine we started. Holds no secret."""
-
-    port: int
-    backend: Backend
-    base_url: str
-    data_dir: str
-    resp_port: int | None = None
-
-
-class RespCredentials(BaseModel):
-    """Where and as whom to reach the managed engine's RESP wire."""
-
-    model_config = ConfigDict(frozen=True)
-
-    host: str
-    port: int
-    user: str
-    password: SecretStr
-
-
-class EngineStatus(BaseModel):
-    """What `engine status` reports."""
-
-    model_config = ConfigDict(frozen=True)
-
-    running: bool
-    reachable: bool = False
-    managed_by_us: bool = False
-    pid: int | None = None
-    port: int | None = None
-    base_url: str | None = None
-    backend: Backend | None = None
-    resp_address: str | None = Field(
-        None, description="host:port of the engine's RESP wire, when it was started with one."
-    )
-    uptime_s: float | None = None
-    log_path: str | None = None
-    data_dir: str
-    reason: str | None = None
-    reused: bool = False
-    runs_until_stop: bool | None = Field(
-        None,
-        description="True: runs until `engine stop`; false: stops when the last session using it "
-        "exits.",
-    )
-    leases: list[Lease] = Field(
-        default_factory=list, description="Live server sessions using this engine."
-    )
-
-
-class EngineStopResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    stopped: bool
-    how: StopHow
-    pid: int | None = None
-    data_dir: str
 
 
 def engine_binary() -> Path:
