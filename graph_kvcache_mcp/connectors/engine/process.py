@@ -68,6 +68,7 @@ from graph_kvcache_mcp.connectors.processes.lease_rules import (
 from graph_kvcache_mcp.connectors.processes.leases import Leases
 from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.engine.resp import RESP_USER, resp_password
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -305,19 +306,14 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                 stats = client.engine_stats()
         reachable = not isinstance(stats, Unavailable)
         return EngineStatus(
-            running=True,
+            **running_fields(state.process, self.data_dir),
             reachable=reachable,
-            managed_by_us=True,
-            pid=state.process.pid,
             port=state.port,
             base_url=state.base_url,
             backend=stats.backend
             if not isinstance(stats, Unavailable) and stats.backend != "unknown"
             else state.backend,
             resp_address=None if state.resp_port is None else f"{ENGINE_HOST}:{state.resp_port}",
-            uptime_s=round(time.time() - state.process.started_at, 3),
-            log_path=state.process.log_path,
-            data_dir=str(self.data_dir),
             reason=stats.reason if isinstance(stats, Unavailable) else None,
             runs_until_stop=state.runs_until_stop,
             leases=leases,

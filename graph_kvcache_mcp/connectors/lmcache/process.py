@@ -51,6 +51,7 @@ from graph_kvcache_mcp.connectors.processes.lease_rules import (
 from graph_kvcache_mcp.connectors.processes.leases import Leases
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
@@ -298,16 +299,11 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         status = _get_json(state.http_url + "/status")
         healthy = health.get("status") == "healthy"
         return LmcacheStatus(
-            running=True,
+            **running_fields(state.process, self.data_dir),
             healthy=healthy,
-            managed_by_us=True,
-            pid=state.process.pid,
             rpc_url=f"tcp://{state.host}:{state.port}",
             http_url=state.http_url,
             report=report_from_status(status) if status else None,
-            uptime_s=round(time.time() - state.process.started_at, 3),
-            log_path=state.process.log_path,
-            data_dir=str(self.data_dir),
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",
             resp_peer_gone=None
             if state.resp_peer is None or is_alive(state.resp_peer.pid, state.resp_peer.start_ticks)

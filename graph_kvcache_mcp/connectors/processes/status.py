@@ -7,9 +7,14 @@ names; each subclass adds only what its process has of its own (ports, URLs, mod
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import TypedDict
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.processes.control import StopHow
+from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord
 from graph_kvcache_mcp.connectors.processes.leases import Lease
 
 
@@ -26,6 +31,27 @@ class ProcessStatus(BaseModel):
     log_path: str | None = None
     data_dir: str
     reason: str | None = None
+
+
+class RunningFields(TypedDict):
+    running: bool
+    managed_by_us: bool
+    pid: int
+    uptime_s: float
+    log_path: str
+    data_dir: str
+
+
+def running_fields(record: ProcessRecord, data_dir: Path) -> RunningFields:
+    """The shared status fields of a process we started and that still runs, from its record."""
+    return RunningFields(
+        running=True,
+        managed_by_us=True,
+        pid=record.pid,
+        uptime_s=round(time.time() - record.started_at, 3),
+        log_path=record.log_path,
+        data_dir=str(data_dir),
+    )
 
 
 class LeasedStatus(ProcessStatus):

@@ -19,6 +19,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     is_ours,
     listener_owner,
 )
+from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, probe_server, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
 from graph_kvcache_mcp.connectors.vllm.state import VllmState, VllmStatus
@@ -91,10 +92,8 @@ def status_of(
 ) -> VllmStatus:
     """The status of the vLLM we started, from its record and what its port answered."""
     return VllmStatus(
-        running=True,
+        **running_fields(state.process, data_dir),
         reachable=reachable,
-        managed_by_us=True,
-        pid=state.process.pid,
         port=state.port,
         base_url=state.base_url,
         model=state.model,
@@ -105,9 +104,6 @@ def status_of(
         prompt_tokens_details=state.prompt_tokens_details,
         kv_events=state.kv_events,
         kv_events_replay=state.kv_events_replay,
-        uptime_s=round(time.time() - state.process.started_at, 3),
-        log_path=state.process.log_path,
-        data_dir=str(data_dir),
         reason=reason,
     )
 
