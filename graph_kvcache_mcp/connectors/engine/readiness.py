@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING
 from graph_kvcache_mcp.connectors.engine.resp_wire import wait_resp_ready
 from graph_kvcache_mcp.connectors.engine.state import EngineState
 from graph_kvcache_mcp.connectors.processes.control import tail
-from graph_kvcache_mcp.connectors.processes.identity import describe_listener, listener_owner
+from graph_kvcache_mcp.connectors.processes.identity import (
+    ListenerOwner,
+    describe_listener,
+    listener_owner,
+)
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -56,11 +60,13 @@ def wait_ready(
                     f"engine exited with code {process.returncode} before it was ready: "
                     f"{engine_reason(engine.log_path)} (log: {engine.log_path})"
                 )
-            if (refusal := start_refusal(state, engine.log_path, log_offset)) is not None:
+            # One look at the port per round: listing its listeners reads every process's sockets.
+            owner = listener_owner(state.process.pid, state.port)
+            if (refusal := start_refusal(state, owner, engine.log_path, log_offset)) is not None:
                 engine.abandon(state, rotate_token=True)
                 raise EngineProcessError(refusal)
-            if (not_yet := engine.impostor(state)) is not None:
-                last_reason = not_yet
+            if owner == "none":  # not bound yet (a foreign owner was refused just above)
+                last_reason = f"nothing listens on port {state.port} yet"
                 time.sleep(0.02)
                 continue
             stats = client.engine_stats()
@@ -111,10 +117,12 @@ def wait_resp(engine: ManagedEngine, state: EngineState, timeout_s: float) -> No
     )
 
 
-def start_refusal(state: EngineState, log_path: Path, log_offset: int) -> str | None:
-    """Why this start has failed although the engine runs: another process holds its port,
-    or the engine's log (since `log_offset`) reports that its bind failed."""
-    if listener_owner(state.process.pid, state.port) == "foreign":
+def start_refusal(
+    state: EngineState, owner: ListenerOwner, log_path: Path, log_offset: int
+) -> str | None:
+    """Why this start has failed although the engine runs: another process holds its port
+    (`owner`), or the engine's log (since `log_offset`) reports that its bind failed."""
+    if owner == "foreign":
         return (
             f"port {state.port} on {ENGINE_HOST} was taken by another process "
             f"({describe_listener(state.port)}) while the engine started; the engine was "
