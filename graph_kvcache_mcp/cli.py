@@ -53,7 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     parser = build_parser()
-    args = parser.parse_args(serve.default_to_serve(sys.argv[1:] if argv is None else argv))
+    try:
+        args = parser.parse_args(serve.default_to_serve(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help, or a flag argparse refused (it said why): its exit code
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

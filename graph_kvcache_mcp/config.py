@@ -30,11 +30,13 @@ from graph_kvcache_mcp.domain.endpoints import (
     url_from_addr,
 )
 from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
+from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet")
-DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose")
+TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet", "compat", "toolsets")
+DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose", "toolsets")
+"""`toolsets` is the one tool that lists the others and enables an opt-in one at run time."""
 Endpoint = Literal["kv", "vllm"]
 # The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
 DISABLE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled", ""})
@@ -73,7 +75,7 @@ class Settings(BaseModel):
     kv_concurrency: int = Field(8, ge=1, le=256, description="Parallel requests per batch.")
     data_dir: Path = Field(default_factory=lambda: default_data_dir(os.environ))
 
-    engine_port: int | None = Field(None, ge=1, le=65535)
+    engine_port: ServicePort | None = None
     engine_backend: Literal["durable", "memory"] = "durable"
     start_engine: bool = False
     keep_engine: bool = False
@@ -118,15 +120,13 @@ class Settings(BaseModel):
     fleet_file: Path | None = Field(
         None, description="The fleet file the fleet_* tools read (GRAPH_KVCACHE_FLEET)."
     )
-    lmcache_port: int = Field(
+    lmcache_port: ServicePort = Field(
         5555,
-        ge=1,
-        le=65535,
         description="GRAPH_KVCACHE_LMCACHE_PORT: the mp_native stack's "
         "lmcache server port (vLLM's MP connector connects there).",
     )
-    lmcache_http_port: int = Field(
-        8080, ge=1, le=65535, description="GRAPH_KVCACHE_LMCACHE_HTTP_PORT: its HTTP port."
+    lmcache_http_port: ServicePort = Field(
+        8080, description="GRAPH_KVCACHE_LMCACHE_HTTP_PORT: its HTTP port."
     )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:

@@ -63,3 +63,17 @@ class Toolset(Protocol):
     TOOLSET: str
 
     def register(self, server: Registrar, *, read_only: bool) -> None: ...
+
+
+class ToolsetSwitch(Protocol):
+    """What the `toolsets` tool asks of the server: the toolsets it knows and adding one."""
+
+    def catalog(self) -> list[tuple[str, bool, str]]:
+        """(name, enabled, one-line summary) of every toolset this server knows."""
+
+    def enable(self, name: str) -> tuple[list[str], str]:
+        """Register toolset `name` now; its new tool names and its instructions for a model.
+
+        Raises:
+            ValueError: `name` is unknown, or already enabled (the message says which).
+        """

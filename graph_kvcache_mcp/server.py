@@ -15,9 +15,11 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.config import Endpoint, Settings
+from graph_kvcache_mcp.errors import quoted
 from graph_kvcache_mcp.registrar import Toolset
 from graph_kvcache_mcp.state import AppState
 from graph_kvcache_mcp.strict_server import StrictServer
+from graph_kvcache_mcp.tools import toolsets as toolsets_tool
 
 # Imported only when a server offers the toolset: a host waits for start-up, and the opt-in
 # toolsets (lmcache) need not load for a server that does not list them.
@@ -29,12 +31,14 @@ TOOLSET_MODULES: dict[str, str] = {
     "lmcache": "graph_kvcache_mcp.tools.lmcache",
     "diagnose": "graph_kvcache_mcp.tools.diagnose",
     "fleet": "graph_kvcache_mcp.tools.fleet",
+    "compat": "graph_kvcache_mcp.tools.compat",
 }
 
 TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
     "kv": ("kv",),
     "engine": ("kv",),
     "lmcache": ("kv",),
+    "compat": ("kv",),
     "bundle": ("kv", "vllm"),
     "vllm": ("vllm",),
 }
@@ -42,12 +46,12 @@ TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
 
 INSTRUCTION_PARTS: dict[str, str] = {
     "kv": """\
-KV store (kv_*, graph_kvcache): the epistemic-graph engine's content-addressed store. Start
+KV store (kv_*): the epistemic-graph engine's content-addressed store. Start
 with kv_stats (read-only: counters; pass an earlier result's snapshot_id as `since` to see what
 moved); kv_probe also writes two canary keys. kv_get reads keys (size and sha256; bytes only
 when asked and small), kv_exists checks many keys at once, kv_save writes one value to a new
 file, kv_put stores bytes: the first value stored under a key wins, so a repeat PUT reports
-already_present and changes nothing. graph_kvcache is the single-tool form older agents call.""",
+already_present and changes nothing.""",
     "engine": """\
 Engine (engine_*): with nothing configured the server runs its own local engine, started on
 first KV use; engine_status shows it.""",
@@ -72,8 +76,22 @@ engine as LMCache's remote tier; lmcache_check validates the adapter against the
 Diagnosis (diagnose_*, read-only): diagnose_stack checks engine, vLLM and LMCache settings in
 one call and says what is missing; diagnose_miss says why a request missed vLLM's prefix cache;
 diagnose_budget sizes a model's KV cache from its config.json.""",
+    "compat": """\
+graph_kvcache: the single action tool older agents call (get, put, contains/exists, stats).""",
 }
 """What the server tells a model about each toolset; only the toolsets it registers are named."""
+
+TOOLSET_SUMMARIES: dict[str, str] = {
+    "kv": "the engine's KV store: stats, probe, get, exists, save, put",
+    "engine": "the managed local engine: status, start, stop",
+    "vllm": "chat with cache accounting, /metrics, a managed vLLM",
+    "bundle": "context bundles: compile, render, chat, measure reuse",
+    "diagnose": "why a request missed, stack checks, KV budgets",
+    "lmcache": "LMCache config for the engine as its remote tier, adapter check",
+    "fleet": "several vLLMs through their KV event feeds",
+    "compat": "graph_kvcache, the single action tool older agents call",
+}
+"""One line per toolset, for the `toolsets` tool (nothing is imported to list them)."""
 
 REACHABLE = {"kv": "the engine for the KV, engine and bundle cache calls", "vllm": "vLLM for chats"}
 
@@ -85,6 +103,11 @@ def instructions_for(toolsets: Sequence[str], *, read_only: bool = False) -> str
         parts.append(
             "This server is read-only: the tools that write, start or stop anything named above "
             "are not registered."
+        )
+    offered = [name for name in TOOLSET_MODULES if name not in toolsets]
+    if "toolsets" in toolsets and offered:
+        parts.append(
+            f"More toolsets ({', '.join(offered)}): the toolsets tool lists and enables them."
         )
     down = [text for area, text in REACHABLE.items() if _names_endpoint(area, toolsets)]
     if down:
@@ -129,20 +152,62 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
         instructions=instructions_for(settings.toolsets, read_only=settings.read_only),
         lifespan=lifespan,
     )
+    switch = RuntimeToolsets(server, settings)
     for name in settings.toolsets:
+        switch.register(name)
+    if "toolsets" in settings.toolsets:
+        toolsets_tool.register(server, switch)
+    return server
+
+
+class RuntimeToolsets:
+    """The toolsets of one server: registered at start-up, or later through the `toolsets` tool
+    (each registered once; an opt-in module is imported only when enabled)."""
+
+    def __init__(self, server: StrictServer[AppState], settings: Settings) -> None:
+        self._server = server
+        self._settings = settings
+        self._enabled: list[str] = []
+
+    def register(self, name: str) -> None:
         module_path = TOOLSET_MODULES.get(name)
         if module_path is None:
-            continue
+            return
         module = importlib.import_module(module_path)
         if not isinstance(module, Toolset):
             raise TypeError(f"{module_path} is not a toolset: it needs TOOLSET and register()")
-        reason = toolset_refusal(name, settings)
+        read_only = self._settings.read_only
+        reason = toolset_refusal(name, self._settings)
         if reason is None:
-            module.register(server, read_only=settings.read_only)
+            module.register(self._server, read_only=read_only)
         else:
             logging.getLogger(__name__).warning("%s", reason)
-            module.register(RefusingRegistrar(server, reason), read_only=settings.read_only)
-    return server
+            module.register(RefusingRegistrar(self._server, reason), read_only=read_only)
+        self._enabled.append(name)
+
+    def offered(self) -> list[str]:
+        """The toolsets not registered yet."""
+        return [name for name in TOOLSET_MODULES if name not in self._enabled]
+
+    def catalog(self) -> list[tuple[str, bool, str]]:
+        return [(name, name in self._enabled, TOOLSET_SUMMARIES[name]) for name in TOOLSET_MODULES]
+
+    def enable(self, name: str) -> tuple[list[str], str]:
+        if name in self._enabled:
+            raise ValueError(
+                f"toolset {quoted(name)} is already enabled on this server; its tools are in "
+                "tools/list (call toolsets without enable to see every toolset)"
+            )
+        if name not in TOOLSET_MODULES:
+            raise ValueError(
+                f"unknown toolset {quoted(name)}; the ones to enable: "
+                f"{', '.join(self.offered()) or 'none (all are enabled)'}"
+            )
+        before = set(self._server.tool_names())
+        self.register(name)
+        logging.getLogger(__name__).info("enabled the %s toolset at run time", name)
+        added = [tool for tool in self._server.tool_names() if tool not in before]
+        return added, INSTRUCTION_PARTS.get(name, "")
 
 
 def toolset_refusal(toolset: str, settings: Settings) -> str | None:

@@ -19,41 +19,33 @@
   "initialize first", a second `initialize` on a session is refused, and params that do not fit
   the method are -32602 naming the field (the SDK answers "Invalid request parameters" alone).
 - A result's text block is its structured content as compact JSON (the SDK indents it, which
-  costs a model ~25% more tokens for the same facts).
-- Over stdio, a line that is not one JSON-RPC message (not JSON, a lone surrogate escape, a
-  batch, params that are not an object, an id without a method) is answered at once with the
-  JSON-RPC error (`domain/jsonrpc.py`) and logged; the SDK alone drops it, and the client waits
-  for its timeout.
+  costs a model ~25% more tokens for the same facts); its output schema is lean too
+  (`domain/tool_schemas.lean_output_schema`), which halves a client's check of every result.
+- Over stdio, a line that is not one JSON-RPC message is answered at once (`stdio_guard`); the
+  SDK alone drops it, and the client waits for its timeout.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from collections import Counter
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import anyio
 import pydantic_core
-from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
+from mcp.server import InitializationOptions, NotificationOptions
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.stdio import stdio_server
-from mcp.shared.message import SessionMessage
 from mcp.types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     CallToolResult,
-    ErrorData,
     GetPromptResult,
     Icon,
     InputRequiredResult,
-    JSONRPCError,
     Prompt,
     TextContent,
     ToolAnnotations,
@@ -61,86 +53,12 @@ from mcp.types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
+from graph_kvcache_mcp.domain.tool_schemas import lean_output_schema, lean_schema
 from graph_kvcache_mcp.errors import QUOTE_LIMIT, describe_validation, quoted, shortened
+from graph_kvcache_mcp.stdio_guard import answering_malformed
 
 LifespanT = TypeVar("LifespanT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
-logger = logging.getLogger(__name__)
-
-# Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
-_ONE_SCHEMA = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "$defs", "patternProperties", "dependentSchemas")
-_NULL = {"type": "null"}
-_DEFS = "#/$defs/"
-
-
-def lean_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` as a model needs it: every `title` keyword dropped (a property *named* title
-    stays), no class docstrings on `$defs`, an optional value whose default is null shown as its
-    plain type (omitting it means null; a null sent anyway is still accepted), and a definition
-    used once written in place (hosts resolve inline schemas most reliably)."""
-    return _inline_single_use_defs(_lean(schema))
-
-
-def _lean(schema: dict[str, Any]) -> dict[str, Any]:
-    out = {key: value for key, value in schema.items() if key != "title"}
-    if "$defs" in out:
-        # A definition's description is its class docstring: written for code readers, and the
-        # properties that use it carry their own descriptions.
-        out["$defs"] = {
-            name: {k: v for k, v in sub.items() if k != "description"}
-            for name, sub in out["$defs"].items()
-        }
-    if "default" in out and out["default"] is None and _is_nullable(out.get("anyOf")):
-        (kept,) = [sub for sub in out.pop("anyOf") if sub != _NULL]
-        del out["default"]
-        out = {**kept, **out}
-    for key in _ONE_SCHEMA:
-        if isinstance(out.get(key), dict):
-            out[key] = _lean(out[key])
-    for key in _SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [_lean(sub) for sub in out[key]]
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: _lean(sub) for name, sub in out[key].items()}
-    return out
-
-
-def _inline_single_use_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    defs: dict[str, Any] = schema.get("$defs") or {}
-    uses = Counter(_refs(schema))
-    once = {name for name in defs if uses[f"{_DEFS}{name}"] == 1}
-
-    def resolve(node: Any, inside: frozenset[str]) -> Any:
-        if isinstance(node, list):
-            return [resolve(sub, inside) for sub in node]
-        if not isinstance(node, dict):
-            return node
-        name = str(node.get("$ref", "")).removeprefix(_DEFS)
-        if name in once and name not in inside:  # `inside` stops a definition that nests itself
-            rest = {key: resolve(value, inside) for key, value in node.items() if key != "$ref"}
-            return {**resolve(defs[name], inside | {name}), **rest}
-        return {key: resolve(value, inside) for key, value in node.items()}
-
-    out = resolve({key: value for key, value in schema.items() if key != "$defs"}, frozenset())
-    kept = {name: resolve(sub, frozenset({name})) for name, sub in defs.items() if name not in once}
-    return {**out, "$defs": kept} if kept else out
-
-
-def _refs(node: Any) -> list[str]:
-    if isinstance(node, list):
-        return [ref for sub in node for ref in _refs(sub)]
-    if not isinstance(node, dict):
-        return []
-    own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
-    return own + [ref for value in node.values() for ref in _refs(value)]
-
-
-def _is_nullable(options: object) -> bool:
-    return isinstance(options, list) and len(options) == 2 and _NULL in options
 
 
 def tighten(tool: Tool) -> None:
@@ -153,6 +71,11 @@ def tighten(tool: Tool) -> None:
     tool.fn_metadata.arg_model = strict  # type: ignore[assignment]
     # The SDK's schema of the same fields, closed: cheaper than generating it again at start-up.
     tool.parameters = lean_schema({**tool.parameters, "additionalProperties": False})
+    # The output schema every result is checked against, client side: cheaper to walk lean.
+    # (Tool.output_schema is a cached copy of fn_metadata's, read first by tools/list.)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = lean_output_schema(tool.fn_metadata.output_schema)
+        tool.__dict__.pop("output_schema", None)
 
 
 def _validate_as_json(cls: type[ModelT], obj: Any, /, **options: Any) -> ModelT:
@@ -202,6 +125,7 @@ class StrictServer(MCPServer[LifespanT]):
         # here. A stack: each in-memory Client runs its own lifespan on the same server object.
         self._live: list[LifespanT] = []
         self.middleware.insert(0, protocol_errors)
+        self._declare_tools_list_changed()
 
     def add_tool(
         self,
@@ -228,11 +152,30 @@ class StrictServer(MCPServer[LifespanT]):
         assert tool is not None
         tighten(tool)
 
+    def _declare_tools_list_changed(self) -> None:
+        # The `toolsets` tool adds tools at run time, so initialize declares tools.listChanged.
+        # SDK 2.3 takes that flag only as an argument of create_initialization_options, which
+        # every transport calls without one (tests/unit/test_sdk_seams.py checks this seam);
+        # the 2026-07-28 era derives it from subscriptions/listen being served.
+        lowlevel = self._lowlevel_server
+        plain = lowlevel.create_initialization_options
+
+        def with_list_changed(
+            notification_options: NotificationOptions | None = None, **options: Any
+        ) -> InitializationOptions:
+            flags = notification_options or NotificationOptions(tools_changed=True)
+            return plain(flags, **options)
+
+        lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign,assignment]
+
     def bind_live(self, state: LifespanT) -> None:
         self._live.append(state)
 
     def unbind_live(self, state: LifespanT) -> None:
         self._live[:] = [live for live in self._live if live is not state]
+
+    def tool_names(self) -> list[str]:
+        return [tool.name for tool in self._tool_manager.list_tools()]
 
     def live_state(self) -> LifespanT | None:
         """The state of the most recent running lifespan, None when none runs."""
@@ -377,58 +320,3 @@ def _long_strings(value: object) -> set[str]:
     if isinstance(value, list | tuple):
         return {text for item in value for text in _long_strings(item)}
     return set()
-
-
-class _Sender(Protocol):
-    async def send(self, item: SessionMessage, /) -> None: ...
-
-
-@asynccontextmanager
-async def answering_malformed(
-    read_stream: AsyncIterable[SessionMessage | Exception], write_stream: _Sender
-) -> AsyncIterator[MemoryObjectReceiveStream[SessionMessage | Exception]]:
-    """`read_stream` with every message the transport could not read taken out and answered on
-    `write_stream` (JSON-RPC -32700 or -32600, with the id when one can be read) and logged."""
-    send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-
-    async def forward() -> None:
-        async with send:
-            async for item in read_stream:
-                if not isinstance(item, Exception):
-                    await send.send(item)
-                    continue
-                for refusal in refusals_for(item):
-                    logger.warning(
-                        "refused a malformed message (%d, id %s): %s",
-                        refusal.code,
-                        quoted(refusal.id),
-                        refusal.message,
-                    )
-                    error = ErrorData(code=refusal.code, message=refusal.message)
-                    answer = JSONRPCError(jsonrpc="2.0", id=refusal.id, error=error)
-                    await write_stream.send(SessionMessage(answer))
-
-    async with anyio.create_task_group() as group, receive:
-        group.start_soon(forward)
-        yield receive
-        group.cancel_scope.cancel()
-
-
-def refusals_for(exc: Exception) -> list[Refusal]:
-    """The answers to the message behind `exc`, the SDK's failure to read one line."""
-    if not isinstance(exc, ValidationError):
-        return refuse_text("")
-    for error in exc.errors(include_url=False):
-        if error["type"] == "json_invalid":
-            return refuse_text(str(error["input"]))
-    return refuse_value(_whole_message(exc))
-
-
-def _whole_message(exc: ValidationError) -> object:
-    # pydantic reports each union member's problems; one of them holds the whole message as its
-    # input: a type error at the top (an array, a string) or a missing field of the top object.
-    for error in exc.errors(include_url=False):
-        depth = len(error["loc"])
-        if depth <= 1 or (error["type"] == "missing" and depth == 2):
-            return error["input"]
-    return None

@@ -5,8 +5,8 @@
 Starts `graph-kvcache-mcp` over stdio (the SDK's `Client`, as a host would) with a fresh data
 dir, then calls vllm_start -> bundle_compile -> bundle_chat -> bundle_chat -> diagnose_stack and
 prints each call's seconds and what it showed, as a Markdown table; vllm_stop cleans up. On a CPU
-box pass a small local model (tests/support/make_tiny_model.py builds one) and CPU flags are
-chosen for it.
+box pass a small local model (graph_kvcache_mcp/connectors/vllm/tiny_model.py builds one) and
+CPU flags are chosen for it.
 """
 
 from __future__ import annotations

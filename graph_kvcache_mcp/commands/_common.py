@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import anyio
 from pydantic import BaseModel
@@ -22,6 +22,8 @@ EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+Verbs: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""The sub-parsers of one command group, where each verb adds its parser."""
 M = TypeVar("M", bound=BaseModel)
 
 

@@ -18,18 +18,21 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_MISS,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    Verbs,
     common_options,
     emit,
     note,
     read_cli_input,
     run_async,
 )
+from graph_kvcache_mcp.commands._flags import add_flag, add_model_flags
 from graph_kvcache_mcp.commands.serve import MAX_HTTP_BODY_BYTES
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.tokens import token_counter_for
 from graph_kvcache_mcp.domain.bundle import DEFAULT_PREAMBLE, Bundle, ChatMessage
+from graph_kvcache_mcp.domain.bundle.models import BundleParams, ChatAnswerTokens, Query
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidValue, VllmRequestError
@@ -41,15 +44,31 @@ from graph_kvcache_mcp.services.bundle.bundles import (
     make_request,
     secret_of,
 )
-from graph_kvcache_mcp.services.bundle.reuse import measure_bundle_reuse, reuse_table
+from graph_kvcache_mcp.services.bundle.reuse import (
+    ReuseAnswerTokens,
+    ReuseBudget,
+    ReuseBundles,
+    ReuseItems,
+    measure_bundle_reuse,
+    reuse_table,
+)
 from graph_kvcache_mcp.services.bundle.views import (
     BundleChatOut,
     BundleCompileOut,
     BundleRenderOut,
 )
 
+COMPILE_FLAGS = (
+    "policy_version",
+    "token_budget",
+    "top_k",
+    "diversity_lambda",
+    "freshness_half_life_days",
+)
+"""`BundleParams` fields `bundle compile` takes as flags."""
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser("bundle", help="compile, cache and render context bundles")
     verbs = group.add_subparsers(
         dest="verb", required=True, metavar="{compile,render,chat,reuse-measure}"
@@ -65,15 +84,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compile_.add_argument(
         "--evidence", required=True, help="JSONL file of evidence items, or - for stdin"
     )
-    compile_.add_argument("--query", default="", help="what the bundle should answer")
-    compile_.add_argument("--policy-version", default=None)
-    compile_.add_argument("--budget", dest="token_budget", type=int, default=None)
-    compile_.add_argument("--top-k", type=int, default=None)
-    compile_.add_argument("--lambda", dest="diversity_lambda", type=float, default=None)
+    add_flag(compile_, "--query", Query, default="", help="what the bundle should answer")
+    add_model_flags(
+        compile_,
+        BundleParams,
+        COMPILE_FLAGS,
+        flags={
+            "token_budget": "--budget",
+            "diversity_lambda": "--lambda",
+            "freshness_half_life_days": "--half-life-days",
+        },
+    )
     compile_.add_argument(
         "--weights", default=None, help="relevance,evidence,freshness (e.g. 0.6,0.25,0.15)"
     )
-    compile_.add_argument("--half-life-days", dest="half_life", type=float, default=None)
     compile_.add_argument("--as-of", default=None, help="ISO 8601 instant freshness is measured at")
     compile_.add_argument("--text", action="store_true", help="print the rendered bundle too")
     compile_.add_argument("--no-cache", action="store_true", help="do not use the KV store")
@@ -87,6 +111,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _vllm_flags(compile_)
     compile_.set_defaults(handler=run_compile)
 
+    _add_turn_verbs(verbs, parent)
+    _add_reuse_measure(verbs)
+
+
+def _add_turn_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     turn = argparse.ArgumentParser(add_help=False)
     turn.add_argument("key", help="a key printed by `bundle compile`")
     turn.add_argument("--turn", required=True, help="the user's message")
@@ -100,19 +129,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     chat = verbs.add_parser(
         "chat", parents=[parent, turn], help="ask vLLM over a stored bundle; prints the Trace too"
     )
-    chat.add_argument("--max-tokens", type=int, default=64)
+    add_flag(chat, "--max-tokens", ChatAnswerTokens, default=64)
     _vllm_flags(chat)
     chat.set_defaults(handler=run_chat)
 
+
+def _add_reuse_measure(verbs: Verbs) -> None:
     measure = verbs.add_parser(
         "reuse-measure",
         parents=[common_options()],
         help="cold vs warm vLLM calls over fresh bundles (prefix-cache reuse)",
     )
-    measure.add_argument("--bundles", type=int, default=3)
-    measure.add_argument("--items", type=int, default=40, help="evidence items per bundle")
-    measure.add_argument("--budget", type=int, default=1200, help="token budget per bundle")
-    measure.add_argument("--max-tokens", type=int, default=4)
+    add_flag(measure, "--bundles", ReuseBundles, default=3)
+    add_flag(measure, "--items", ReuseItems, default=40, help="evidence items per bundle")
+    add_flag(measure, "--budget", ReuseBudget, default=1200, help="token budget per bundle")
+    add_flag(measure, "--max-tokens", ReuseAnswerTokens, default=4)
     _vllm_flags(measure)
     measure.set_defaults(handler=run_reuse_measure)
 
@@ -185,12 +216,8 @@ def run_compile(args: argparse.Namespace, settings: Settings) -> int:
     request = make_request(
         args.query,
         read_jsonl(_lines(args.evidence), "evidence"),
-        policy_version=args.policy_version,
-        token_budget=args.token_budget,
-        top_k=args.top_k,
-        diversity_lambda=args.diversity_lambda,
+        **{name: getattr(args, name) for name in COMPILE_FLAGS},
         weights=_weights(args.weights),
-        freshness_half_life_days=args.half_life,
         as_of=_as_of(args.as_of),
     )
 

@@ -14,10 +14,11 @@ from graph_kvcache_mcp.commands._common import (
     emit,
     run_async,
 )
+from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
-from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
@@ -69,9 +70,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     budget.add_argument("--hf-config", required=True, help="local config.json or model dir")
     budget.add_argument("--kv-dtype", help="KV cache dtype (default: the model's), e.g. fp8")
-    budget.add_argument("--kv-memory-gib", type=float, help="KV memory to fill, in GiB")
-    budget.add_argument("--chunk-size", type=int, help="LMCache chunk size in tokens")
-    budget.add_argument("--block-size", type=int, help="vLLM block size in tokens")
+    add_flag(budget, "--kv-memory-gib", KvMemoryGib, help="KV memory to fill, in GiB")
+    add_flag(budget, "--chunk-size", UnitTokens, help="LMCache chunk size in tokens")
+    add_flag(budget, "--block-size", UnitTokens, help="vLLM block size in tokens")
     budget.set_defaults(handler=run_budget)
 
 

@@ -11,9 +11,11 @@ from graph_kvcache_mcp.commands._common import (
     emit,
     note,
 )
+from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
+from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,9 +24,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parent = common_options()
 
     start = verbs.add_parser("start", parents=[parent], help="start (or reuse) the engine")
-    start.add_argument("--port", type=int, default=None, help="KV port (default: a free one)")
+    add_flag(start, "--port", ServicePort, help="KV port (default: a free one)")
     start.add_argument("--backend", choices=("durable", "memory"), default=None)
-    start.add_argument("--ready-timeout-s", type=float, default=30.0)
+    add_flag(start, "--ready-timeout-s", ReadyTimeout, default=30.0)
     start.add_argument(
         "--resp",
         action="store_true",
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     stop = verbs.add_parser(
         "stop", parents=[parent], help="stop the engine we started, even while sessions use it"
     )
-    stop.add_argument("--wait-s", type=float, default=10.0, help="SIGTERM grace before SIGKILL")
+    add_flag(stop, "--wait-s", StopWait, default=10.0, help="SIGTERM grace before SIGKILL")
     stop.set_defaults(handler=run_stop)
 
     status = verbs.add_parser(

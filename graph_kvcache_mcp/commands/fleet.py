@@ -16,6 +16,7 @@ from graph_kvcache_mcp.commands._common import (
     emit,
     run_async,
 )
+from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
@@ -40,7 +41,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     status = verbs.add_parser("status", parents=[parent], help="instances, findings, index")
-    status.add_argument("--prefixes", type=int, default=10, help="longest prefixes to list")
+    add_flag(
+        status,
+        "--prefixes",
+        fleet_service.ListedPrefixes,
+        default=10,
+        help="longest prefixes to list",
+    )
     status.set_defaults(handler=run_status)
 
     where = verbs.add_parser("where", parents=[parent], help="where a prompt's prefix is cached")
@@ -62,8 +69,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    if not 0 <= args.prefixes <= 100:
-        raise ConfigError("--prefixes takes 0 to 100")
 
     async def main() -> int:
         access = FleetAccess(settings)

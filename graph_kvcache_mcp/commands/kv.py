@@ -15,12 +15,13 @@ from graph_kvcache_mcp.commands._common import (
     read_cli_input,
     run_async,
 )
+from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.outcomes import Hit
-from graph_kvcache_mcp.services.kv.probe import KvProbeOut, probe_kv
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeSamples, probe_kv
 from graph_kvcache_mcp.services.kv.views import KvExistsOut, KvGetOut, KvPutOut, KvStatsOut
 
 
@@ -51,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     exists.set_defaults(handler=run_exists)
 
     probe = verbs.add_parser("probe", parents=[parent], help="reachability, auth, round trip")
-    probe.add_argument("--samples", type=int, default=20, help="small reads timed for latency")
+    add_flag(probe, "--samples", ProbeSamples, default=20, help="small reads timed for latency")
     probe.add_argument("--no-write", action="store_true", help="skip the canary PUTs")
     probe.set_defaults(handler=run_probe)
 
@@ -136,6 +137,8 @@ def _describe_stats(out: KvStatsOut) -> str:
     lines.append(f"  {'hit_rate':<22} {_ratio(out.hit_rate)} ({out.hit_rate_source or 'no gets'})")
     lines.append(f"  {'dedup_ratio':<22} {_ratio(out.dedup_ratio)}")
     lines.append(f"  {'dedup_hit_share':<22} {_ratio(out.dedup_hit_share)}")
+    if out.note:
+        lines.append(f"  note: {out.note}")
     return "\n".join(lines)
 
 

@@ -13,9 +13,16 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_MISS,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    Verbs,
     common_options,
     emit,
     note,
+)
+from graph_kvcache_mcp.commands._flags import (
+    add_flag,
+    add_launch_flags,
+    add_model_flags,
+    model_from_args,
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
@@ -25,17 +32,20 @@ from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
-from graph_kvcache_mcp.domain.lmcache.config import MODES, LmcacheChoices
+from graph_kvcache_mcp.domain.lifecycle import StopWait
+from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.keys import (
     DEFAULT_NAMESPACE,
     KEY_SCHEME_VERSION,
+    Namespace,
     engine_key,
 )
-from graph_kvcache_mcp.domain.lmcache.model import KvKind
+from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
     LmcacheCheckOut,
+    PageBytes,
     run_lmcache_check,
 )
 from graph_kvcache_mcp.services.lmcache.plan import (
@@ -57,7 +67,7 @@ class LmcacheKeyOut(BaseModel):
     scheme_version: int
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser(
         "lmcache", help="LMCache with the engine as its remote tier: config, check, keys"
     )
@@ -79,29 +89,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "start", parents=[parent], help="start (or reuse) the lmcache server `config` plans"
     )
     _plan_arguments(start)
-    start.add_argument(
-        "--extra-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="one more `lmcache server` argument (repeat; --extra-arg=--flag for flags)",
+    add_launch_flags(
+        start,
+        program="`lmcache server`",
+        python_dest="lmcache_python",
+        python_env="GRAPH_KVCACHE_LMCACHE_PYTHON",
+        ready_timeout_s=180.0,
     )
-    start.add_argument(
-        "--python",
-        dest="lmcache_python",
-        type=Path,
-        default=None,
-        help="interpreter with LMCache (default: $GRAPH_KVCACHE_LMCACHE_PYTHON or this one)",
-    )
-    start.add_argument("--ready-timeout-s", type=float, default=180.0)
     start.set_defaults(handler=run_start)
 
+    _add_process_verbs(verbs, parent)
+    _add_key_verbs(verbs, parent)
+
+
+def _add_process_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     stop = verbs.add_parser(
         "stop",
         parents=[parent],
         help="stop the lmcache server we started, even while sessions use it",
     )
-    stop.add_argument("--wait-s", type=float, default=15.0, help="SIGTERM grace before SIGKILL")
+    add_flag(stop, "--wait-s", StopWait, default=15.0, help="SIGTERM grace before SIGKILL")
     stop.add_argument(
         "--force",
         action="store_true",
@@ -114,18 +121,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     status.set_defaults(handler=run_status)
 
+
+def _add_key_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     check = verbs.add_parser(
         "check", parents=[parent], help="validate the LMCache adapter against the engine"
     )
     check.add_argument("--url", dest="kv_url", default=None, help="engine base URL")
-    check.add_argument("--page-bytes", type=int, default=DEFAULT_PAGE_BYTES)
-    check.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    add_flag(check, "--page-bytes", PageBytes, default=DEFAULT_PAGE_BYTES)
+    add_flag(check, "--namespace", Namespace, default=DEFAULT_NAMESPACE)
     check.set_defaults(handler=run_check)
 
     key = verbs.add_parser("key", parents=[parent], help="the engine key of an LMCache key")
     key.add_argument("lmcache_key", metavar="LMCACHE_KEY")
-    key.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    add_flag(key, "--namespace", Namespace, default=DEFAULT_NAMESPACE)
     key.set_defaults(handler=run_key)
+
+
+PLAN_FLAGS = (
+    "mode",
+    "engine_url",
+    "namespace",
+    "chunk_size",
+    "mamba_block_size",
+    "tensor_parallel_size",
+    "lmcache_port",
+    "lmcache_http_port",
+    "l1_size_gb",
+)
+"""`LmcacheChoices` fields `config` and `start` take as flags."""
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,20 +156,23 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf-config", help="local config.json (or model directory)")
     parser.add_argument("--model", help="model id as vLLM serves it (e.g. Qwen/Qwen3-8B)")
     parser.add_argument("--kind", choices=get_args(KvKind), help="KV layout without config.json")
-    parser.add_argument("--num-layers", type=int, help="attention layers without config.json")
-    parser.add_argument("--kv-heads", type=int)
-    parser.add_argument("--head-dim", type=int)
+    add_flag(parser, "--num-layers", Count, help="attention layers without config.json")
+    add_flag(parser, "--kv-heads", Count)
+    add_flag(parser, "--head-dim", Count)
     parser.add_argument("--kv-dtype")
     parser.add_argument("--vision", action="store_true", default=None)
-    parser.add_argument("--mode", choices=MODES, default="mp_native")
-    parser.add_argument("--engine-url", help="engine KV base URL (default: the resolved engine)")
-    parser.add_argument("--chunk-size", type=int)
-    parser.add_argument("--mamba-block-size", type=int, help="vLLM's hybrid block size")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE)
-    parser.add_argument("--lmcache-port", type=int, default=5555)
-    parser.add_argument("--lmcache-http-port", type=int, default=8080)
-    parser.add_argument("--l1-size-gb", type=float, default=20.0)
+    add_model_flags(
+        parser,
+        LmcacheChoices,
+        PLAN_FLAGS,
+        flags={"tensor_parallel_size": "--tp"},
+        defaults={"engine_url": None},
+        helps={
+            "engine_url": "engine KV base URL (default: the resolved engine)",
+            "mamba_block_size": "vLLM's hybrid block size",
+            "tensor_parallel_size": "tensor-parallel size",
+        },
+    )
 
 
 def run_config(args: argparse.Namespace, settings: Settings) -> int:
@@ -226,16 +252,11 @@ def _config_out(args: argparse.Namespace, settings: Settings) -> LmcacheConfigOu
         vision=args.vision,
     )
     write_yaml = getattr(args, "write_yaml", None)
-    choices = LmcacheChoices(
-        mode=args.mode,
+    choices = model_from_args(
+        LmcacheChoices,
+        args,
+        [name for name in PLAN_FLAGS if name != "engine_url"],
         engine_url=args.engine_url or resolve_kv_target(settings).base_url,
-        namespace=args.namespace,
-        chunk_size=args.chunk_size,
-        mamba_block_size=args.mamba_block_size,
-        tensor_parallel_size=args.tp,
-        lmcache_port=args.lmcache_port,
-        lmcache_http_port=args.lmcache_http_port,
-        l1_size_gb=args.l1_size_gb,
         config_file=str(write_yaml) if write_yaml else "lmcache.yaml",
     )
     source = f"config.json at {args.hf_config}" if args.hf_config else "given facts"

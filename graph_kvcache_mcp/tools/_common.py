@@ -34,7 +34,7 @@ STOPS_PROCESS = ToolAnnotations(
 
 
 ServedModel = Annotated[
-    str | None, Field(description="Served model; default VLLM_MODEL, else the only one.")
+    str | None, Field(description="Served model; default VLLM_MODEL or the only one.")
 ]
 """The `model` parameter of every tool that calls vLLM."""
 

@@ -22,7 +22,17 @@ from graph_kvcache_mcp.domain.bundle import (
     EvidenceItem,
     ScoreWeights,
 )
-from graph_kvcache_mcp.domain.bundle.models import MAX_ITEMS
+from graph_kvcache_mcp.domain.bundle.models import (
+    MAX_ITEMS,
+    BundleRequest,
+    ChatAnswerTokens,
+    DiversityLambda,
+    HalfLifeDays,
+    PolicyVersion,
+    Query,
+    TokenBudget,
+    TopK,
+)
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue, VllmRequestError
@@ -34,7 +44,14 @@ from graph_kvcache_mcp.services.bundle.bundles import (
     make_request,
     secret_of,
 )
-from graph_kvcache_mcp.services.bundle.reuse import ReuseReport, measure_bundle_reuse
+from graph_kvcache_mcp.services.bundle.reuse import (
+    ReuseAnswerTokens,
+    ReuseBudget,
+    ReuseBundles,
+    ReuseItems,
+    ReuseReport,
+    measure_bundle_reuse,
+)
 from graph_kvcache_mcp.services.bundle.views import (
     BundleChatOut,
     BundleCompileOut,
@@ -70,36 +87,32 @@ TokenCounterChoice = Literal["auto", "estimate", "vllm"]
 
 
 async def bundle_compile(
-    query: Annotated[str, Field(max_length=20_000, description="What the bundle should answer.")],
+    query: Annotated[Query, Field(description="What the bundle should answer.")],
     items: Annotated[
         list[EvidenceItem],
         Field(max_length=MAX_ITEMS, description="Candidate evidence, unique ids."),
     ],
     ctx: Context[Any],
     policy_version: Annotated[
-        str, Field(description="Your policy's version (part of the cache key).")
+        PolicyVersion, Field(description="Your policy's version (keyed).")
     ] = "v1",
-    token_budget: Annotated[
-        int, Field(ge=1, le=1_000_000, description="Most tokens the bundle text may use.")
-    ] = 2000,
-    top_k: Annotated[int, Field(ge=1, le=MAX_ITEMS, description="Most items to select.")] = 20,
+    token_budget: Annotated[TokenBudget, Field(description="Most tokens the text may use.")] = 2000,
+    top_k: Annotated[TopK, Field(description="Most items to select.")] = 20,
     diversity_lambda: Annotated[
-        float, Field(ge=0, le=1, description="MMR: 1 = score only, lower = more diverse.")
+        DiversityLambda, Field(description="MMR: 1 = score only, lower = more diverse.")
     ] = 0.7,
     weights: Annotated[
         ScoreWeights | None,
         Field(description="Score weights, normalized by their sum."),
     ] = None,
     freshness_half_life_days: Annotated[
-        float, Field(gt=0, description="Freshness half-life before as_of, in days.")
+        HalfLifeDays, Field(description="Freshness half-life, days.")
     ] = 30.0,
     as_of: Annotated[
         datetime | None,
         Field(description="When freshness is measured (ISO 8601); omit = neutral."),
     ] = None,
-    include_text: Annotated[
-        bool, Field(description="Also return the rendered text (can be long).")
-    ] = False,
+    include_text: Annotated[bool, Field(description="Also return the rendered text.")] = False,
     token_counter: Annotated[
         TokenCounterChoice,
         Field(
@@ -125,6 +138,17 @@ async def bundle_compile(
         )
     except InvalidValue as exc:
         raise ToolError(f"{exc}; fix it and call bundle_compile again") from exc
+    return await _compile(ctx, request, token_counter, include_text=include_text)
+
+
+async def _compile(
+    ctx: Context[Any],
+    request: BundleRequest,
+    token_counter: TokenCounterChoice,
+    *,
+    include_text: bool,
+) -> BundleCompileOut:
+    """Compile through the session's KV store, counting with the served tokenizer when asked."""
     state = state_of(ctx)
     exact_wanted = token_counter == "vllm" or (
         token_counter == "auto" and state.settings.vllm_model is not None
@@ -193,7 +217,7 @@ async def bundle_chat(
     history: History = None,
     model: Model = None,
     max_tokens: Annotated[
-        int, Field(ge=1, le=8192, description="Most tokens the model may generate.")
+        ChatAnswerTokens, Field(description="Most tokens the model may generate.")
     ] = 64,
 ) -> BundleChatOut:
     """Ask vLLM one question over a stored bundle (rendered as bundle_render does): the
@@ -227,16 +251,13 @@ async def bundle_chat(
 async def bundle_reuse_measure(
     ctx: Context[Any],
     bundles: Annotated[
-        int,
-        Field(ge=1, le=20, description="Bundles; each gets a cold and a warm call."),
+        ReuseBundles, Field(description="Bundles; each gets a cold and a warm call.")
     ] = 3,
     items_per_bundle: Annotated[
-        int, Field(ge=2, le=200, description="Synthetic evidence items per bundle.")
+        ReuseItems, Field(description="Synthetic evidence items per bundle.")
     ] = 40,
-    token_budget: Annotated[
-        int, Field(ge=64, le=100_000, description="Token budget of each bundle.")
-    ] = 1200,
-    max_tokens: Annotated[int, Field(ge=1, le=256, description="Tokens generated per call.")] = 4,
+    token_budget: Annotated[ReuseBudget, Field(description="Token budget of each bundle.")] = 1200,
+    max_tokens: Annotated[ReuseAnswerTokens, Field(description="Tokens generated per call.")] = 4,
     model: Model = None,
 ) -> ReuseReport:
     """Measure vLLM prefix-cache reuse: N fresh bundles, a cold then a warm call each;

@@ -2,7 +2,8 @@
 
 get -> {hit, value_b64}, put -> {stored}, contains/exists -> {present}, stats -> counters; plus an
 output schema, one error shape (ToolError with a message), strict base64 and a 64 KiB inline cap.
-Part of the `kv` toolset; in read-only mode it is registered without the put action.
+The opt-in `compat` toolset (it repeats what kv_get / kv_put / kv_exists / kv_stats do, so the
+default list leaves its bytes out); in read-only mode it is registered without the put action.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from graph_kvcache_mcp.tools._common import (
 from graph_kvcache_mcp.tools.kv_input import decode_value
 
 Action = Literal["get", "put", "contains", "exists", "stats"]
+TOOLSET = "compat"
+
 ReadAction = Literal["get", "contains", "exists", "stats"]
 
 

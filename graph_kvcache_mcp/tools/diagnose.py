@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.registrar import Registrar
@@ -89,12 +89,12 @@ async def diagnose_budget(
     ctx: Context[Any],
     hf_config: Annotated[
         str | dict[str, Any],
-        Field(description="Path of a local config.json (or model dir), or its JSON object."),
+        Field(description="Local config.json path (or model dir), or its JSON object."),
     ],
     kv_dtype: Annotated[str | None, Field(description="KV cache dtype, e.g. fp8.")] = None,
-    kv_memory_gib: Annotated[float | None, Field(gt=0, description="KV memory to fill.")] = None,
-    chunk_size: Annotated[int | None, Field(ge=1, description="LMCache chunk tokens.")] = None,
-    block_size: Annotated[int | None, Field(ge=1, description="vLLM block tokens.")] = None,
+    kv_memory_gib: Annotated[KvMemoryGib | None, Field(description="KV memory to fill.")] = None,
+    chunk_size: Annotated[UnitTokens | None, Field(description="LMCache chunk tokens.")] = None,
+    block_size: Annotated[UnitTokens | None, Field(description="vLLM block tokens.")] = None,
 ) -> KvBudget:
     """How much KV a model needs: bytes per token, tokens that fit in kv_memory_gib, chunk bytes
     against the engine's 64 MiB value cap; sliding-window and recurrent state apart. Computes

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
+from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.tools._common import (
@@ -79,8 +80,7 @@ async def engine_start(
         Field(description="durable (default) or memory; ignored if an engine runs."),
     ] = None,
     port: Annotated[
-        int | None,
-        Field(ge=1024, le=65535, description="Loopback port; default: a free one."),
+        ServicePort | None, Field(description="Loopback port; default: a free one.")
     ] = None,
 ) -> EngineStatusOut:
     """Start the managed local engine (or reuse the running one); returns once it answers. This

@@ -39,7 +39,9 @@ async def _connection(ctx: Context[Any], tool: str) -> FleetConnection:
 
 async def fleet_status(
     ctx: Context[Any],
-    prefixes: Annotated[int, Field(ge=0, le=100, description="Longest prefixes to list.")] = 10,
+    prefixes: Annotated[
+        fleet_service.ListedPrefixes, Field(description="Longest prefixes to list.")
+    ] = 10,
 ) -> FleetStatusOut:
     """Each vLLM instance of the fleet: reachable, model, version, block size, hash algorithm,
     prefix caching, KV usage, queue, preemptions, event-feed freshness; findings with fixes where

@@ -1,5 +1,6 @@
 """KV store tools (kv_*): stats, probe, get, save, put, exists. Thin adapters over services/ and
-the shared `KvAccess`; registering the toolset also adds graph_kvcache and the kv guides.
+the shared `KvAccess`; registering the toolset also adds the kv guides (graph_kvcache is the
+`compat` toolset).
 
 Bad input (keys, base64, sizes, paths) is refused with `ToolError` before any I/O, so nothing is
 stored and no engine is started for a call that cannot succeed.
@@ -20,10 +21,10 @@ from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.files.access import create_exclusive
 from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.domain.engine.keys import check_key
-from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
+from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta, stats_note
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from graph_kvcache_mcp.registrar import Registrar
-from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, probe_kv
+from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, ProbeSamples, probe_kv
 from graph_kvcache_mcp.services.kv.views import (
     DEFAULT_INLINE_CAP_BYTES,
     KvExistsOut,
@@ -32,7 +33,7 @@ from graph_kvcache_mcp.services.kv.views import (
     KvPutOut,
     KvStatsOut,
 )
-from graph_kvcache_mcp.tools import compat, kv_guide
+from graph_kvcache_mcp.tools import kv_guide
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     WRITES_IDEMPOTENT,
@@ -62,7 +63,7 @@ CREATES_FILE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
-Samples = Annotated[int, Field(ge=1, le=500, description="Small requests to time for latency.")]
+Samples = Annotated[ProbeSamples, Field(description="Small requests to time for latency.")]
 
 
 async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvStatsOut:
@@ -80,7 +81,8 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
             f"`since` is a snapshot of a {since.backend} backend but this store is "
             f"{out.engine.backend}: call kv_stats without since and use its snapshot_id"
         )
-    return out.model_copy(update={"delta": stats_delta(since, out.engine)})
+    note = stats_note(out.engine, since)
+    return out.model_copy(update={"delta": stats_delta(since, out.engine), "note": note})
 
 
 # --- tools ---------------------------------------------------------------------------------
@@ -273,5 +275,4 @@ SPECS = (
 
 def register(server: Registrar, *, read_only: bool) -> None:
     register_all(server, SPECS, read_only=read_only)
-    compat.register(server, read_only=read_only)
     kv_guide.register(server, stats=stats_out)

@@ -4,7 +4,7 @@ managed `lmcache server`, and check the LMCache adapter against the engine. Opt-
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context
@@ -17,10 +17,19 @@ from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, LmcacheStopResult
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
-from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
-from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, Mode
-from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE
-from graph_kvcache_mcp.domain.lmcache.model import KvKind
+from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
+from graph_kvcache_mcp.domain.lmcache.choices import (
+    BlockTokens,
+    ChunkSize,
+    LmcacheChoices,
+    Mode,
+    ServerMode,
+    SizeGb,
+    TensorParallelSize,
+)
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
+from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.registrar import Registrar
@@ -28,6 +37,7 @@ from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,
     LmcacheCheckOut,
+    PageBytes,
     run_lmcache_check,
 )
 from graph_kvcache_mcp.services.lmcache.plan import (
@@ -66,76 +76,76 @@ class LmcacheStatusOut(LmcacheStatus):
         return cls(**status.model_dump(), holds_lease=access.holds_lease)
 
 
-Namespace = Annotated[
-    str,
+NamespaceArg = Annotated[
+    Namespace,
+    Field(description="Key namespace hashed into every engine key (keeps fleets apart)."),
+]
+
+
+HfConfigArg = Annotated[
+    str | None,
     Field(
-        min_length=1,
-        max_length=128,
-        description="Key namespace hashed into every engine key (keeps fleets apart).",
+        description="Absolute path of a local Hugging Face config.json (or its model "
+        "directory) inside the allowed roots. Preferred: the facts are read from it. Nothing "
+        "is downloaded."
     ),
+]
+ModelIdArg = Annotated[
+    str | None, Field(description="Model id as vLLM serves it, e.g. Qwen/Qwen3-8B.")
+]
+KindArg = Annotated[
+    KvKind | None,
+    Field(description="KV layout when no config.json is given: dense|mla|hybrid|compressed."),
+]
+ModeArg = Annotated[
+    Mode,
+    Field(
+        description="mp_native (recommended: lmcache server + our native_plugin adapter), "
+        "redis_resp (LMCache's resp adapter to a Redis endpoint), or inprocess_plugin "
+        "(LMCache inside vLLM with our remote_storage_plugins connector)."
+    ),
+]
+EngineUrlArg = Annotated[
+    str | None, Field(description="Engine KV base URL; default: the engine this server uses.")
+]
+MambaBlockArg = Annotated[
+    BlockTokens | None,
+    Field(
+        description="Hybrid models: vLLM's attention block size from its log line "
+        "'Setting attention block size to N tokens' (otherwise estimated).",
+    ),
+]
+TensorParallelArg = Annotated[
+    TensorParallelSize, Field(description="vLLM --tensor-parallel-size (KV per rank).")
 ]
 
 
 async def lmcache_config(
     ctx: Context[Any],
-    hf_config: Annotated[
-        str | None,
-        Field(
-            description="Absolute path of a local Hugging Face config.json (or its model "
-            "directory) inside the allowed roots. Preferred: the facts are read from it. Nothing "
-            "is downloaded."
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        Field(description="Model id as vLLM serves it, e.g. Qwen/Qwen3-8B."),
-    ] = None,
-    kind: Annotated[
-        KvKind | None,
-        Field(description="KV layout when no config.json is given: dense|mla|hybrid|compressed."),
-    ] = None,
+    hf_config: HfConfigArg = None,
+    model: ModelIdArg = None,
+    kind: KindArg = None,
     num_layers: Annotated[
-        int | None, Field(ge=1, description="Attention layers (without config.json).")
+        Count | None, Field(description="Attention layers (without config.json).")
     ] = None,
-    kv_heads: Annotated[int | None, Field(ge=1, description="KV heads (GQA).")] = None,
-    head_dim: Annotated[
-        int | None, Field(ge=1, description="Head size (MLA: latent width).")
-    ] = None,
+    kv_heads: Annotated[Count | None, Field(description="KV heads (GQA).")] = None,
+    head_dim: Annotated[Count | None, Field(description="Head size (MLA: latent width).")] = None,
     kv_dtype: Annotated[str | None, Field(description="KV dtype, e.g. bfloat16.")] = None,
     vision: Annotated[bool | None, Field(description="The model takes images or video.")] = None,
-    mode: Annotated[
-        Mode,
-        Field(
-            description="mp_native (recommended: lmcache server + our native_plugin adapter), "
-            "redis_resp (LMCache's resp adapter to a Redis endpoint), or inprocess_plugin "
-            "(LMCache inside vLLM with our remote_storage_plugins connector)."
-        ),
-    ] = "mp_native",
-    engine_url: Annotated[
-        str | None,
-        Field(description="Engine KV base URL; default: the engine this server uses."),
-    ] = None,
-    chunk_size: Annotated[int | None, Field(ge=1, description="Tokens per LMCache chunk.")] = None,
-    mamba_block_size: Annotated[
-        int | None,
-        Field(
-            ge=1,
-            description="Hybrid models: vLLM's attention block size from its log line "
-            "'Setting attention block size to N tokens' (otherwise estimated).",
-        ),
-    ] = None,
-    tensor_parallel_size: Annotated[
-        int, Field(ge=1, le=64, description="vLLM --tensor-parallel-size (KV per rank).")
-    ] = 1,
-    namespace: Namespace = DEFAULT_NAMESPACE,
+    mode: ModeArg = "mp_native",
+    engine_url: EngineUrlArg = None,
+    chunk_size: Annotated[ChunkSize | None, Field(description="Tokens per LMCache chunk.")] = None,
+    mamba_block_size: MambaBlockArg = None,
+    tensor_parallel_size: TensorParallelArg = 1,
+    namespace: NamespaceArg = DEFAULT_NAMESPACE,
     lmcache_port: Annotated[
-        int, Field(ge=1, le=65535, description="The lmcache server's port (vLLM connects).")
+        ServicePort, Field(description="The lmcache server's port (vLLM connects).")
     ] = 5555,
     lmcache_http_port: Annotated[
-        int, Field(ge=1, le=65535, description="The lmcache server's HTTP admin port.")
+        ServicePort, Field(description="The lmcache server's HTTP admin port.")
     ] = 8080,
     l1_size_gb: Annotated[
-        float, Field(gt=0, description="The lmcache server's L1 (host memory) size in GB.")
+        SizeGb, Field(description="The lmcache server's L1 (host memory) size in GB.")
     ] = 20.0,
 ) -> LmcacheConfigOut:
     """Generate LMCache + vLLM configuration that makes the engine LMCache's shared remote tier:
@@ -145,6 +155,36 @@ async def lmcache_config(
     over the engine's 64 MiB value cap). Give hf_config (a local config.json) when you can;
     otherwise model, num_layers, kv_heads and head_dim. Computes only; starts nothing. If
     plan.supported is false, tell the user to rely on vLLM's native prefix caching."""
+    facts = {
+        "model": model,
+        "kind": kind,
+        "num_layers": num_layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "kv_dtype": kv_dtype,
+        "vision": vision,
+    }
+    choices = {
+        "mode": mode,
+        "namespace": namespace,
+        "chunk_size": chunk_size,
+        "mamba_block_size": mamba_block_size,
+        "tensor_parallel_size": tensor_parallel_size,
+        "lmcache_port": lmcache_port,
+        "lmcache_http_port": lmcache_http_port,
+        "l1_size_gb": l1_size_gb,
+    }
+    return await _plan(ctx, hf_config, engine_url, facts, choices)
+
+
+async def _plan(
+    ctx: Context[Any],
+    hf_config: str | None,
+    engine_url: str | None,
+    facts_given: dict[str, Any],
+    choices_given: dict[str, Any],
+) -> LmcacheConfigOut:
+    """The plan for the facts (read from `hf_config` when given) and the choices."""
     settings = state_of(ctx).settings
     source = f"config.json at {hf_config}" if hf_config else "given facts"
     if hf_config is not None:
@@ -153,28 +193,9 @@ async def lmcache_config(
         # The engine this server would use, without starting one: generating config is read-only.
         default_url = (await anyio.to_thread.run_sync(resolve_kv_target, settings)).base_url
         facts = await anyio.to_thread.run_sync(
-            lambda: model_facts(
-                hf_config=hf_config,
-                model=model,
-                kind=kind,
-                num_layers=num_layers,
-                kv_heads=kv_heads,
-                head_dim=head_dim,
-                kv_dtype=kv_dtype,
-                vision=vision,
-            )
+            lambda: model_facts(hf_config=hf_config, **facts_given)
         )
-        choices = LmcacheChoices(
-            mode=mode,
-            engine_url=engine_url or default_url,
-            namespace=namespace,
-            chunk_size=chunk_size,
-            mamba_block_size=mamba_block_size,
-            tensor_parallel_size=tensor_parallel_size,
-            lmcache_port=lmcache_port,
-            lmcache_http_port=lmcache_http_port,
-            l1_size_gb=l1_size_gb,
-        )
+        choices = LmcacheChoices(engine_url=engine_url or default_url, **choices_given)
         plan = build_plan(facts, choices)
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call lmcache_config again.") from None
@@ -184,10 +205,10 @@ async def lmcache_config(
 async def lmcache_check(
     ctx: Context[Any],
     page_bytes: Annotated[
-        int,
-        Field(ge=1, le=VALUE_CAP_BYTES, description="Size of the random test page."),
+        PageBytes,
+        Field(description="Size of the random test page."),
     ] = DEFAULT_PAGE_BYTES,
-    namespace: Namespace = DEFAULT_NAMESPACE,
+    namespace: NamespaceArg = DEFAULT_NAMESPACE,
 ) -> LmcacheCheckOut:
     """Validate the LMCache adapter against this server's engine, without vLLM: build the same
     native_plugin client `lmcache server` loads, set a random page, wait on its eventfd, drain,
@@ -221,27 +242,27 @@ async def lmcache_start(
         str | None, Field(description="Local config.json (or model dir) to size the server.")
     ] = None,
     model: Annotated[str | None, Field(description="Model id, when no config.json.")] = None,
-    num_layers: Annotated[int | None, Field(ge=1, description="Attention layers.")] = None,
-    kv_heads: Annotated[int | None, Field(ge=1, description="KV heads (GQA).")] = None,
-    head_dim: Annotated[int | None, Field(ge=1, description="Head size.")] = None,
+    num_layers: Annotated[Count | None, Field(description="Attention layers.")] = None,
+    kv_heads: Annotated[Count | None, Field(description="KV heads (GQA).")] = None,
+    head_dim: Annotated[Count | None, Field(description="Head size.")] = None,
     mode: Annotated[
-        Literal["mp_native", "redis_resp"],
+        ServerMode,
         Field(description="mp_native (our adapter to the engine) or redis_resp."),
     ] = "mp_native",
     engine_url: Annotated[
         str | None, Field(description="Engine KV base URL; default: the engine this server uses.")
     ] = None,
-    lmcache_port: Annotated[int, Field(ge=1024, le=65535, description="Server port.")] = 5555,
+    lmcache_port: Annotated[ServicePort, Field(description="Server port.")] = 5555,
     lmcache_http_port: Annotated[
-        int, Field(ge=1024, le=65535, description="HTTP admin port (/healthcheck, /status).")
+        ServicePort, Field(description="HTTP admin port (/healthcheck, /status).")
     ] = 8080,
-    l1_size_gb: Annotated[float, Field(gt=0, description="L1 size in GB.")] = 20.0,
+    l1_size_gb: Annotated[SizeGb, Field(description="L1 size in GB.")] = 20.0,
     extra_args: Annotated[
         list[str] | None,
         Field(description="More `lmcache server` flags, e.g. ['--no-l1-use-lazy']."),
     ] = None,
     ready_timeout_s: Annotated[
-        float, Field(gt=0, le=3600, description="Give up (and stop it) if not healthy by then.")
+        ReadyTimeout, Field(description="Give up (and stop it) if not healthy by then.")
     ] = 180.0,
 ) -> LmcacheStatusOut:
     """Start the `lmcache server` that lmcache_config plans (or reuse the one this data dir
@@ -250,7 +271,6 @@ async def lmcache_start(
     connects with kv_connector mp_native (vllm_start). This session holds a lease: the server
     stops when the last session using it exits (unless --keep-engine)."""
     access = state_of(ctx).lmcache
-    settings = access.settings
     planned = await lmcache_config(
         ctx,
         hf_config=hf_config,
@@ -268,29 +288,36 @@ async def lmcache_start(
     if planned_server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
     server = planned_server.model_copy(update={"argv": [*planned_server.argv, *(extra_args or [])]})
-    env = server_environment(server.env, settings)
     try:
-        peer = None
-        if mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
-            kv = state_of(ctx).kv
-            if settings.kv_url is None:
-                await kv.start_engine(resp=True)
-            engine, planned_env = kv.engine, env
-            launch = await anyio.to_thread.run_sync(
-                lambda: prepare_resp_launch(engine, server, planned_env)
-            )
-            server, env, peer = launch.server, launch.env, launch.peer
-        status = await access.start(
-            server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
-        )
+        status = await _start_server(ctx, server, ready_timeout_s, resp=mode == "redis_resp")
     except (LmcacheProcessError, EngineProcessError) as exc:
         raise ToolError(str(exc)) from exc
     return LmcacheStatusOut.build(status, access)
 
 
+async def _start_server(
+    ctx: Context[Any], server: ProcessSpec, ready_timeout_s: float, *, resp: bool
+) -> LmcacheStatus:
+    """Start `server`; for a `resp` adapter, the managed engine's RESP wire first, proven to
+    answer, and the adapter aimed at it."""
+    state = state_of(ctx)
+    access, settings = state.lmcache, state.settings
+    env = server_environment(server.env, settings)
+    peer = None
+    if resp:
+        if settings.kv_url is None:
+            await state.kv.start_engine(resp=True)
+        engine, planned_env = state.kv.engine, env
+        launch = await anyio.to_thread.run_sync(
+            lambda: prepare_resp_launch(engine, server, planned_env)
+        )
+        server, env, peer = launch.server, launch.env, launch.peer
+    return await access.start(server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer)
+
+
 async def lmcache_stop(
     ctx: Context[Any],
-    wait_s: Annotated[float, Field(gt=0, le=120, description="SIGTERM grace before SIGKILL.")] = 15,
+    wait_s: Annotated[StopWait, Field(description="SIGTERM grace before SIGKILL.")] = 15,
     force: Annotated[
         bool, Field(description="Also stop a server other sessions use or the CLI started.")
     ] = False,

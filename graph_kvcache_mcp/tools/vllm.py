@@ -19,9 +19,18 @@ from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.vllm.process import Progress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
+from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
-from graph_kvcache_mcp.domain.vllm.launch import KvConnector, VllmLaunch
+from graph_kvcache_mcp.domain.vllm.chat import AnswerTokens, Temperature
+from graph_kvcache_mcp.domain.vllm.launch import (
+    BlockSize,
+    GpuMemoryUtilization,
+    KvCacheBytes,
+    KvConnector,
+    MaxModelLen,
+    VllmLaunch,
+)
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import (
     ConfigError,
@@ -37,6 +46,7 @@ from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import (
     RestartMode,
     RestartReuseOut,
+    ReusePromptTokens,
     measure_restart_reuse,
 )
 from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
@@ -91,8 +101,8 @@ async def vllm_chat(
         Field(description="A whole conversation instead."),
     ] = None,
     model: Model = None,
-    max_tokens: Annotated[int, Field(ge=1, le=4096, description="Answer length cap.")] = 64,
-    temperature: Annotated[float, Field(ge=0, le=2, description="0 = greedy (repeatable).")] = 0.0,
+    max_tokens: Annotated[AnswerTokens, Field(description="Answer length cap.")] = 64,
+    temperature: Annotated[Temperature, Field(description="0 = greedy (repeatable).")] = 0.0,
     stream: Annotated[bool, Field(description="Stream, to measure TTFT.")] = False,
 ) -> VllmChatOut:
     """One chat request to vLLM: the answer and a trace (prompt tokens; prefix_cache_hit_tokens
@@ -146,45 +156,39 @@ async def vllm_metrics(
 
 async def vllm_start(
     ctx: Context[Any],
-    model: Annotated[str, Field(min_length=1, description="Local model dir or hub id to serve.")],
+    model: Annotated[str, Field(min_length=1, description="Local model dir or hub id.")],
     port: Annotated[
-        int | None,
-        Field(ge=1024, le=65535, description="Loopback port; default: VLLM_BASE_URL's."),
+        ServicePort | None, Field(description="Loopback port; default: VLLM_BASE_URL's.")
     ] = None,
     served_model_name: Annotated[
         str | None, Field(description="Name clients use; default: `model`.")
     ] = None,
-    max_model_len: Annotated[int | None, Field(ge=16, description="Context length cap.")] = None,
+    max_model_len: Annotated[MaxModelLen | None, Field(description="Context length cap.")] = None,
     dtype: Annotated[str, Field(description="auto, bfloat16, float16, float32.")] = "auto",
     gpu_memory_utilization: Annotated[
-        float | None, Field(gt=0, le=1, description="GPU only; default 0.9.")
+        GpuMemoryUtilization | None, Field(description="GPU only; default 0.9.")
     ] = None,
     block_size: Annotated[
-        int | None, Field(ge=1, description="KV block size; CPU needs a multiple of 32.")
+        BlockSize | None, Field(description="KV block size; CPU needs a multiple of 32.")
     ] = None,
     kv_cache_memory_bytes: Annotated[
-        int | None, Field(ge=1024**2, description="KV cache size; CPU default 1 GiB.")
+        KvCacheBytes | None, Field(description="KV cache size; CPU default 1 GiB.")
     ] = None,
-    dev_mode: Annotated[
-        bool, Field(description="Dev mode, needed by vllm_reset_prefix_cache.")
-    ] = False,
+    dev_mode: Annotated[bool, Field(description="Needed by vllm_reset_prefix_cache.")] = False,
     extra_args: Annotated[list[str] | None, Field(description="More vLLM flags.")] = None,
     kv_connector: Annotated[
         KvConnector,
         Field(description="External KV tier: engine (CPU), an LMCache mode, or none."),
     ] = "none",
-    kv_events: Annotated[
-        bool, Field(description="Publish KV events (for the fleet_* tools).")
-    ] = False,
+    kv_events: Annotated[bool, Field(description="Publish KV events (fleet_* tools).")] = False,
     ready_timeout_s: Annotated[
-        float, Field(gt=0, le=3600, description="Stop it if not healthy by then.")
+        ReadyTimeout, Field(description="Stop it if not healthy by then.")
     ] = 600.0,
 ) -> VllmStatusOut:
     """Start (or reuse) a loopback vLLM with prefix caching (CPU flags without a GPU); returns
-    once healthy and keeps running after this server exits. mp_native and redis_resp start the
-    engine and an lmcache server first."""
-    state = state_of(ctx)
-    access = state.vllm
+    once healthy; it outlives this server. mp_native and redis_resp start the engine and an
+    lmcache server first."""
+    access = state_of(ctx).vllm
     try:
         launch = VllmLaunch(
             model=model,
@@ -201,27 +205,31 @@ async def vllm_start(
             lmcache_port=access.settings.lmcache_port,
             extra_args=tuple(extra_args or ()),
         )
-        if launch.kv_connector in MP_CONNECTORS:
-            options = StackOptions(http_port=access.settings.lmcache_http_port)
-            out = await _start_stack(ctx, launch, options, ready_timeout_s)
-            await access.use(out.tools_base_url)
-            return out
-        env = engine_environment(access.settings) if launch.needs_engine_environment else None
-        out = await anyio.to_thread.run_sync(
-            partial(
-                vllm_service.start,
-                access.managed,
-                launch,
-                env=env,
-                ready_timeout_s=ready_timeout_s,
-                progress=_progress_reporter(ctx),
-                calls_base_url=access.base_url,
-            )
-        )
+        out = await _launch(ctx, launch, ready_timeout_s)
     except (VllmProcessError, LmcacheProcessError, EngineProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
     await access.use(out.tools_base_url)
     return out
+
+
+async def _launch(ctx: Context[Any], launch: VllmLaunch, ready_timeout_s: float) -> VllmStatusOut:
+    """vLLM alone, or (an MP LMCache connector) the stack under it first."""
+    access = state_of(ctx).vllm
+    if launch.kv_connector in MP_CONNECTORS:
+        options = StackOptions(http_port=access.settings.lmcache_http_port)
+        return await _start_stack(ctx, launch, options, ready_timeout_s)
+    env = engine_environment(access.settings) if launch.needs_engine_environment else None
+    return await anyio.to_thread.run_sync(
+        partial(
+            vllm_service.start,
+            access.managed,
+            launch,
+            env=env,
+            ready_timeout_s=ready_timeout_s,
+            progress=_progress_reporter(ctx),
+            calls_base_url=access.base_url,
+        )
+    )
 
 
 async def _start_stack(
@@ -255,7 +263,7 @@ async def _start_stack(
 
 async def vllm_stop(
     ctx: Context[Any],
-    wait_s: Annotated[float, Field(gt=0, le=120, description="SIGTERM grace before SIGKILL.")] = 15,
+    wait_s: Annotated[StopWait, Field(description="SIGTERM grace before SIGKILL.")] = 15,
 ) -> VllmStopResult:
     """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never one it
     did not start. Its prefix cache is lost."""
@@ -276,7 +284,7 @@ async def vllm_status(ctx: Context[Any]) -> VllmStatusOut:
 
 async def vllm_logs(
     ctx: Context[Any],
-    lines: Annotated[int, Field(ge=1, le=500, description="How many last lines.")] = 50,
+    lines: Annotated[LogLines, Field(description="How many last lines.")] = 50,
 ) -> VllmLogs:
     """The last lines of the managed vLLM's log (why it failed to start)."""
     managed = state_of(ctx).vllm.managed
@@ -332,10 +340,10 @@ def _progress_reporter(ctx: Context[Any]) -> Progress:
 async def vllm_restart_reuse(
     ctx: Context[Any],
     prompt_tokens: Annotated[
-        int, Field(ge=64, le=131072, description="About how long the test prompt is, in tokens.")
+        ReusePromptTokens, Field(description="About how long the test prompt is, in tokens.")
     ] = 2048,
     ready_timeout_s: Annotated[
-        float, Field(gt=0, le=3600, description="How long the restarted vLLM may take.")
+        ReadyTimeout, Field(description="How long the restarted vLLM may take.")
     ] = 600.0,
     restart: Annotated[RestartMode, Field(description="stack: the lmcache server too.")] = "vllm",
 ) -> RestartReuseOut:

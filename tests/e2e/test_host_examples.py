@@ -93,7 +93,7 @@ async def test_each_stdio_example_starts_the_server_and_lists_its_tools(
         budget = await client.call_tool("diagnose_budget", {"hf_config": str(MODEL_CONFIG)})
     toolsets = env.get("GRAPH_KVCACHE_TOOLSETS", ",".join(DEFAULT_TOOLSETS)).split(",")
     assert set(DEFAULT_TOOLSETS) <= set(toolsets)  # an example never drops a default toolset
-    assert {"kv_stats", "kv_get", "graph_kvcache", "engine_status", "diagnose_stack"} <= names
+    assert {"kv_stats", "kv_get", "toolsets", "engine_status", "diagnose_stack"} <= names
     assert not budget.is_error, budget.content  # a path tool works with an empty roots list
     assert ("vllm_chat" in names, "bundle_render" in names) == (
         "vllm" in toolsets,

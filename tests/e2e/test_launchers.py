@@ -49,7 +49,7 @@ async def test_mcp_run_on_the_entry_file_starts_and_lists_the_tools(
         names = {tool.name for tool in (await client.list_tools()).tools}
         stats = KvStatsOut.model_validate(await call_ok(client, "kv_stats", {}))
         status = await call_ok(client, "engine_status", {})
-    assert {"kv_stats", "kv_probe", "kv_get", "graph_kvcache", "engine_status"} <= names
+    assert {"kv_stats", "kv_probe", "kv_get", "toolsets", "engine_status"} <= names
     assert stats.reachable and stats.base_url == memory_engine.base_url
     assert status["kv_source"] == "configured"
 

@@ -143,7 +143,7 @@ def test_no_secret_reaches_any_answer_log_or_file(
         "VLLM_API_KEY": VLLM_API_KEY,
         "GRAPH_KVCACHE_BUNDLE_SECRET": BUNDLE_SECRET,
         "GRAPH_KVCACHE_DATA_DIR": str(data_dir),
-        "GRAPH_KVCACHE_TOOLSETS": "kv,engine,vllm,bundle,lmcache",
+        "GRAPH_KVCACHE_TOOLSETS": "kv,engine,vllm,bundle,lmcache,compat",
         "GRAPH_KVCACHE_FILE_ROOTS": str(tmp_path),
         "GRAPH_KVCACHE_VLLM_PYTHON": str(python),
         **offline_environment(tmp_path / "vllm-cache"),

@@ -40,7 +40,7 @@ async def test_console_script_without_a_command_serves_stdio_and_probes_the_conf
         names = {tool.name for tool in (await client.list_tools()).tools}
         probe = KvProbeOut.model_validate(await call_ok(client, "kv_probe", {"samples": 3}))
     assert info is not None and info.name == "graph-kvcache-mcp"
-    assert {"kv_probe", "kv_get", "kv_put", "graph_kvcache", "engine_status"} <= names
+    assert {"kv_probe", "kv_get", "kv_put", "toolsets", "engine_status"} <= names
     assert probe.passed and probe.base_url == memory_engine.base_url
     assert running_engine_state(tmp_path) is None  # a configured URL starts nothing
 

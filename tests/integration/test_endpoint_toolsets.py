@@ -23,7 +23,7 @@ def _env(engine: RunningEngine, tmp_path: Path, **extra: str) -> dict[str, str]:
         "EPISTEMIC_GRAPH_KVCACHE_URL": engine.base_url,
         "EPISTEMIC_GRAPH_KVCACHE_TOKEN": engine.token.get_secret_value(),
         "GRAPH_KVCACHE_DATA_DIR": str(tmp_path),
-        "GRAPH_KVCACHE_TOOLSETS": "kv,engine,vllm,bundle,lmcache",
+        "GRAPH_KVCACHE_TOOLSETS": "kv,engine,vllm,bundle,lmcache,compat",
         **extra,
     }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -27,13 +26,14 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
+from graph_kvcache_mcp.connectors.vllm.tiny_model import build_tiny_model
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from tests.support.engines import require_in_ci
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 ARTIFACTS = REPO / ".test-artifacts"
-BUILDER = Path(__file__).with_name("make_tiny_model.py")
+BUILDER = REPO / "graph_kvcache_mcp" / "connectors" / "vllm" / "tiny_model.py"
 MODEL_NAME = "tiny-llama"
 BLOCK_SIZE = 32
 READY_TIMEOUT_S = 240.0
@@ -53,7 +53,7 @@ def tiny_model_dir() -> Path:
     digest = hashlib.sha256(BUILDER.read_bytes()).hexdigest()[:12]
     out = ARTIFACTS / f"tiny-llama-{digest}"
     if not (out / "config.json").exists():
-        subprocess.run([str(require_vllm_venv()), str(BUILDER), str(out)], check=True, timeout=300)
+        build_tiny_model(require_vllm_venv(), out)
     return out
 
 
@@ -72,7 +72,7 @@ def bench_model_dir(layers: int, hidden: int, kv_heads: int) -> Path:
     out = ARTIFACTS / f"bench-llama-{layers}x{hidden}-kv{kv_heads}"
     if not (out / "config.json").exists():
         size = ["--layers", str(layers), "--hidden", str(hidden), "--kv-heads", str(kv_heads)]
-        subprocess.run([str(require_vllm_venv()), str(BUILDER), str(out), *size], check=True)
+        build_tiny_model(require_vllm_venv(), out, *size)
     return out
 
 

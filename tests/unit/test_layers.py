@@ -25,7 +25,16 @@ OLD_PLUGIN_PATHS = {
     f"{PACKAGE}.connectors.lmcache_remote": f"{PACKAGE}.plugins.lmcache.remote",
     f"{PACKAGE}.connectors.vllm_kv_connector": f"{PACKAGE}.plugins.vllm_kv.connector",
 }
-ADAPTERS = ("tools", "commands", "server", "state", "cli", "strict_server", "__main__")
+ADAPTERS = (
+    "tools",
+    "commands",
+    "server",
+    "state",
+    "cli",
+    "strict_server",
+    "stdio_guard",
+    "__main__",
+)
 
 # (importer prefix, forbidden prefixes): a module under the first may import none of the second.
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (

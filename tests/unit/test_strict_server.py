@@ -16,8 +16,8 @@ from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import TOOLSETS, Settings
+from graph_kvcache_mcp.domain.tool_schemas import lean_schema
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.strict_server import lean_schema
 from tests.support.mcp_calls import MODES, call_error, call_ok
 from tests.support.surfaces import tools_of
 

@@ -142,27 +142,35 @@ class ScoreWeights(BaseModel):
         return self
 
 
+PolicyVersion = Annotated[str, Field(min_length=1, max_length=128)]
+TokenBudget = Annotated[int, Field(ge=1, le=1_000_000)]
+TopK = Annotated[int, Field(ge=1, le=MAX_ITEMS)]
+DiversityLambda = Annotated[float, Field(ge=0, le=1)]
+HalfLifeDays = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
+Query = Annotated[str, Field(max_length=20_000)]
+ChatAnswerTokens = Annotated[int, Field(ge=1, le=8192)]
+"""The bounds of a compile's parameters, declared once: `BundleParams`, bundle_compile and
+`bundle compile`'s flags use these."""
+
+
 class BundleParams(BaseModel):
     """Everything besides the evidence that changes which items are chosen; all of it is keyed."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    policy_version: str = Field(
+    policy_version: PolicyVersion = Field(
         "v1",
-        min_length=1,
-        max_length=128,
         description="Your selection policy's version; bump it to invalidate every cached bundle.",
     )
-    token_budget: int = Field(2000, ge=1, le=1_000_000, description="Most tokens the text may use.")
-    top_k: int = Field(20, ge=1, le=MAX_ITEMS, description="Most items to select.")
-    diversity_lambda: float = Field(
-        0.7,
-        ge=0,
-        le=1,
-        description="MMR trade-off: 1 = score only, 0 = diversity only.",
+    token_budget: TokenBudget = Field(2000, description="Most tokens the text may use.")
+    top_k: TopK = Field(20, description="Most items to select.")
+    diversity_lambda: DiversityLambda = Field(
+        0.7, description="MMR trade-off: 1 = score only, 0 = diversity only."
     )
     weights: ScoreWeights = Field(default_factory=ScoreWeights)
-    freshness_half_life_days: float = Field(30.0, gt=0, le=1_000_000, allow_inf_nan=False)
+    freshness_half_life_days: HalfLifeDays = Field(
+        30.0, description="Freshness half-life before as_of, in days."
+    )
     as_of: datetime | None = Field(
         None,
         description="The instant freshness is measured at; None = freshness is neutral for all "
@@ -190,7 +198,7 @@ class BundleRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    query: str = Field("", max_length=20_000, description="What the bundle should answer.")
+    query: Query = Field("", description="What the bundle should answer.")
     items: tuple[EvidenceItem, ...] = Field(max_length=MAX_ITEMS)
     params: BundleParams = Field(default_factory=BundleParams)
 

@@ -8,11 +8,10 @@ sequence, so both are reported apart from `bytes_per_token`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from graph_kvcache_mcp.domain.lmcache.config import ENGINE_VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache.model import (
@@ -87,6 +86,10 @@ MAX_KV_MEMORY_GIB = 1 << 20
 """Largest KV memory accepted (1 PiB): beyond it a number is a typo, and floats lose tokens."""
 MAX_TOKENS_PER_UNIT = 1 << 20
 """Largest chunk_size or block_size accepted, in tokens."""
+KvMemoryGib = Annotated[float, Field(gt=0, le=MAX_KV_MEMORY_GIB, allow_inf_nan=False)]
+UnitTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_UNIT)]
+"""A chunk or block size in tokens. These bounds are the only declaration: the diagnose_budget
+tool, `diagnose budget` and `kv_budget` itself use them."""
 
 
 def kv_budget(
@@ -103,13 +106,13 @@ def kv_budget(
         ConfigError: the config lacks a field the geometry needs, an unknown dtype, or a
             non-positive size; names it.
     """
-    for flag, value, ceiling in (
-        ("kv_memory_gib", kv_memory_gib, MAX_KV_MEMORY_GIB),
-        ("chunk_size", chunk_size, MAX_TOKENS_PER_UNIT),
-        ("block_size", block_size, MAX_TOKENS_PER_UNIT),
+    for name, value, declared, ceiling in (
+        ("kv_memory_gib", kv_memory_gib, KvMemoryGib, MAX_KV_MEMORY_GIB),
+        ("chunk_size", chunk_size, UnitTokens, MAX_TOKENS_PER_UNIT),
+        ("block_size", block_size, UnitTokens, MAX_TOKENS_PER_UNIT),
     ):
-        if value is not None and not (math.isfinite(value) and 0 < value <= ceiling):
-            raise ConfigError(f"{flag} is {value}: give a positive number of at most {ceiling:,}")
+        if value is not None and not _fits(declared, value):
+            raise ConfigError(f"{name} is {value}: give a positive number of at most {ceiling:,}")
     named = config.get("_name_or_path") or config.get("architectures")
     geometry = read_geometry(config, name=None if named else "unnamed model")
     inputs = list(geometry.inputs)
@@ -200,3 +203,11 @@ def _budget(
         inputs=inputs,
         notes=notes,
     )
+
+
+def _fits(declared: Any, value: float) -> bool:
+    try:
+        TypeAdapter(declared).validate_python(value)
+    except ValidationError:
+        return False
+    return True

@@ -141,6 +141,42 @@ def build_report(engine: EngineStats, client: ClientCounters) -> KvStatsReport:
     )
 
 
+_RESETS = {
+    "durable": "its counters count from the engine's last start",
+    "memory": "its store and counters start empty at each engine start",
+}
+
+
+def stats_note(engine: EngineStats, since: EngineStats | None = None) -> str | None:
+    """Why fields are null (the backend does not report them), what a restart resets, and
+    whether the engine restarted since the `since` snapshot; None when there is nothing to say."""
+    unreported = [
+        name for name, value in engine if value is None and name not in ("backend", "instance")
+    ]
+    parts = []
+    if unreported:
+        parts.append(
+            f"null = not reported by the {engine.backend} backend: {', '.join(unreported)}"
+        )
+    if reset := _RESETS.get(engine.backend):
+        parts.append(reset)
+    if since is not None and restarted(since, engine):
+        parts.append(
+            "the engine restarted after the `since` snapshot (counters went down): delta counts "
+            "from that start"
+        )
+    return "; ".join(parts) or None
+
+
+def restarted(before: EngineStats, after: EngineStats) -> bool:
+    """Whether a counter went down between two snapshots, which only a restart does."""
+    old = before.model_dump()
+    return any(
+        isinstance(value, int) and isinstance(old.get(name), int) and value < old[name]
+        for name, value in after.model_dump().items()
+    )
+
+
 def stats_delta(before: EngineStats, after: EngineStats) -> EngineStats:
     """Counter movement between two snapshots of the same engine (None stays None).
 

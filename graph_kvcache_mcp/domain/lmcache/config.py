@@ -20,26 +20,46 @@ never written: the token is passed through as `${EPISTEMIC_GRAPH_KVCACHE_TOKEN}`
 from __future__ import annotations
 
 import json
-import math
-import shlex
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
-from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
-from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, check_namespace
-from graph_kvcache_mcp.domain.lmcache.model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.domain.lmcache.choices import MODES, LmcacheChoices, Mode
+from graph_kvcache_mcp.domain.lmcache.keys import check_namespace
+from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
+from graph_kvcache_mcp.domain.lmcache.process_spec import (
+    L2_ADAPTER_FLAG,
+    ProcessSpec,
+    compact_json,
+    point_resp_adapter,
+)
+from graph_kvcache_mcp.domain.lmcache.sizing import (
+    DEFAULT_CHUNK_TOKENS,
+    ENGINE_VALUE_CAP_BYTES,
+    INPROCESS_HEADER_BYTES,
+    block_size,
+    chunk_size,
+)
 
-Mode = Literal["mp_native", "redis_resp", "inprocess_plugin"]
-MODES: tuple[Mode, ...] = ("mp_native", "redis_resp", "inprocess_plugin")
-
-ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES
-"""Largest block both engine backends store (the durable one frames values with 9 bytes)."""
-INPROCESS_HEADER_BYTES = 28
-"""LMCache's RemoteMetadata header our in-process connector stores in front of each chunk."""
-DEFAULT_CHUNK_TOKENS = 256
+__all__ = [
+    "DEFAULT_CHUNK_TOKENS",
+    "ENGINE_VALUE_CAP_BYTES",
+    "INPROCESS_HEADER_BYTES",
+    "L2_ADAPTER_FLAG",
+    "MODES",
+    "TELEMETRY_OFF",
+    "LmcacheChoices",
+    "LmcachePlan",
+    "Mode",
+    "ModelSummary",
+    "ProcessSpec",
+    "inprocess_kv_transfer_config",
+    "inprocess_yaml",
+    "mp_kv_transfer_config",
+    "plan_lmcache",
+    "point_resp_adapter",
+]
 L2_MODULE = "graph_kvcache_mcp.plugins.lmcache.l2"
 L2_CLASS = "EngineL2Client"
 REMOTE_MODULE = "graph_kvcache_mcp.plugins.lmcache.remote"
@@ -48,67 +68,6 @@ MP_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
 PLUGIN_NAME = "graphkv"
 TOKEN_REF = "${EPISTEMIC_GRAPH_KVCACHE_TOKEN}"
 TELEMETRY_OFF = {"LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1"}
-
-
-class LmcacheChoices(BaseModel):
-    """How to deploy: mode, addresses, sizes. Defaults suit one host."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    mode: Mode = "mp_native"
-    engine_url: str = Field("http://127.0.0.1:9130", description="The engine's KV base URL.")
-    namespace: str = DEFAULT_NAMESPACE
-    chunk_size: int | None = Field(None, ge=1, description="Tokens per LMCache chunk.")
-    mamba_block_size: int | None = Field(
-        None, ge=1, description="vLLM's attention block size for a hybrid (from its log)."
-    )
-    tensor_parallel_size: int = Field(1, ge=1)
-    lmcache_host: str = "127.0.0.1"
-    lmcache_port: int = Field(5555, ge=1, le=65535)
-    lmcache_http_port: int = Field(8080, ge=1, le=65535)
-    l1_size_gb: float = Field(20.0, gt=0)
-    max_local_cpu_size_gb: float = Field(5.0, gt=0)
-    num_workers: int = Field(4, ge=1, le=64)
-    max_connections: int = Field(16, ge=1, le=256)
-    redis_host: str = "127.0.0.1"
-    redis_port: int = Field(6390, ge=1, le=65535)
-    vllm_port: int = Field(8000, ge=1, le=65535)
-    config_file: str = Field("lmcache.yaml", description="Path of the in-process YAML.")
-    python_hash_seed: int = Field(0, ge=0)
-    vllm_block_size: int | None = Field(
-        None, ge=1, description="vLLM's KV block size; chunks must be a whole number of blocks."
-    )
-    cpu: bool = Field(
-        False,
-        description="vLLM runs on CPU: the server takes the shared-memory transfer path "
-        "(--supported-transfer-mode auto --shm-name), the one a CPU worker registers with.",
-    )
-    shm_name: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z0-9_]{1,64}$",
-        description="Name of the L1 pool in /dev/shm (cpu only); default from the port.",
-    )
-
-    @property
-    def l1_shm_name(self) -> str:
-        """The L1 pool's name: `/dev/shm/lmcache_l1_pool_<name>` while the server runs."""
-        return self.shm_name or f"graphkv_{self.lmcache_port}"
-
-
-class ProcessSpec(BaseModel):
-    """One process to run: its argv and the environment it needs (no secret values)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    argv: list[str]
-    env: dict[str, str]
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def shell(self) -> str:
-        """The same as one shell line (env assignments, then the quoted argv)."""
-        env = " ".join(f"{name}={_shell_value(value)}" for name, value in self.env.items())
-        return f"{env} {shlex.join(self.argv)}" if env else shlex.join(self.argv)
 
 
 class ModelSummary(BaseModel):
@@ -158,8 +117,8 @@ def plan_lmcache(facts: ModelFacts, choices: LmcacheChoices | None = None) -> Lm
     tp = choices.tensor_parallel_size
     warnings: list[str] = []
     notes: list[str] = []
-    block, block_source = _block_size(facts, choices, warnings)
-    chunk = _chunk_size(facts, choices, block, warnings)
+    block, block_source = block_size(facts, choices, warnings)
+    chunk = chunk_size(facts, choices, block, warnings)
     modelled = facts.kind != "compressed"
     summary = ModelSummary(
         name=facts.name,
@@ -188,74 +147,6 @@ def plan_lmcache(facts: ModelFacts, choices: LmcacheChoices | None = None) -> Lm
     if choices.mode == "inprocess_plugin":
         return _inprocess(facts, choices, summary, block, base_env, warnings, notes)
     return _mp(facts, choices, summary, block, base_env, warnings, notes)
-
-
-def _block_size(
-    facts: ModelFacts, choices: LmcacheChoices, warnings: list[str]
-) -> tuple[int | None, Literal["given", "estimated"] | None]:
-    if facts.kind != "hybrid":
-        return None, None
-    if choices.mamba_block_size is not None:
-        return choices.mamba_block_size, "given"
-    estimate = facts.estimated_block_size(choices.tensor_parallel_size)
-    if estimate is None:
-        raise ConfigError(
-            f"{facts.name} is a hybrid whose recurrent-state size is unknown here: start vLLM "
-            "once, read 'Setting attention block size to N tokens' from its log, and pass "
-            "mamba_block_size=N"
-        )
-    warnings.append(
-        f"hybrid block size {estimate} is an estimate of vLLM's rule; confirm it against vLLM's "
-        "log line 'Setting attention block size to N tokens' and pass mamba_block_size=N if it "
-        "differs"
-    )
-    return estimate, "estimated"
-
-
-def _chunk_size(
-    facts: ModelFacts, choices: LmcacheChoices, block: int | None, warnings: list[str]
-) -> int:
-    unit = block or choices.vllm_block_size or KERNEL_BLOCK_ALIGNMENT
-    if block and choices.vllm_block_size:
-        unit = math.lcm(block, choices.vllm_block_size)
-    tp = choices.tensor_parallel_size
-    if choices.chunk_size is not None:
-        if choices.chunk_size % unit:
-            lower = max(unit, choices.chunk_size // unit * unit)
-            raise ConfigError(
-                f"chunk_size {choices.chunk_size} is not a multiple of "
-                + (f"the hybrid block size {unit}" if block else f"vLLM's block size {unit}")
-                + f": use {lower} or {lower + unit}"
-            )
-        chunk = choices.chunk_size
-    else:
-        chunk = unit * max(1, -(-DEFAULT_CHUNK_TOKENS // unit))
-    cap = ENGINE_VALUE_CAP_BYTES - INPROCESS_HEADER_BYTES
-    size = facts.chunk_bytes(chunk, tp, block)
-    if size <= cap or facts.kind == "compressed":
-        return chunk
-    fitting = chunk
-    while fitting > unit and facts.chunk_bytes(fitting, tp, block) > cap:
-        fitting -= unit
-    if facts.chunk_bytes(fitting, tp, block) > cap:
-        warnings.append(
-            f"even a {unit}-token chunk is {facts.chunk_bytes(unit, tp, block):,} bytes, over "
-            f"the engine's {ENGINE_VALUE_CAP_BYTES:,}-byte value cap: raise "
-            "tensor_parallel_size or keep this model's KV out of the engine"
-        )
-        return chunk
-    if choices.chunk_size is not None:
-        warnings.append(
-            f"chunk_size {chunk} makes {size:,}-byte chunks, over the engine's "
-            f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap; the engine would refuse every one: "
-            f"use chunk_size {fitting} or less"
-        )
-        return chunk
-    warnings.append(
-        f"a {chunk}-token chunk would be {size:,} bytes, over the engine's "
-        f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap: chunk size lowered to {fitting}"
-    )
-    return fitting
 
 
 def _general_warnings(
@@ -340,16 +231,11 @@ def inprocess_kv_transfer_config() -> dict[str, Any]:
     return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
-def _mp(
-    facts: ModelFacts,
-    choices: LmcacheChoices,
-    summary: ModelSummary,
-    block: int | None,
-    base_env: dict[str, str],
-    warnings: list[str],
-    notes: list[str],
-) -> LmcachePlan:
-    server_env = dict(base_env)
+def _l2_adapter(
+    choices: LmcacheChoices, server_env: dict[str, str], warnings: list[str]
+) -> dict[str, Any]:
+    """The server's `--l2-adapter`: our native_plugin client, or LMCache's `resp` adapter; adds
+    the environment each needs (references, never secret values)."""
     if choices.mode == "mp_native":
         adapter: dict[str, Any] = {
             "type": "native_plugin",
@@ -379,6 +265,20 @@ def _mp(
             "bypass /kv, so kv_stats, dedup counters and lmcache_check do not see them; the "
             "engine's RESP password is HMAC-SHA256(auth secret, 'redis:' + user) in hex"
         )
+    return adapter
+
+
+def _mp(
+    facts: ModelFacts,
+    choices: LmcacheChoices,
+    summary: ModelSummary,
+    block: int | None,
+    base_env: dict[str, str],
+    warnings: list[str],
+    notes: list[str],
+) -> LmcachePlan:
+    server_env = dict(base_env)
+    adapter = _l2_adapter(choices, server_env, warnings)
     server = ProcessSpec(
         argv=[
             "lmcache",
@@ -400,7 +300,7 @@ def _mp(
             "--hash-algorithm",
             "blake3",
             "--l2-adapter",
-            _compact(adapter),
+            compact_json(adapter),
             *_cpu_transfer_flags(choices, notes),
         ],
         env=server_env,
@@ -487,40 +387,9 @@ def _vllm_argv(
     if facts.kind == "hybrid" and block is not None:
         argv += ["--mamba-cache-mode", "align", "--max-num-batched-tokens", str(block)]
     if transfer is not None:
-        argv += ["--kv-transfer-config", _compact(transfer)]
+        argv += ["--kv-transfer-config", compact_json(transfer)]
     return argv
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
-
-
-def _shell_value(value: str) -> str:
-    # "${VAR}" stays expandable; anything else is quoted.
-    if value.startswith("${") and value.endswith("}"):
-        return f'"{value}"'
-    return shlex.quote(value)
-
-
-L2_ADAPTER_FLAG = "--l2-adapter"
-
-
-def point_resp_adapter(server: ProcessSpec, host: str, port: int) -> ProcessSpec:
-    """`server` with its `resp` L2 adapter aimed at host:port (the managed engine's RESP wire).
-
-    Raises:
-        ConfigError: the planned server has no `resp` adapter.
-    """
-    argv = list(server.argv)
-    for index, arg in enumerate(argv[:-1]):
-        if arg != L2_ADAPTER_FLAG:
-            continue
-        adapter = json.loads(argv[index + 1])
-        if isinstance(adapter, dict) and adapter.get("type") == "resp":
-            argv[index + 1] = _compact({**adapter, "host": host, "port": port})
-            return server.model_copy(update={"argv": argv})
-    raise ConfigError("the planned lmcache server has no resp L2 adapter (plan mode redis_resp)")

@@ -17,6 +17,9 @@ LMCache; the scheme version changes only if this mapping ever does.
 from __future__ import annotations
 
 import hashlib
+from typing import Annotated
+
+from pydantic import Field
 
 from graph_kvcache_mcp.errors import ConfigError
 
@@ -24,6 +27,8 @@ KEY_SCHEME_VERSION = 1
 ENGINE_KEY_PREFIX = f"lmc{KEY_SCHEME_VERSION}:"
 DEFAULT_NAMESPACE = "lmcache"
 MAX_NAMESPACE_CHARS = 128
+Namespace = Annotated[str, Field(min_length=1, max_length=MAX_NAMESPACE_CHARS)]
+"""A key namespace (`check_namespace` adds the printable-ASCII rule)."""
 
 
 def check_namespace(namespace: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -61,6 +61,10 @@ class HybridFacts(BaseModel):
     )
 
 
+Count = Annotated[int, Field(ge=1)]
+"""A layer, head or width count: the model facts a caller may give instead of a config.json."""
+
+
 class ModelFacts(BaseModel):
     """The architecture facts the LMCache plan depends on."""
 
@@ -69,9 +73,9 @@ class ModelFacts(BaseModel):
     name: str = Field(min_length=1, description="Model id as vLLM serves it, e.g. Qwen/Qwen3-8B.")
     architecture: str | None = None
     kind: KvKind = "dense"
-    attention_layers: int = Field(ge=1, description="Layers that hold attention KV.")
-    kv_heads: int = Field(1, ge=1)
-    head_dim: int = Field(128, ge=1)
+    attention_layers: Count = Field(description="Layers that hold attention KV.")
+    kv_heads: Count = 1
+    head_dim: Count = 128
     kv_dtype: str = "bfloat16"
     mla_kv_dim: int | None = Field(None, description="MLA latent width (kv_lora_rank + rope dim).")
     hybrid: HybridFacts | None = None

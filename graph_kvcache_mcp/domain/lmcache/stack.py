@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.lifecycle import ServicePort
+from graph_kvcache_mcp.domain.lmcache.choices import ChunkSize, SizeGb
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
 from graph_kvcache_mcp.domain.vllm.launch import DEFAULT_CPU_BLOCK_SIZE, Platform, VllmLaunch
@@ -25,10 +27,10 @@ class StackOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    http_port: int = Field(8080, ge=1, le=65535, description="The server's HTTP admin port.")
-    l1_size_gb: float = Field(STACK_L1_SIZE_GB, gt=0, description="L1 (host memory) size.")
-    chunk_size: int | None = Field(
-        None, ge=1, description="Tokens per chunk; default 256 (a whole number of vLLM blocks)."
+    http_port: ServicePort = Field(8080, description="The server's HTTP admin port.")
+    l1_size_gb: SizeGb = Field(STACK_L1_SIZE_GB, description="L1 (host memory) size.")
+    chunk_size: ChunkSize | None = Field(
+        None, description="Tokens per chunk; default 256 (a whole number of vLLM blocks)."
     )
 
 

@@ -20,6 +20,8 @@ the server counted this call's one lookup.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
@@ -28,6 +30,9 @@ from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.domain.vllm.traces import CachedTokensSource, Trace
 
 DEFAULT_MAX_TOKENS = 64
+AnswerTokens = Annotated[int, Field(ge=1, le=4096)]
+Temperature = Annotated[float, Field(ge=0, le=2)]
+"""The bounds of a chat call's own parameters (vllm_chat, `vllm chat`)."""
 
 
 class ChatResult(BaseModel):

@@ -9,10 +9,11 @@ CPU backend needs or benefits from, and says why in `notes`.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.domain.lmcache.config import (
     TELEMETRY_OFF,
     inprocess_kv_transfer_config,
@@ -38,6 +39,12 @@ _OWNED_FLAGS = frozenset(
     }
 )
 
+
+MaxModelLen = Annotated[int, Field(ge=16)]
+GpuMemoryUtilization = Annotated[float, Field(gt=0, le=1)]
+BlockSize = Annotated[int, Field(ge=1)]
+KvCacheBytes = Annotated[int, Field(ge=1024**2)]
+"""vLLM's own floor for a KV cache worth having: 1 MiB."""
 
 KvConnector = Literal["none", "engine", "mp_native", "redis_resp", "inprocess_plugin"]
 """vLLM's external KV tier: none, the engine through `EngineKVConnector` (CPU vLLM), or one of
@@ -69,19 +76,25 @@ class VllmLaunch(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str = Field(min_length=1, description="Local model dir or hub id.")
-    port: int = Field(8000, ge=1, le=65535)
-    served_model_name: str | None = None
-    max_model_len: int | None = Field(None, ge=16)
-    dtype: str = "auto"
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    block_size: int | None = Field(None, ge=1)
-    kv_cache_memory_bytes: int | None = Field(None, ge=1024**2)
+    port: ServicePort = Field(8000, description="Loopback port vLLM listens on.")
+    served_model_name: str | None = Field(None, description="Name clients use; default: model.")
+    max_model_len: MaxModelLen | None = Field(None, description="Context length cap.")
+    dtype: str = Field("auto", description="auto, bfloat16, float16, float32.")
+    gpu_memory_utilization: GpuMemoryUtilization | None = Field(
+        None, description="GPU only; default 0.9."
+    )
+    block_size: BlockSize | None = Field(
+        None, description="KV block size; CPU needs a multiple of 32."
+    )
+    kv_cache_memory_bytes: KvCacheBytes | None = Field(
+        None, description="KV cache size; CPU default 1 GiB."
+    )
     enforce_eager: bool | None = None
     prompt_tokens_details: bool = True
     dev_mode: bool = Field(False, description="VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache etc.")
     kv_connector: KvConnector = Field("none", description="External KV tier (see KvConnector).")
     lmcache_host: str = Field("127.0.0.1", description="The lmcache server (MP modes).")
-    lmcache_port: int = Field(5555, ge=1, le=65535, description="The lmcache server's port.")
+    lmcache_port: ServicePort = Field(5555, description="The lmcache server's port.")
     lmcache_config_file: str = Field(
         "lmcache.yaml", description="LMCACHE_CONFIG_FILE for inprocess_plugin."
     )

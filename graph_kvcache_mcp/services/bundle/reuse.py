@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,11 @@ if TYPE_CHECKING:  # the client (and openai) load on the first call, not with th
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 Progress = Callable[[int, int, str], Awaitable[None]]
+ReuseBundles = Annotated[int, Field(ge=1, le=20)]
+ReuseItems = Annotated[int, Field(ge=2, le=200)]
+ReuseBudget = Annotated[int, Field(ge=64, le=100_000)]
+ReuseAnswerTokens = Annotated[int, Field(ge=1, le=256)]
+"""The bounds of a reuse measurement (bundle_reuse_measure, `bundle reuse-measure`)."""
 """(calls done, calls in total, message)."""
 
 COLD_QUESTION = "Which findings describe how whole blocks are reused? Answer in one line."

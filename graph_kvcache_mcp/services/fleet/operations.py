@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
+from pydantic import Field
 
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection, InstanceProbe
 from graph_kvcache_mcp.domain.fleet.findings import (
@@ -166,6 +167,10 @@ def _best(
     if len(tied) > 1:
         why += f" (as would {', '.join(i.name for i in tied[1:])}; it is the least loaded)"
     return best.name, why
+
+
+ListedPrefixes = Annotated[int, Field(ge=0, le=100)]
+"""How many of the longest cached prefixes fleet_status lists."""
 
 
 async def status(conn: FleetConnection, *, prefixes: int = 10) -> FleetStatusOut:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +42,10 @@ class KvProbeOut(BaseModel):
     latency_p95_ms: float | None = None
     samples: int = 0
     reason: str | None = Field(None, description="Why the store could not be probed.")
+
+
+ProbeSamples = Annotated[int, Field(ge=1, le=500)]
+"""How many small reads a probe times for latency."""
 
 
 async def probe_kv(client: KvClient, *, samples: int = 20, write: bool = True) -> KvProbeOut:

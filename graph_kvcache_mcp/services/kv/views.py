@@ -7,7 +7,12 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
-from graph_kvcache_mcp.domain.engine.kv_stats import ClientCounters, EngineStats, KvStatsReport
+from graph_kvcache_mcp.domain.engine.kv_stats import (
+    ClientCounters,
+    EngineStats,
+    KvStatsReport,
+    stats_note,
+)
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import (
     Hit,
@@ -200,6 +205,9 @@ class KvStatsOut(BaseModel):
         description="The managed lmcache server whose L2 is this engine (mp_native stack): "
         "its lookups, L1 and L2 hit tokens, L2 chunks stored and loaded (totals).",
     )
+    note: str | None = Field(
+        None, description="Why a field is null, and what an engine restart resets."
+    )
     reason: str | None = None
 
     @classmethod
@@ -210,5 +218,6 @@ class KvStatsOut(BaseModel):
             reachable=True,
             base_url=base_url,
             backend=outcome.engine.backend,
+            note=stats_note(outcome.engine),
             **outcome.model_dump(),
         )

@@ -20,16 +20,19 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta
+from graph_kvcache_mcp.domain.engine.limits import VALUE_CAP_BYTES
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, engine_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.plugins.lmcache.l2 import EngineL2Client, wait_for_completion
 
 DEFAULT_PAGE_BYTES = 256 * 1024
+PageBytes = Annotated[int, Field(ge=1, le=VALUE_CAP_BYTES)]
+"""Size of the random test page: one engine value at most."""
 
 
 class CheckStep(BaseModel):

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import anyio
 import anyio.to_thread
@@ -48,6 +48,8 @@ if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 RestartMode = Literal["vllm", "stack"]
+ReusePromptTokens = Annotated[int, Field(ge=64, le=131072)]
+"""About how long the restart test's prompt is."""
 ENGINE_CONNECTOR_CLASS = "EngineKVConnector"
 FILLER = "The quick brown fox jumps over the lazy dog while the river keeps running. "
 SAVE_SETTLE_S = 1.0

@@ -8,6 +8,7 @@ from graph_kvcache_mcp.domain.engine.kv_stats import (
     build_report,
     normalize_engine_stats,
     stats_delta,
+    stats_note,
 )
 
 MEMORY = {
@@ -76,3 +77,16 @@ def test_delta_subtracts_counters_and_survives_a_restart() -> None:
     assert moved.get_hits == 3
     assert moved.put_new == 1  # counter went down: the engine restarted
     assert moved.unique_blocks is None
+
+
+def test_stats_note_names_the_null_fields_and_a_restart_since_a_snapshot() -> None:
+    durable = {"backend": "durable", "dedup_hits": 0, "get_hits": 4, "get_misses": 1}
+    earlier = normalize_engine_stats({**durable, "put_new": 3})
+    now = normalize_engine_stats({**durable, "put_new": 1})
+    quiet = stats_note(earlier)
+    assert quiet is not None and "restarted" not in quiet
+    assert quiet.startswith("null = not reported by the durable backend: unique_blocks")
+    restarted_note = stats_note(now, since=earlier)
+    assert restarted_note is not None and "the engine restarted after" in restarted_note
+    grown = stats_note(normalize_engine_stats({**durable, "put_new": 5}), since=earlier)
+    assert grown is not None and "restarted" not in grown

@@ -1,9 +1,10 @@
 """Build a tiny Llama that vLLM can serve on a CPU, from nothing that needs a network.
 
-Run it with the vLLM venv's interpreter (it needs torch, transformers and tokenizers):
+Run it with the vLLM venv's interpreter (it needs torch, transformers and tokenizers; the
+package is installed there without its dependencies):
 
-    .venv-vllm/bin/python tests/support/make_tiny_model.py OUT_DIR [--layers N --hidden H
-        --kv-heads K]
+    .venv-vllm/bin/python -m graph_kvcache_mcp.connectors.vllm.tiny_model OUT_DIR
+        [--layers N --hidden H --kv-heads K]
 
 (the size flags build a larger model for benchmarks whose prefill must dominate, e.g.
 `tools/bench_connector.py`; heads are always 64 wide).
@@ -13,6 +14,7 @@ gives it a chat template, and saves a 2-layer `LlamaForCausalLM` with random wei
 2 heads of 64 — a head size vLLM's CPU attention accepts) as bf16 safetensors. The answers are
 gibberish; the model exists so that prefix caching, metrics and the server lifecycle are real.
 The output is written to a scratch sibling and renamed, so a half-built dir is never used.
+The tests (tests/support/vllm.py) and `graph-kvcache-mcp demo --vllm` build their model with it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -99,6 +102,22 @@ def build_model(out_dir: Path, vocab_size: int, size: Size) -> None:
     )
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out_dir, safe_serialization=True)
+
+
+BUILD_TIMEOUT_S = 300.0
+
+
+def build_tiny_model(python: Path, out_dir: Path, *size_flags: str) -> Path:
+    """Build the model into `out_dir` with `python` (the vLLM venv's, which has torch and
+    transformers), unless it is there already; returns `out_dir`.
+
+    Raises:
+        subprocess.CalledProcessError: the build failed (its stderr went to ours).
+    """
+    if not (out_dir / "config.json").exists():
+        command = [str(python), "-m", __spec__.name if __spec__ else __name__, str(out_dir)]
+        subprocess.run([*command, *size_flags], check=True, timeout=BUILD_TIMEOUT_S)
+    return out_dir
 
 
 def main(argv: list[str]) -> int:

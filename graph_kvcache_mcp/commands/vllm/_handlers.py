@@ -1,0 +1,146 @@
+"""The `vllm` verbs that talk to a running vLLM or read the managed one's state."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
+
+import anyio
+
+from graph_kvcache_mcp.commands._common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    emit,
+    note,
+)
+from graph_kvcache_mcp.commands.vllm._describe import (
+    describe_logs,
+    describe_metrics,
+    describe_reuse,
+    describe_status,
+    describe_stop,
+    describe_summary,
+    describe_trace,
+)
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.files.trace_log import append_traces
+from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
+from graph_kvcache_mcp.connectors.vllm.access import open_client
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
+from graph_kvcache_mcp.errors import VllmRequestError
+from graph_kvcache_mcp.services.vllm import operations as vllm_service
+from graph_kvcache_mcp.services.vllm.restart_reuse import measure_restart_reuse
+from graph_kvcache_mcp.services.vllm.views import VllmChatOut, VllmMetricsOut
+
+T = TypeVar("T")
+
+
+def run_chat(args: argparse.Namespace, settings: Settings) -> int:
+    system = args.system_file.read_text(encoding="utf-8") if args.system_file else None
+    messages = vllm_service.conversation(args.message, system, None)
+
+    async def call() -> VllmChatOut:
+        async with open_client(settings) as client:
+            attach_lmcache_tier(client, settings.data_dir)
+            return await vllm_service.chat(
+                client,
+                messages,
+                model=args.model or settings.vllm_model,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                stream=args.stream,
+            )
+
+    out = _guarded(call)
+    if isinstance(out, int):
+        return out
+    if args.trace_file is not None and out.trace is not None:
+        append_traces(args.trace_file, [out.trace])
+    if args.json:
+        print(out.model_dump_json())
+    elif out.trace is None:
+        note(f"error: {out.reason}")
+    else:
+        print(out.answer)
+        note(describe_trace(out.trace))
+    return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
+
+
+def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
+    async def call() -> VllmMetricsOut:
+        async with open_client(settings) as client:
+            attach_lmcache_tier(client, settings.data_dir)
+            return await vllm_service.metrics(client, args.model or settings.vllm_model)
+
+    out = _guarded(call)
+    if isinstance(out, int):
+        return out
+    if out.snapshot is None and not args.json:
+        note(f"error: {out.reason}")
+    else:
+        emit(out, as_json=args.json, human=describe_metrics)
+    return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
+
+
+def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
+    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    out = anyio.run(
+        partial(
+            measure_restart_reuse,
+            managed,
+            settings,
+            prompt_tokens=args.prompt_tokens,
+            env=engine_environment(settings),
+            ready_timeout_s=args.ready_timeout_s,
+            mode=args.restart,
+            progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
+        )
+    )
+    emit(out, as_json=args.json, human=describe_reuse)
+    return EXIT_OK
+
+
+def run_stop(args: argparse.Namespace, settings: Settings) -> int:
+    result = vllm_service.stop(ManagedVllm(settings.data_dir), wait_s=args.wait_s)
+    emit(result, as_json=args.json, human=describe_stop)
+    return EXIT_OK
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    port = parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
+    out = vllm_service.status(
+        ManagedVllm(settings.data_dir), port=port, tools_base_url=settings.vllm_base_url
+    )
+    emit(out, as_json=args.json, human=describe_status)
+    return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
+
+
+def run_logs(args: argparse.Namespace, settings: Settings) -> int:
+    logs = vllm_service.logs(ManagedVllm(settings.data_dir), lines=args.lines)
+    emit(logs, as_json=args.json, human=describe_logs)
+    return EXIT_OK if logs.exists else EXIT_UNAVAILABLE
+
+
+def run_summary(args: argparse.Namespace, _settings: Settings) -> int:
+    out = vllm_service.file_summary(args.traces)
+    if out.bad_line_count and not args.json:
+        note(f"skipped {out.bad_line_count} line(s) that were not traces: {out.bad_lines[:10]}")
+    emit(out, as_json=args.json, human=lambda o: describe_summary(o.summary))
+    return EXIT_OK
+
+
+def _guarded(call: Callable[[], Awaitable[T]]) -> T | int:
+    """Run an async call; its result, or exit 2 after saying why on stderr when vLLM refused the
+    request or does not serve the model (bad input)."""
+    try:
+        return anyio.run(call)
+    except (VllmRequestError, UnknownModel) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

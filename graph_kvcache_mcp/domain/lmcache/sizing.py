@@ -1,0 +1,86 @@
+"""How big an LMCache chunk is: the hybrid block size it must be a multiple of, and the engine's
+value cap it must stay under. Pure: no I/O."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
+from graph_kvcache_mcp.domain.lmcache.model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
+from graph_kvcache_mcp.errors import ConfigError
+
+ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES
+"""Largest block both engine backends store (the durable one frames values with 9 bytes)."""
+INPROCESS_HEADER_BYTES = 28
+"""LMCache's RemoteMetadata header our in-process connector stores in front of each chunk."""
+DEFAULT_CHUNK_TOKENS = 256
+
+
+def block_size(
+    facts: ModelFacts, choices: LmcacheChoices, warnings: list[str]
+) -> tuple[int | None, Literal["given", "estimated"] | None]:
+    if facts.kind != "hybrid":
+        return None, None
+    if choices.mamba_block_size is not None:
+        return choices.mamba_block_size, "given"
+    estimate = facts.estimated_block_size(choices.tensor_parallel_size)
+    if estimate is None:
+        raise ConfigError(
+            f"{facts.name} is a hybrid whose recurrent-state size is unknown here: start vLLM "
+            "once, read 'Setting attention block size to N tokens' from its log, and pass "
+            "mamba_block_size=N"
+        )
+    warnings.append(
+        f"hybrid block size {estimate} is an estimate of vLLM's rule; confirm it against vLLM's "
+        "log line 'Setting attention block size to N tokens' and pass mamba_block_size=N if it "
+        "differs"
+    )
+    return estimate, "estimated"
+
+
+def chunk_size(
+    facts: ModelFacts, choices: LmcacheChoices, block: int | None, warnings: list[str]
+) -> int:
+    unit = block or choices.vllm_block_size or KERNEL_BLOCK_ALIGNMENT
+    if block and choices.vllm_block_size:
+        unit = math.lcm(block, choices.vllm_block_size)
+    tp = choices.tensor_parallel_size
+    if choices.chunk_size is not None:
+        if choices.chunk_size % unit:
+            lower = max(unit, choices.chunk_size // unit * unit)
+            raise ConfigError(
+                f"chunk_size {choices.chunk_size} is not a multiple of "
+                + (f"the hybrid block size {unit}" if block else f"vLLM's block size {unit}")
+                + f": use {lower} or {lower + unit}"
+            )
+        chunk = choices.chunk_size
+    else:
+        chunk = unit * max(1, -(-DEFAULT_CHUNK_TOKENS // unit))
+    cap = ENGINE_VALUE_CAP_BYTES - INPROCESS_HEADER_BYTES
+    size = facts.chunk_bytes(chunk, tp, block)
+    if size <= cap or facts.kind == "compressed":
+        return chunk
+    fitting = chunk
+    while fitting > unit and facts.chunk_bytes(fitting, tp, block) > cap:
+        fitting -= unit
+    if facts.chunk_bytes(fitting, tp, block) > cap:
+        warnings.append(
+            f"even a {unit}-token chunk is {facts.chunk_bytes(unit, tp, block):,} bytes, over "
+            f"the engine's {ENGINE_VALUE_CAP_BYTES:,}-byte value cap: raise "
+            "tensor_parallel_size or keep this model's KV out of the engine"
+        )
+        return chunk
+    if choices.chunk_size is not None:
+        warnings.append(
+            f"chunk_size {chunk} makes {size:,}-byte chunks, over the engine's "
+            f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap; the engine would refuse every one: "
+            f"use chunk_size {fitting} or less"
+        )
+        return chunk
+    warnings.append(
+        f"a {chunk}-token chunk would be {size:,} bytes, over the engine's "
+        f"{ENGINE_VALUE_CAP_BYTES:,}-byte value cap: chunk size lowered to {fitting}"
+    )
+    return fitting
