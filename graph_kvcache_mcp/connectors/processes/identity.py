@@ -15,8 +15,8 @@ Everything here asks `psutil`. Tested on Linux, where it reads /proc: there the 
 kernel's own tick count (the value state files have always recorded) and every listener on the
 machine is visible, another user's included. Elsewhere it is expected to work with two
 degradations: on macOS psutil lists sockets machine-wide only for root, so without root a
-port counts as ours when one of our own processes listens there (the kernel then refuses a second
-plain bind of it), and a listener none of ours holds counts as foreign; and on Windows
+port counts as ours when the process we started listens there (the kernel then refuses a second
+plain bind of it), and a listener it does not hold counts as foreign; and on Windows
 there are no process groups, so `group_members` refuses with `ProcessError` instead of reporting
 an empty group (a group stop would otherwise silently stop nothing).
 """
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Literal, TypeAlias
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Literal, TypeAlias
 
 import psutil
 from pydantic import BaseModel, ConfigDict
@@ -151,15 +153,48 @@ def describe_listener(port: int) -> str:
 
 def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner:
     """Who listens on TCP `port` (any address, IPv4 or IPv6): "ours" when every listening socket
-    there belongs to `pid` (or, with `group`, to a member of the process group `pid` leads),
-    "none" when nothing listens, else "foreign" (a socket we cannot attribute included)."""
-    holders = _listeners(port)
-    if not holders:
+    there is an open file of `pid` (or, with `group`, of a member of the process group `pid`
+    leads), "none" when nothing listens, else "foreign" (a socket we cannot attribute included).
+
+    Sockets are matched by address, counted: psutil names one holder per socket, so a socket
+    our engine shares with a child it forked is checked among our own process's files instead.
+    """
+    members = [pid]
+    if group:
+        members += [member for member in group_members(pid) if member != pid]
+    ours: Counter[tuple[int, str, int]] = Counter()
+    for member in members:
+        ours.update(_listening_addresses(_sockets_of(member), port))
+    try:
+        everyone = Counter(_listening_addresses(psutil.net_connections(kind="tcp"), port))
+    except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
+        return "ours" if ours else ("foreign" if _answers(port) else "none")
+    if not everyone:
         return "none"
-    allowed = {pid}
-    if group and not holders <= allowed:
-        allowed.update(group_members(pid))
-    return "ours" if holders <= allowed else "foreign"
+    return "ours" if everyone <= ours else "foreign"
+
+
+def _sockets_of(pid: int) -> list[Any]:
+    try:
+        return list(psutil.Process(pid).net_connections(kind="tcp"))
+    except (*_GONE, ValueError):
+        return []
+
+
+def _listening_addresses(sockets: Iterable[Any], port: int) -> list[tuple[int, str, int]]:
+    return [
+        (found.family, found.laddr.ip, found.laddr.port)
+        for found in sockets
+        if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
+    ]
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def listener_pid(port: int) -> int | None:
@@ -169,36 +204,14 @@ def listener_pid(port: int) -> int | None:
 
 
 def _listeners(port: int) -> set[int | None]:
-    """The pids holding a listening TCP socket on `port`; None for a socket whose owner is
-    hidden from us (another user's, where we may not look)."""
+    """The pids psutil names for the listening TCP sockets on `port` (one per socket; None
+    where the holder is hidden from us)."""
     try:
         sockets = psutil.net_connections(kind="tcp")
-    except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
-        return _listeners_unprivileged(port)
+    except psutil.AccessDenied:  # macOS without root
+        return set()
     return {
         found.pid
         for found in sockets
         if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
     }
-
-
-def _listeners_unprivileged(port: int) -> set[int | None]:
-    """Our own processes' listeners on `port`, or, when none of ours listens, None for a
-    listener that answers on loopback (someone's: we may not see whose)."""
-    ours: set[int | None] = set()
-    for process in psutil.process_iter():
-        try:
-            if _same_user(process) and any(
-                found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
-                for found in process.net_connections(kind="tcp")
-            ):
-                ours.add(process.pid)
-        except _GONE:
-            continue
-    if ours:
-        return ours
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return {None}
-    except OSError:
-        return set()

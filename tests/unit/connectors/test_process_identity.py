@@ -63,3 +63,21 @@ def test_without_process_groups_a_group_lookup_refuses_instead_of_finding_none(
     monkeypatch.delattr(os, "getpgid")  # as on Windows
     with pytest.raises(ProcessError, match="process groups"):
         group_members(1)
+
+
+def test_a_listening_socket_shared_with_a_child_still_counts_as_ours() -> None:
+    """psutil names one holder per socket; a child that inherited ours must not make it foreign
+    (the engine's own short-lived forks did, before sockets were matched per process)."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(30)"], pass_fds=[listening.fileno()]
+        )
+        try:
+            assert listener_owner(os.getpid(), port) == "ours"
+            assert listener_owner(child.pid, port) == "ours"
+        finally:
+            child.kill()
+            child.wait()
