@@ -159,18 +159,24 @@ def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner
     Sockets are matched by address, counted: psutil names one holder per socket, so a socket
     our engine shares with a child it forked is checked among our own process's files instead.
     """
+    # Everyone's first, ours after: a socket our process binds in between is then not missed
+    # from ours (which would read as foreign).
+    try:
+        everyone: Counter[tuple[int, str, int]] | None = Counter(
+            _listening_addresses(psutil.net_connections(kind="tcp"), port)
+        )
+    except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
+        everyone = None
+    if everyone is not None and not everyone:
+        return "none"
     members = [pid]
     if group:
         members += [member for member in group_members(pid) if member != pid]
     ours: Counter[tuple[int, str, int]] = Counter()
     for member in members:
         ours.update(_listening_addresses(_sockets_of(member), port))
-    try:
-        everyone = Counter(_listening_addresses(psutil.net_connections(kind="tcp"), port))
-    except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
+    if everyone is None:
         return "ours" if ours else ("foreign" if _answers(port) else "none")
-    if not everyone:
-        return "none"
     return "ours" if everyone <= ours else "foreign"
 
 
