@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import anyio
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.engine.access import ConfiguredKvAccess, KvAccess
+from graph_kvcache_mcp.connectors.engine.managed_access import ManagedKvAccess
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.stack.mp_stack import ManagedServerCounters, dependency_reason
@@ -68,7 +69,12 @@ class AppState:
 
     def __post_init__(self) -> None:
         data_dir = self.settings.data_dir
-        self.kv = KvAccess(self.settings)
+        # The one place the KV policy is chosen: a configured engine, or the managed one.
+        self.kv = (
+            ConfiguredKvAccess(self.settings)
+            if self.settings.kv_url is not None
+            else ManagedKvAccess(self.settings)
+        )
         self.vllm = VllmAccess(
             self.settings, tier_for=lambda root: ManagedServerCounters(data_dir, root)
         )

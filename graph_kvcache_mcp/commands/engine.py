@@ -13,11 +13,8 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.process import (
-    EngineStatus,
-    EngineStopResult,
-    ManagedEngine,
-)
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
 
 

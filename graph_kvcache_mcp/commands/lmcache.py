@@ -28,7 +28,8 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
 from graph_kvcache_mcp.domain.lifecycle import StopWait

@@ -14,7 +14,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
-from graph_kvcache_mcp.connectors.engine.process import EngineStatus, EngineStopResult
+from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.registrar import Registrar

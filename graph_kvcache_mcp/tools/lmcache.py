@@ -14,7 +14,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, LmcacheStopResult
 from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
@@ -225,8 +225,7 @@ async def lmcache_check(
             steps=[CheckStep(name="client", passed=False, detail=kv.reason)],
             reason=kv.reason,
         )
-    settings = access.settings
-    token = settings.kv_token if settings.kv_url is not None else access.engine.token()
+    token = access.token()
     try:
         return await anyio.to_thread.run_sync(
             lambda: run_lmcache_check(

@@ -15,7 +15,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, RespPeer
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.vllm.process import Progress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn

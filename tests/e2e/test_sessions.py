@@ -13,7 +13,8 @@ from pathlib import Path
 
 from mcp import Client, StdioServerParameters
 
-from graph_kvcache_mcp.connectors.engine.process import EngineStatus, ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import EngineStatus
 from graph_kvcache_mcp.services.kv.views import KvGetManyOut, KvPutOut
 from graph_kvcache_mcp.tools.engine import EngineStatusOut
 from tests.support.mcp_calls import b64, call_ok, fresh_key

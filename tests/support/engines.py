@@ -13,7 +13,8 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import DEFAULT_TOOLSETS, Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
-from graph_kvcache_mcp.connectors.engine.process import Backend, ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import Backend
 
 
 @dataclass(frozen=True)

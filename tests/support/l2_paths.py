@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm

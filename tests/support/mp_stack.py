@@ -19,7 +19,8 @@ import httpx
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.engine.managed_access import ManagedKvAccess
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.processes.identity import is_ours
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -33,9 +33,9 @@ ATTEMPTS = 6
 
 def attempt(mode: str, data_dir: Path, port: int) -> dict[str, object]:
     managed = ManagedEngine(data_dir)
-    access: KvAccess | None = None
+    access: ManagedKvAccess | None = None
     if mode == "heal":  # a session's engine dies; the squatter races its restart
-        access = KvAccess(Settings.build(data_dir=data_dir, engine_port=port))
+        access = ManagedKvAccess(Settings.build(data_dir=data_dir, engine_port=port))
         anyio.run(access.start_engine)
         state = managed.running_state()
         assert state is not None

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.engine.process import EngineState, ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import EngineState
 from graph_kvcache_mcp.connectors.processes.identity import is_ours
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 Layout under `<data_dir>/engine/` (directories 0700, files 0600): `state.json` (what we started),
 `token`, `auth_secret`, `signer_key` (generated once and reused so configured clients keep
 working), `engine.log`, `leases/` (one file per server session using the engine, see
-`engine_leases`), `lifecycle.lock`, and `store/` (the engine's persist dir; one engine per dir,
+`processes/leases`), `lifecycle.lock`, and `store/` (the engine's persist dir; one engine per dir,
 the engine locks it). Started with `resp=True` the engine also opens its Redis (RESP) wire on a
 free loopback port (`EPISTEMIC_GRAPH_REDIS_ADDR`), recorded as `resp_port`; its per-user password
 derives from `auth_secret` (`resp_credentials`). The engine runs with umask 077 and an
@@ -12,10 +12,9 @@ secrets.
 
 Readiness is an authenticated `GET /kv/stats` = 200: the engine keeps running when its KV listener
 fails (port taken, bad token), so a live pid proves nothing. The token goes to the port only once
-the listening socket there is proved to be an open file of the engine we started
-(`listener_owner`): a process that bound the port first (a squatter racing the start) gets no
-request at all; the start fails, naming it, the engine is stopped and the token is rotated. A
-failed bind in the engine's log (`Address already in use`) is a failed start too.
+the listening socket there is proved to be the engine's own (`readiness.listener_refusal`): a
+process that bound the port first (a squatter racing the start) gets no request at all; the start
+fails, naming it, the engine is stopped and the token is rotated. `readiness` holds those checks.
 """
 
 from __future__ import annotations
@@ -24,17 +23,29 @@ import contextlib
 import json
 import secrets
 import stat
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
-from graph_kvcache_mcp.connectors.engine.resp_wire import wait_resp_ready
+from graph_kvcache_mcp.connectors.engine.readiness import (
+    ENGINE_HOST,
+    Progress,
+    listener_refusal,
+    log_size,
+    wait_ready,
+    wait_resp,
+)
+from graph_kvcache_mcp.connectors.engine.state import (
+    Backend,
+    EngineState,
+    EngineStatus,
+    EngineStopResult,
+    RespCredentials,
+)
 from graph_kvcache_mcp.connectors.files.private import (
     exclusive,
     narrow_tree,
@@ -46,98 +57,32 @@ from graph_kvcache_mcp.connectors.files.private import (
 from graph_kvcache_mcp.connectors.processes.control import (
     OS_INHERITED,
     OS_INHERITED_PREFIXES,
-    StopHow,
     inherited_environment,
     spawn_logged,
     stop_process,
-    tail,
 )
-from graph_kvcache_mcp.connectors.processes.identity import describe_listener, listener_owner
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
-    LeasedState,
     keep_until_stop,
 )
-from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
+from graph_kvcache_mcp.connectors.processes.leases import Leases
 from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.engine.resp import RESP_USER, resp_password
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
-Backend = Literal["durable", "memory"]
-ENGINE_HOST = "127.0.0.1"
 DEFAULT_READY_TIMEOUT_S = 30.0
 PORT_RELEASE_GRACE_S = 1.0
 """After a crash the kernel frees the listening port ~0.1 s after the process is reaped."""
 _INSTALL_HINT = "install it with: pip install 'graph-kvcache-mcp[engine]' (epistemic-graph-server)"
 
-Progress = Callable[[str], None]
 
 # What the engine process may inherit from us: what the OS and its runtime need, nothing else.
 # Everything the engine itself reads is set explicitly in `ManagedEngine._environment`.
 _INHERITED = OS_INHERITED | {"RUST_LOG", "RUST_BACKTRACE"}
-
-
-class EngineState(LeasedState):
-    """`state.json`: the engine we started. Holds no secret."""
-
-    port: int
-    backend: Backend
-    base_url: str
-    data_dir: str
-    resp_port: int | None = None
-
-
-class RespCredentials(BaseModel):
-    """Where and as whom to reach the managed engine's RESP wire."""
-
-    model_config = ConfigDict(frozen=True)
-
-    host: str
-    port: int
-    user: str
-    password: SecretStr
-
-
-class EngineStatus(BaseModel):
-    """What `engine status` reports."""
-
-    model_config = ConfigDict(frozen=True)
-
-    running: bool
-    reachable: bool = False
-    managed_by_us: bool = False
-    pid: int | None = None
-    port: int | None = None
-    base_url: str | None = None
-    backend: Backend | None = None
-    resp_address: str | None = Field(
-        None, description="host:port of the engine's RESP wire, when it was started with one."
-    )
-    uptime_s: float | None = None
-    log_path: str | None = None
-    data_dir: str
-    reason: str | None = None
-    reused: bool = False
-    runs_until_stop: bool | None = Field(
-        None,
-        description="True: runs until `engine stop`; false: stops when the last session using it "
-        "exits.",
-    )
-    leases: list[Lease] = Field(
-        default_factory=list, description="Live server sessions using this engine."
-    )
-
-
-class EngineStopResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    stopped: bool
-    how: StopHow
-    pid: int | None = None
-    data_dir: str
 
 
 def engine_binary() -> Path:
@@ -292,10 +237,10 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             )
         private_dir(self.store_dir)
         narrow_tree(self.home)  # a store or log an older version left 0644
-        self._remove_socket()  # one a killed engine left would refuse the new one's bind
+        self.remove_socket()  # one a killed engine left would refuse the new one's bind
         command = (str(binary), "--socket-path", str(self.socket_path))
         note(f"starting engine on {ENGINE_HOST}:{chosen} ({backend} backend)")
-        log_offset = _size(self.log_path)
+        log_offset = log_size(self.log_path)
         resp_port = free_port(ENGINE_HOST) if resp else None
         process, record = spawn_logged(
             command, env=self._environment(chosen, backend, resp_port), log_path=self.log_path
@@ -311,9 +256,9 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         )
         self.state_file.write(state)
         began = time.monotonic()
-        self._wait_ready(process, state, ready_timeout_s, note, log_offset)
+        wait_ready(self, process, state, ready_timeout_s, note, log_offset)
         if resp_port is not None:
-            self._wait_resp(state, max(1.0, ready_timeout_s - (time.monotonic() - began)))
+            wait_resp(self, state, max(1.0, ready_timeout_s - (time.monotonic() - began)))
         note(f"engine ready at {state.base_url}")
         return self.status()
 
@@ -323,7 +268,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             return EngineStopResult(stopped=False, how="not_running", data_dir=str(self.data_dir))
         how = stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
-        self._remove_socket()
+        self.remove_socket()
         return EngineStopResult(
             stopped=how != "not_running",
             how=how,
@@ -336,7 +281,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         """The engine's unix socket (its local admin channel), removed once it stops."""
         return self.home / "engine.sock"
 
-    def _remove_socket(self) -> None:
+    def remove_socket(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(self.socket_path.lstat().st_mode):
                 self.socket_path.unlink()
@@ -361,19 +306,14 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                 stats = client.engine_stats()
         reachable = not isinstance(stats, Unavailable)
         return EngineStatus(
-            running=True,
+            **running_fields(state.process, self.data_dir),
             reachable=reachable,
-            managed_by_us=True,
-            pid=state.process.pid,
             port=state.port,
             base_url=state.base_url,
             backend=stats.backend
             if not isinstance(stats, Unavailable) and stats.backend != "unknown"
             else state.backend,
             resp_address=None if state.resp_port is None else f"{ENGINE_HOST}:{state.resp_port}",
-            uptime_s=round(time.time() - state.process.started_at, 3),
-            log_path=state.process.log_path,
-            data_dir=str(self.data_dir),
             reason=stats.reason if isinstance(stats, Unavailable) else None,
             runs_until_stop=state.runs_until_stop,
             leases=leases,
@@ -382,14 +322,23 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
     def impostor(self, state: EngineState) -> str | None:
         """Why the token must not go to `state.port` (None when our engine holds that port's
         listening socket): nothing listens there yet, or another process does."""
-        return _listener_refusal(state, state.port, what="port", secret="token")
+        return listener_refusal(state, state.port, what="port", secret="token")
 
     def resp_impostor(self, state: EngineState) -> str | None:
         """Why the RESP password must not go to `state.resp_port` (None when our engine holds
         that port's listening socket), as `impostor` says for the HTTP token."""
         if state.resp_port is None:
             return "the engine runs without its RESP wire"
-        return _listener_refusal(state, state.resp_port, what="RESP port", secret="RESP password")
+        return listener_refusal(state, state.resp_port, what="RESP port", secret="RESP password")
+
+    def abandon(self, state: EngineState, *, rotate_token: bool = False) -> None:
+        """Stop the engine of a failed start and clear its record (and rotate the token when it
+        may have reached a port we could not trust)."""
+        stop_process(state.process, term_wait_s=5.0)
+        self.state_file.clear()
+        self.remove_socket()
+        if rotate_token:
+            self.rotate_token()
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -423,137 +372,3 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         if resp_port is not None:
             env["EPISTEMIC_GRAPH_REDIS_ADDR"] = f"{ENGINE_HOST}:{resp_port}"
         return env
-
-    def _wait_resp(self, state: EngineState, timeout_s: float) -> None:
-        """The RESP wire answers AUTH + PING, or the engine is stopped and the start fails."""
-        credentials = self.resp_credentials()
-        assert credentials is not None  # the state just written records the port
-        deadline = time.monotonic() + timeout_s
-        # Wait only while nothing listens yet: a squatter is refused at once.
-        while time.monotonic() < deadline:
-            if listener_owner(state.process.pid, credentials.port) != "none":
-                break
-            time.sleep(0.05)
-        if (why := self.resp_impostor(state)) is not None:
-            stop_process(state.process, term_wait_s=5.0)
-            self.state_file.clear()
-            raise EngineProcessError(f"the engine's RESP wire cannot be trusted: {why}")
-        failed = wait_resp_ready(
-            credentials.host,
-            credentials.port,
-            credentials.user,
-            credentials.password,
-            timeout_s=timeout_s,
-        )
-        if failed is None:
-            return
-        stop_process(state.process, term_wait_s=5.0)
-        self.state_file.clear()
-        raise EngineProcessError(
-            f"{failed.reason} within {timeout_s:g} s; its log says: "
-            f"{_engine_reason(self.log_path)} (log: {self.log_path})"
-        )
-
-    def _wait_ready(
-        self,
-        process: subprocess.Popen[bytes],
-        state: EngineState,
-        timeout_s: float,
-        note: Progress,
-        log_offset: int,
-    ) -> None:
-        deadline = time.monotonic() + timeout_s
-        last_reason = "no answer yet"
-        next_note = time.monotonic() + 2.0
-        with self.client(state, timeout_s=1.0) as client:
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    self.state_file.clear()
-                    raise EngineProcessError(
-                        f"engine exited with code {process.returncode} before it was ready: "
-                        f"{_engine_reason(self.log_path)} (log: {self.log_path})"
-                    )
-                if (refusal := self._start_refusal(state, log_offset)) is not None:
-                    stop_process(state.process, term_wait_s=5.0)
-                    self.state_file.clear()
-                    self.rotate_token()
-                    raise EngineProcessError(refusal)
-                if (not_yet := self.impostor(state)) is not None:
-                    last_reason = not_yet
-                    time.sleep(0.02)
-                    continue
-                stats = client.engine_stats()
-                if not isinstance(stats, Unavailable):
-                    return
-                last_reason = stats.reason
-                if time.monotonic() >= next_note:
-                    note(f"waiting for the engine's KV port {state.port} ...")
-                    next_note += 2.0
-                time.sleep(0.05)
-        stop_process(state.process, term_wait_s=5.0)
-        self.state_file.clear()
-        self._remove_socket()
-        raise EngineProcessError(
-            f"engine did not answer on port {state.port} within {timeout_s:g} s ({last_reason}); "
-            f"its log says: {_engine_reason(self.log_path)} (log: {self.log_path})"
-        )
-
-    def _start_refusal(self, state: EngineState, log_offset: int) -> str | None:
-        """Why this start has failed although the engine runs: another process holds its port,
-        or the engine's log (since `log_offset`) reports that its bind failed."""
-        if listener_owner(state.process.pid, state.port) == "foreign":
-            return (
-                f"port {state.port} on {ENGINE_HOST} was taken by another process "
-                f"({describe_listener(state.port)}) while the engine started; the engine was "
-                "stopped, no token was sent there and the token was rotated. Start again (a "
-                "fixed --port: choose another)"
-            )
-        if _BIND_FAILED in _log_since(self.log_path, log_offset):
-            return (
-                f"the engine could not bind port {state.port} on {ENGINE_HOST} ({_BIND_FAILED}); "
-                "it was stopped and the token was rotated. Start again (a fixed --port: choose "
-                f"another) (log: {self.log_path})"
-            )
-        return None
-
-
-_BIND_FAILED = "Address already in use"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _log_since(path: Path, offset: int, *, max_bytes: int = 64 * 1024) -> str:
-    """What the log gained since `offset` (its first `max_bytes`)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            return handle.read(max_bytes).decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _engine_reason(log_path: Path) -> str:
-    """The most telling line of the engine's log: its last ERROR line, else its last line."""
-    lines = [line for line in tail(log_path, 60).splitlines() if line.strip()]
-    errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
-    chosen = (errors or lines or ["(empty log)"])[-1]
-    return chosen.strip()[-300:]
-
-
-def _listener_refusal(state: EngineState, port: int, *, what: str, secret: str) -> str | None:
-    """Why `secret` must not go to `port` (None when the engine we started holds its listening
-    socket): nothing listens there yet, or another process does."""
-    owner = listener_owner(state.process.pid, port)
-    if owner == "ours":
-        return None
-    if owner == "none":
-        return f"nothing listens on {what} {port} yet"
-    return (
-        f"{what} {port} is held by another process ({describe_listener(port)}), not by the "
-        f"engine we started (pid {state.process.pid}); the {secret} was not sent"
-    )

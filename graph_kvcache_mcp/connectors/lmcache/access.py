@@ -17,12 +17,11 @@ import anyio
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.lmcache.process import (
-    DEFAULT_READY_TIMEOUT_S,
+from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheState,
     LmcacheStatus,
     LmcacheStopResult,
-    ManagedLmcache,
     RespPeer,
 )
 from graph_kvcache_mcp.connectors.processes.lease_rules import SessionLease, stop_refusal

@@ -28,9 +28,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from graph_kvcache_mcp.connectors.files.private import exclusive, private_dir
+from graph_kvcache_mcp.connectors.lmcache.state import (
+    LmcacheState,
+    LmcacheStatus,
+    LmcacheStopResult,
+    RespPeer,
+)
 from graph_kvcache_mcp.connectors.processes.control import (
     ML_STACK_INHERITED,
     ML_STACK_INHERITED_PREFIXES,
@@ -42,14 +46,14 @@ from graph_kvcache_mcp.connectors.processes.control import (
 from graph_kvcache_mcp.connectors.processes.identity import is_alive
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
-    LeasedState,
     keep_until_stop,
 )
-from graph_kvcache_mcp.connectors.processes.leases import Lease, Leases
+from graph_kvcache_mcp.connectors.processes.leases import Leases
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
-from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
+from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 LMCACHE_HOST = "127.0.0.1"
@@ -60,77 +64,6 @@ INSTALL_HINT = (
     "`pip install --no-deps graph-kvcache-mcp` for our adapter) or a venv of its own, and point "
     "GRAPH_KVCACHE_LMCACHE_PYTHON (or GRAPH_KVCACHE_VLLM_PYTHON) at that venv's python"
 )
-
-
-class RespPeer(BaseModel):
-    """The process whose RESP wire the server's `resp` L2 adapter connected to at start."""
-
-    model_config = ConfigDict(frozen=True)
-
-    pid: int
-    start_ticks: int
-    address: str = Field(description="host:port of the RESP wire.")
-
-
-class LmcacheState(LeasedState):
-    """`state.json`: the server we started. Holds no secret."""
-
-    host: str
-    port: int
-    http_port: int
-    http_url: str
-    resp_peer: RespPeer | None = None
-    plan_env: dict[str, str] = Field(
-        default_factory=dict,
-        description="The plan's environment with `${NAME}` references, never their values: a "
-        "restart fills them in again.",
-    )
-
-
-class LmcacheStatus(BaseModel):
-    """What `lmcache status` / `lmcache start` report."""
-
-    model_config = ConfigDict(frozen=True)
-
-    running: bool
-    healthy: bool = False
-    managed_by_us: bool = False
-    reused: bool = False
-    pid: int | None = None
-    rpc_url: str | None = Field(None, description="Where vLLM's MP connector connects.")
-    http_url: str | None = None
-    report: LmcacheServerReport | None = Field(None, description="From GET /status.")
-    uptime_s: float | None = None
-    startup_s: float | None = None
-    log_path: str | None = None
-    data_dir: str
-    reason: str | None = None
-    resp_peer_gone: str | None = Field(
-        None,
-        description="Set when the engine the `resp` L2 adapter connected to has stopped or "
-        "restarted since the server started: L2 is dead until the server restarts.",
-    )
-    runs_until_stop: bool | None = Field(
-        None,
-        description="True: runs until `lmcache stop`; false: stops when the last session using "
-        "it exits.",
-    )
-    leases: list[Lease] = Field(
-        default_factory=list, description="Live server sessions using this server."
-    )
-
-
-class LmcacheStopResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    stopped: bool
-    how: str = Field(description="terminated | killed | not_running")
-    pid: int | None = None
-    data_dir: str
-    reason: str | None = None
-    also_stopped: list[str] = Field(
-        default_factory=list, description="What was stopped before it (a vLLM that used it)."
-    )
 
 
 class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
@@ -366,16 +299,11 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         status = _get_json(state.http_url + "/status")
         healthy = health.get("status") == "healthy"
         return LmcacheStatus(
-            running=True,
+            **running_fields(state.process, self.data_dir),
             healthy=healthy,
-            managed_by_us=True,
-            pid=state.process.pid,
             rpc_url=f"tcp://{state.host}:{state.port}",
             http_url=state.http_url,
             report=report_from_status(status) if status else None,
-            uptime_s=round(time.time() - state.process.started_at, 3),
-            log_path=state.process.log_path,
-            data_dir=str(self.data_dir),
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",
             resp_peer_gone=None
             if state.resp_peer is None or is_alive(state.resp_peer.pid, state.resp_peer.start_ticks)

@@ -2,7 +2,7 @@
 
 A child starts in its own session (so it can be stopped as a group) with exactly the environment
 its manager gives it and umask 077. Stopping sends SIGTERM, waits, then SIGKILL, and only to a
-process that is still the one we started (`process_identity.is_ours`).
+process that is still the one we started (`identity.is_ours`).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
             if done == pid:
                 return True
             our_child = True
-        except ChildProcessError:
+        except OSError:  # ChildProcessError: not our child (Windows: not a handle of ours)
             our_child = False
         if start_ticks(pid) is None:
             return True
@@ -152,7 +152,8 @@ def stop_process(record: ProcessRecord, *, term_wait_s: float, kill_wait_s: floa
     """
     if not is_ours(record):
         return "not_running"
-    target_group = os.getpgid(record.pid) == record.pid
+    # Windows has no process groups (nor SIGKILL): there the process alone is signalled.
+    target_group = hasattr(os, "killpg") and os.getpgid(record.pid) == record.pid
 
     def send(sig: signal.Signals) -> None:
         try:
@@ -166,7 +167,7 @@ def stop_process(record: ProcessRecord, *, term_wait_s: float, kill_wait_s: floa
     send(signal.SIGTERM)
     if wait_gone(record.pid, term_wait_s):
         return "terminated"
-    send(signal.SIGKILL)
+    send(getattr(signal, "SIGKILL", signal.SIGTERM))
     wait_gone(record.pid, kill_wait_s)
     return "killed"
 

@@ -2,49 +2,45 @@
 
 A process is ours only when the pid in our state file is alive **and** its kernel start time and
 command line match what we recorded when we started it, so a recycled pid is never signalled. Those
-facts are world-readable in /proc, so a record must also match by two that are not: the process
-runs as our user, and its environment (readable only by its owner) holds the nonce we gave it at
-spawn. A forged record that copies a real pid, start time and argv[0] names a process that fails one
-of the two.
+facts are public (any user can read them), so a record must also match by two that are not: the
+process runs as our user, and its environment (readable only by its owner) holds the nonce we gave
+it at spawn. A forged record that copies a real pid, start time and argv[0] names a process that
+fails one of the two.
 
-A port's listener is ours only when every listening socket on that port is an open file of our
-process (`listener_owner`): a token is sent to a port only after that check, so a squatter that
-bound the port first never receives one.
+A port's listener is ours only when every listening socket on that port belongs to our process
+(`listener_owner`): a token is sent to a port only after that check, so a squatter that bound the
+port first never receives one.
 
-Linux only: these answers come from /proc. Elsewhere every function here raises `ProcessError`
-at once (see `require_linux`) instead of reporting "not running", which would make a stop
-silently stop nothing.
+Everything here asks `psutil`. Tested on Linux, where it reads /proc: there the start time is the
+kernel's own tick count (the value state files have always recorded) and every listener on the
+machine is visible, another user's included. Elsewhere it is expected to work with two
+degradations: on macOS psutil lists sockets machine-wide only for root, so without root a
+port counts as ours when the process we started listens there (the kernel then refuses a second
+plain bind of it), and a listener it does not hold counts as foreign; and on Windows
+there are no process groups, so `group_members` refuses with `ProcessError` instead of reporting
+an empty group (a group stop would otherwise silently stop nothing).
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
-from typing import Literal, TypeAlias
+import socket
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Literal, TypeAlias
 
+import psutil
 from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.errors import ProcessError
 
-PROC = Path("/proc")
 NONCE_VARIABLE = "GRAPH_KVCACHE_PROCESS_NONCE"
 """Set in the environment of every child we spawn; the state record holds the same value."""
 ListenerOwner: TypeAlias = Literal["ours", "none", "foreign"]
-
-
-def require_linux() -> None:
-    """Raise unless this machine has Linux's /proc, which every identity check here reads.
-
-    Raises:
-        ProcessError: names the platform and how to run without managed processes.
-    """
-    if not sys.platform.startswith("linux"):
-        raise ProcessError(
-            f"managed processes (the local engine, vLLM) need Linux: their identity checks "
-            f"read /proc, and this is {sys.platform}. Start the engine or vLLM yourself and "
-            "point the server at it with EPISTEMIC_GRAPH_KVCACHE_URL or VLLM_BASE_URL"
-        )
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied)
+_DEAD = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
+# Linux's USER_HZ: the unit of the start time in /proc/<pid>/stat, which records always held.
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class ProcessRecord(BaseModel):
@@ -63,15 +59,13 @@ class ProcessRecord(BaseModel):
 
 
 def start_ticks(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), None when it is gone."""
-    require_linux()
+    """When `pid` started, in clock ticks since boot (on Linux the kernel's own figure); None
+    when it is gone."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
+        since_boot_s = psutil.Process(pid).create_time() - psutil.boot_time()
+    except (*_GONE, ValueError):  # ValueError: a negative pid
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[19])
+    return round(since_boot_s * _TICKS_PER_S)
 
 
 def is_alive(pid: int, ticks: int) -> bool:
@@ -85,68 +79,74 @@ def is_ours(record: ProcessRecord) -> bool:
     another user's process dressed up with the same pid, start time and argv[0]."""
     if not is_alive(record.pid, record.start_ticks):
         return False
-    proc = PROC / str(record.pid)
     try:
-        if proc.stat().st_uid != os.getuid():
+        process = psutil.Process(record.pid)
+        if not _same_user(process):
             return False
-        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-    except OSError:
+        cmdline = process.cmdline()
+    except _GONE:
         return False
-    if not cmdline or cmdline[0].decode(errors="replace") != record.command[0]:
+    if not cmdline or cmdline[0] != record.command[0]:
         return False
     return (
         record.nonce is not None and environment_value(record.pid, NONCE_VARIABLE) == record.nonce
     )
 
 
+def _same_user(process: psutil.Process) -> bool:
+    if hasattr(os, "geteuid"):
+        return bool(process.uids().effective == os.geteuid())
+    return bool(process.username() == psutil.Process().username())  # Windows: no uids
+
+
 def environment_value(pid: int, name: str) -> str | None:
-    """One variable of the environment `pid` started with (Linux /proc; readable only for our
-    own processes); None when unset or unreadable. Only `name` is kept: the rest (keys, tokens)
-    is never returned."""
+    """One variable of the environment `pid` started with (readable only for our own
+    processes); None when unset or unreadable. Only `name` is kept: the rest (keys, tokens) is
+    never returned."""
     try:
-        block = (PROC / str(pid) / "environ").read_bytes()
-    except OSError:
+        environment: dict[str, str] = psutil.Process(pid).environ()
+    except (*_GONE, ValueError):
         return None
-    prefix = name.encode() + b"="
-    for entry in block.split(b"\0"):
-        if entry.startswith(prefix):
-            return entry[len(prefix) :].decode(errors="replace")
-    return None
+    return environment.get(name)
 
 
 def is_zombie(pid: int) -> bool:
-    require_linux()
+    """True when `pid` has exited (gone, or a zombie not yet reaped)."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() in _DEAD
+    except (*_GONE, ValueError):
         return True
-    return stat.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live processes whose process group is `pgid` (Linux /proc)."""
-    require_linux()
+    """Live processes whose process group is `pgid`.
+
+    Raises:
+        ProcessError: this platform has no process groups (Windows).
+    """
+    if not hasattr(os, "getpgid"):
+        raise ProcessError(
+            "stopping a managed process's helpers needs process groups, which this platform "
+            "lacks; start vLLM yourself and point the server at it with VLLM_BASE_URL"
+        )
     members: list[int] = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            if os.getpgid(process.pid) == pgid and process.status() not in _DEAD:
+                members.append(process.pid)
+        except (*_GONE, ProcessLookupError, PermissionError):
             continue
-        if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
-            members.append(int(entry.name))
     return sorted(members)
 
 
 def describe_listener(port: int) -> str:
-    """'pid N (name)' of whatever listens on `port`, best effort from /proc."""
+    """'pid N (name)' of whatever listens on `port`, best effort."""
     pid = listener_pid(port)
     if pid is None:
         return "owner unknown"
     try:
-        name = (PROC / str(pid) / "comm").read_text().strip()
-    except OSError:
+        name = psutil.Process(pid).name()
+    except _GONE:
         name = "?"
     return f"pid {pid} ({name})"
 
@@ -154,60 +154,70 @@ def describe_listener(port: int) -> str:
 def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner:
     """Who listens on TCP `port` (any address, IPv4 or IPv6): "ours" when every listening socket
     there is an open file of `pid` (or, with `group`, of a member of the process group `pid`
-    leads), "none" when nothing listens, else "foreign"."""
-    wanted = _listening_sockets(port)
-    if not wanted:
-        return "none"
-    held = socket_links(pid)
-    if group and not wanted <= held:
-        for member in group_members(pid):
-            held |= socket_links(member)
-    return "ours" if wanted <= held else "foreign"
+    leads), "none" when nothing listens, else "foreign" (a socket we cannot attribute included).
 
-
-def socket_links(pid: int) -> set[str]:
-    """The `socket:[inode]` links among the open files of `pid` (empty when unreadable)."""
-    links: set[str] = set()
+    Sockets are matched by address, counted: psutil names one holder per socket, so a socket
+    our engine shares with a child it forked is checked among our own process's files instead.
+    """
+    # Everyone's first, ours after: a socket our process binds in between is then not missed
+    # from ours (which would read as foreign).
     try:
-        for fd in (PROC / str(pid) / "fd").iterdir():
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                links.add(target)
+        everyone: Counter[tuple[int, str, int]] | None = Counter(
+            _listening_addresses(psutil.net_connections(kind="tcp"), port)
+        )
+    except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
+        everyone = None
+    if everyone is not None and not everyone:
+        return "none"
+    members = [pid]
+    if group:
+        members += [member for member in group_members(pid) if member != pid]
+    ours: Counter[tuple[int, str, int]] = Counter()
+    for member in members:
+        ours.update(_listening_addresses(_sockets_of(member), port))
+    if everyone is None:
+        return "ours" if ours else ("foreign" if _answers(port) else "none")
+    return "ours" if everyone <= ours else "foreign"
+
+
+def _sockets_of(pid: int) -> list[Any]:
+    try:
+        return list(psutil.Process(pid).net_connections(kind="tcp"))
+    except (*_GONE, ValueError):
+        return []
+
+
+def _listening_addresses(sockets: Iterable[Any], port: int) -> list[tuple[int, str, int]]:
+    return [
+        (found.family, found.laddr.ip, found.laddr.port)
+        for found in sockets
+        if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
+    ]
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
     except OSError:
-        pass
-    return links
-
-
-def _listening_sockets(port: int) -> set[str]:
-    require_linux()
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = (PROC / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    return {f"socket:[{inode}]" for inode in inodes}
+        return False
 
 
 def listener_pid(port: int) -> int | None:
-    """The pid holding a listening TCP socket on `port`, when /proc lets us see it."""
-    wanted = _listening_sockets(port)
-    if not wanted:
-        return None
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in (entry / "fd").iterdir():
-                if os.readlink(fd) in wanted:
-                    return int(entry.name)
-        except OSError:
-            continue
-    return None
+    """The pid holding a listening TCP socket on `port`, when we are allowed to see it."""
+    pids = sorted(pid for pid in _listeners(port) if pid is not None)
+    return pids[0] if pids else None
+
+
+def _listeners(port: int) -> set[int | None]:
+    """The pids psutil names for the listening TCP sockets on `port` (one per socket; None
+    where the holder is hidden from us)."""
+    try:
+        sockets = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # macOS without root
+        return set()
+    return {
+        found.pid
+        for found in sockets
+        if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
+    }

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import anyio.to_thread
 
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+import psutil
 from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
@@ -110,7 +111,7 @@ def leaked_lmcache_segments(shm_dir: Path = SHM_DIR) -> list[str]:
     return [
         name
         for name in names
-        if (match := _SEGMENT.match(name)) and not Path(f"/proc/{match.group(1)}").exists()
+        if (match := _SEGMENT.match(name)) and not psutil.pid_exists(int(match.group(1)))
     ]
 
 

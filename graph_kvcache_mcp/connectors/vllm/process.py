@@ -8,20 +8,18 @@ server, `VLLM::EngineCore`, `VLLM::Worker`, a multiprocessing resource tracker) 
 stopping sends SIGTERM to that group, waits, then SIGKILL — and only when the recorded pid is
 still the very process we started. A port held by anything else is reported, never signalled.
 
-Readiness is `GET /health` = 200 (`vllm_health`); until then the log is where vLLM says why it
-is not ready. Platform, interpreter and environment checks live in `vllm_host`.
+Readiness is `GET /health` = 200 on a port our process group holds (`readiness`); until then the
+log is where vLLM says why it is not ready. Platform, interpreter and environment checks live in
+`host`.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-
-import httpx2
 
 from graph_kvcache_mcp.connectors.files.private import exclusive, narrow_tree, private_dir
 from graph_kvcache_mcp.connectors.processes.control import (
@@ -33,12 +31,9 @@ from graph_kvcache_mcp.connectors.processes.control import (
 from graph_kvcache_mcp.connectors.processes.identity import (
     describe_listener,
     environment_value,
-    is_ours,
-    listener_owner,
 )
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
-from graph_kvcache_mcp.connectors.vllm.health import last_log_line, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
@@ -49,6 +44,7 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     child_environment,
     detect_platform,
 )
+from graph_kvcache_mcp.connectors.vllm.readiness import foreign_status, status_of, wait_healthy
 from graph_kvcache_mcp.connectors.vllm.state import (
     VllmLogs,
     VllmState,
@@ -234,9 +230,9 @@ class ManagedVllm:
         state = self.running_state()
         if state is not None:
             healthy, served, reason = probe_server(state.base_url)
-            return self._status_of(state, reachable=healthy, served=served, reason=reason)
+            return status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         if port is not None and port_in_use(VLLM_HOST, port):
-            return self._foreign_status(port)
+            return foreign_status(port, self.data_dir)
         return VllmStatus(
             running=False,
             data_dir=str(self.data_dir),
@@ -289,10 +285,10 @@ class ManagedVllm:
         if not healthy:
             # Ours, alive, not answering yet: an earlier start still loading. Wait for it.
             note(0.0, ready_timeout_s, f"vLLM pid {state.process.pid} is still starting; waiting")
-            self._wait_healthy(None, state, ready_timeout_s, note, time.monotonic())
+            wait_healthy(self, None, state, ready_timeout_s, note, time.monotonic())
             healthy, served, reason = probe_server(state.base_url)
         note(0.0, 0.0, f"vLLM already running (pid {state.process.pid}, port {state.port})")
-        status = self._status_of(state, reachable=healthy, served=served, reason=reason)
+        status = status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         return status.model_copy(update={"reused": True})
 
     def _reuse_foreign(self, launch: VllmLaunch, wanted: str) -> VllmStatus:
@@ -382,110 +378,15 @@ class ManagedVllm:
             kv_events_replay=launch.kv_events_replay_endpoint if launch.kv_events else None,
         )
         self.state_file.write(state)
-        self._wait_healthy(process, state, ready_timeout_s, note, began)
+        wait_healthy(self, process, state, ready_timeout_s, note, began)
         startup = time.monotonic() - began
         note(startup, ready_timeout_s, f"vLLM ready at {state.base_url} after {startup:.1f} s")
         healthy, served, reason = probe_server(state.base_url)
-        status = self._status_of(state, reachable=healthy, served=served, reason=reason)
+        status = status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         return status.model_copy(update={"startup_s": round(startup, 3)})
 
-    def _wait_healthy(
-        self,
-        process: subprocess.Popen[bytes] | None,
-        state: VllmState,
-        timeout_s: float,
-        note: Progress,
-        began: float,
-    ) -> None:
-        deadline = began + timeout_s
-        health_url = state.base_url.removesuffix("/v1") + "/health"
-        next_note = time.monotonic() + 5.0
-        with httpx2.Client(timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                exited = process.poll() if process is not None else None
-                if exited is not None or not is_ours(state.process):
-                    self.state_file.clear()
-                    code = f"code {exited}" if exited is not None else "an unknown code"
-                    raise VllmProcessError(
-                        f"vLLM exited with {code} before it was healthy: "
-                        f"{vllm_reason(self.log_path)} (log: {self.log_path})"
-                    )
-                owner = listener_owner(state.process.pid, state.port, group=True)
-                if owner == "foreign":
-                    # A squatter took the port first: nothing (no API key) is sent there.
-                    holder = describe_listener(state.port)
-                    self._abandon(state)
-                    raise VllmProcessError(
-                        f"port {state.port} on {VLLM_HOST} was taken by another process "
-                        f"({holder}) while vLLM started; vLLM was stopped and nothing was sent "
-                        "to that port. Start again on another port"
-                    )
-                try:
-                    if owner == "ours" and http.get(health_url).status_code == 200:
-                        return
-                except httpx2.HTTPError:
-                    pass
-                now = time.monotonic()
-                if now >= next_note:
-                    note(
-                        now - began,
-                        timeout_s,
-                        f"waiting for vLLM /health ({last_log_line(self.log_path)})",
-                    )
-                    next_note = now + 5.0
-                time.sleep(0.25)  # poll interval; the deadline above bounds the wait
-        self._abandon(state)
-        raise VllmProcessError(
-            f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
-            f"its log says: {vllm_reason(self.log_path)} (log: {self.log_path})"
-        )
-
-    def _abandon(self, state: VllmState) -> None:
+    def abandon(self, state: VllmState) -> None:
         """Stop a start that failed: the process, what it spawned, and its record."""
         stop_process(state.process, term_wait_s=10.0)
         reap_group(state.process.pid, wait_s=5.0)
         self.state_file.clear()
-
-    def _status_of(
-        self, state: VllmState, *, reachable: bool, served: list[str], reason: str | None
-    ) -> VllmStatus:
-        return VllmStatus(
-            running=True,
-            reachable=reachable,
-            managed_by_us=True,
-            pid=state.process.pid,
-            port=state.port,
-            base_url=state.base_url,
-            model=state.model,
-            served_models=served,
-            platform=state.platform,
-            notes=state.notes,
-            dev_mode=state.dev_mode,
-            prompt_tokens_details=state.prompt_tokens_details,
-            kv_events=state.kv_events,
-            kv_events_replay=state.kv_events_replay,
-            uptime_s=round(time.time() - state.process.started_at, 3),
-            log_path=state.process.log_path,
-            data_dir=str(self.data_dir),
-            reason=reason,
-        )
-
-    def _foreign_status(self, port: int) -> VllmStatus:
-        base_url = f"http://{VLLM_HOST}:{port}/v1"
-        healthy, served, reason = probe_server(base_url)
-        holder = describe_listener(port)
-        return VllmStatus(
-            running=True,
-            reachable=healthy,
-            managed_by_us=False,
-            port=port,
-            base_url=base_url,
-            served_models=served,
-            data_dir=str(self.data_dir),
-            reason=(
-                f"a server this tool did not start answers on port {port} ({holder})"
-                if healthy
-                else f"port {port} is held by a process this tool did not start ({holder}) and "
-                f"it is not a healthy vLLM: {reason}"
-            ),
-        )

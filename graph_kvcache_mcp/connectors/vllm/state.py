@@ -1,11 +1,13 @@
 """What the managed vLLM's lifecycle records and reports: the state file's model and the results
-of status, stop and logs. Pure data: the lifecycle itself is `vllm_process`."""
+of status, stop and logs (on the shared `processes/status` models). Pure data: the lifecycle
+itself is `process`."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.processes.state_file import ProcessState
+from graph_kvcache_mcp.connectors.processes.status import ProcessStatus, StopResult
 from graph_kvcache_mcp.domain.vllm.launch import Platform
 
 
@@ -30,16 +32,10 @@ class VllmState(ProcessState):
     )
 
 
-class VllmStatus(BaseModel):
+class VllmStatus(ProcessStatus):
     """What `vllm status` / `vllm start` report."""
 
-    model_config = ConfigDict(frozen=True)
-
-    running: bool
     reachable: bool = False
-    managed_by_us: bool = False
-    reused: bool = False
-    pid: int | None = None
     port: int | None = None
     base_url: str | None = Field(None, description="OpenAI base URL (…/v1).")
     model: str | None = None
@@ -50,24 +46,15 @@ class VllmStatus(BaseModel):
     prompt_tokens_details: bool | None = None
     kv_events: str | None = Field(None, description="KV event feed (fleet view), if published.")
     kv_events_replay: str | None = None
-    uptime_s: float | None = None
     startup_s: float | None = Field(None, description="Launch to healthy, for a fresh start.")
-    log_path: str | None = None
-    data_dir: str
-    reason: str | None = None
 
 
-class VllmStopResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class VllmStopResult(StopResult):
+    """What `vllm stop` did."""
 
-    stopped: bool
-    how: str = Field(description="terminated | killed | not_running")
-    pid: int | None = None
     leftover_pids: list[int] = Field(
         default_factory=list, description="Processes of its group still alive after the stop."
     )
-    data_dir: str
-    reason: str | None = None
 
 
 class VllmLogs(BaseModel):

@@ -28,7 +28,8 @@ from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
     MP_CONNECTOR_CLASS,
     attach_lmcache_tier,

@@ -24,7 +24,8 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache, RespPeer
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
     check_lmcache_reusable,
     check_vllm_reusable,

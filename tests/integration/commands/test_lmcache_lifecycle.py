@@ -11,7 +11,7 @@ from mcp import Client
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, LmcacheStopResult
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from tests.support.engines import RunningEngine

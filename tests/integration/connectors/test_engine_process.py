@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graph_kvcache_mcp.connectors.engine.process import EngineState, ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import EngineState
 from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord, start_ticks
 from graph_kvcache_mcp.errors import EngineProcessError
 from tests.support.engines import RunningEngine

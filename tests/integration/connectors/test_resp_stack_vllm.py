@@ -23,7 +23,8 @@ import pytest
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStatus, ManagedLmcache, RespPeer
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.access import KvAccess
+from graph_kvcache_mcp.connectors.engine.managed_access import ManagedKvAccess
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from tests.support.processes import engine_gone, wait_until
 
@@ -32,7 +32,7 @@ async def test_calls_during_a_held_up_restart_answer_within_their_deadline(
     tmp_path: Path,
 ) -> None:
     settings = Settings.build(data_dir=tmp_path, kv_timeout_s=TIMEOUT_S, engine_backend="durable")
-    access = KvAccess(settings)
+    access = ManagedKvAccess(settings)
     try:
         await access.start_engine()  # waits for the first start, however long it takes
         first = await access.connect()

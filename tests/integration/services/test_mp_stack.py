@@ -19,7 +19,8 @@ import pytest
 from mcp import Client
 
 from graph_kvcache_mcp.cli import main
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStopResult, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStopResult
 from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm

@@ -9,8 +9,9 @@ from pathlib import Path
 from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.access import STOPPED_BY_TOOL
-from graph_kvcache_mcp.connectors.engine.process import EngineStopResult, ManagedEngine
+from graph_kvcache_mcp.connectors.engine.managed_access import STOPPED_BY_TOOL
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.state import EngineStopResult
 from graph_kvcache_mcp.connectors.processes.identity import is_ours
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server

@@ -15,7 +15,8 @@ from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.private import write_private
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheStopResult, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStopResult
 from graph_kvcache_mcp.connectors.processes.identity import is_ours
 from graph_kvcache_mcp.connectors.processes.leases import Lease
 from graph_kvcache_mcp.connectors.processes.ports import free_port

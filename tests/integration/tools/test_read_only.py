@@ -12,7 +12,8 @@ from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.files.private import write_private
-from graph_kvcache_mcp.connectors.lmcache.process import LmcacheState, ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord
 from graph_kvcache_mcp.connectors.processes.leases import Lease
 from graph_kvcache_mcp.connectors.processes.ports import free_port
