@@ -35,7 +35,7 @@ from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
 TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet", "compat", "toolsets")
-DEFAULT_TOOLSETS = ("kv", "engine", "vllm", "bundle", "diagnose", "toolsets")
+DEFAULT_TOOLSETS = ("kv", "compat", "engine", "vllm", "bundle", "diagnose", "toolsets")
 """`toolsets` is the one tool that lists the others and enables an opt-in one at run time."""
 Endpoint = Literal["kv", "vllm"]
 # The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.

@@ -45,14 +45,11 @@ def _refuse_writes(action: object) -> object:
 
 CompatKey = Annotated[
     str | None,
-    Field(
-        description="Engine key for get/put/contains/exists: printable ASCII without spaces, "
-        "'?' or '#'."
-    ),
+    Field(description="Engine key (every action but stats)."),
 ]
 CompatValue = Annotated[
     str | None,
-    Field(description="put: the bytes as standard padded base64."),
+    Field(description="put: standard padded base64."),
 ]
 
 
@@ -100,13 +97,13 @@ class GraphKvcacheOut(BaseModel):
 
 async def graph_kvcache(
     ctx: Context[Any],
-    action: Annotated[Action, Field(description="get, put, contains, exists or stats.")],
+    action: Annotated[Action, Field(description="What to do.")],
     key: CompatKey = None,
     value_b64: CompatValue = None,
 ) -> GraphKvcacheOut:
-    """The KV store as one tool (older agents): get -> hit, value_b64 (<= 64 KiB); put ->
-    state (already_present: first value kept); contains (HEAD) and exists
-    (GET /exists) -> present, same answer; stats -> counters. Many keys: kv_exists."""
+    """The KV store as one tool, for agents written for it: get (value_b64 up to 64 KiB),
+    put (already_present: the first value was kept), contains or exists (same answer), stats.
+    Many keys: kv_exists."""
     return await _run(ctx, action, key, value_b64)
 
 
@@ -115,13 +112,12 @@ async def graph_kvcache_read_only(
     action: Annotated[
         ReadAction,
         BeforeValidator(_refuse_writes),  # says why put is missing, not just "should be get, ..."
-        Field(description="get, contains, exists or stats."),
+        Field(description="What to do (no put: read-only)."),
     ],
     key: CompatKey = None,
 ) -> GraphKvcacheOut:
-    """The KV store as one tool (older agents; read-only: no put): get -> hit, value_b64
-    (<= 64 KiB); contains (HEAD) and exists (GET /exists) -> present, same answer;
-    stats -> counters. Many keys: kv_exists."""
+    """The KV store as one tool, for agents written for it (read-only: no put): get
+    (value_b64 up to 64 KiB), contains or exists (same answer), stats. Many keys: kv_exists."""
     return await _run(ctx, action, key, None)
 
 

@@ -68,8 +68,8 @@ async def diagnose_stack(
         int | None, Field(ge=0, description="Prefix your requests share, in tokens.")
     ] = None,
 ) -> StackDiagnosis:
-    """Check engine, vLLM (and LMCache given lmcache_url) in one call: findings {id, severity,
-    component, evidence, fix} and what was checked. Starts nothing. Fix errors first."""
+    """Check engine, vLLM (and LMCache given lmcache_url) in one call: findings, each with
+    its fix, and what was checked. Starts nothing. Fix errors first."""
     state = state_of(ctx)
     try:
         async with state.vllm.borrowed() as client:

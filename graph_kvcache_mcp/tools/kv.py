@@ -170,8 +170,8 @@ async def kv_save(
     path: Annotated[
         str,
         Field(
-            description="Absolute path of a NEW file inside the allowed roots (the client's, "
-            "else the working directory), in an existing directory; never overwritten."
+            description="Absolute path of a NEW file inside the allowed roots, in an existing "
+            "directory; never overwritten."
         ),
     ],
 ) -> KvGetOut:
@@ -210,7 +210,7 @@ async def kv_put(
         str | None,
         Field(
             description="Instead of base64: absolute path of a regular file inside the allowed "
-            "roots (the client's, else the working directory) to store."
+            "roots."
         ),
     ] = None,
 ) -> KvPutOut:

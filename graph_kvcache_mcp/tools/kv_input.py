@@ -40,8 +40,7 @@ Keys = Annotated[
     Field(
         min_length=1,
         max_length=MAX_KEYS_PER_CALL,
-        description=f"1 to {MAX_KEYS_PER_CALL} engine keys: printable ASCII without spaces, '?' "
-        "or '#'.",
+        description="Engine keys: printable ASCII without spaces, '?' or '#'.",
     ),
 ]
 

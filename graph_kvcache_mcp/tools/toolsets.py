@@ -44,9 +44,7 @@ class ToolsetsOut(BaseModel):
 def register(server: Registrar, switch: ToolsetSwitch) -> None:
     async def toolsets(
         ctx: Context[Any],
-        enable: Annotated[
-            str | None, Field(description="An opt-in toolset to add to this server's tools.")
-        ] = None,
+        enable: Annotated[str | None, Field(description="An opt-in toolset to add.")] = None,
     ) -> ToolsetsOut:
         """List the toolsets, one line each; enable=NAME adds an opt-in one's tools and tells
         the client to list tools again."""

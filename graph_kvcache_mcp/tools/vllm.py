@@ -349,7 +349,7 @@ async def vllm_restart_reuse(
 ) -> RestartReuseOut:
     """On the managed vLLM with a KV tier (kv_connector engine, mp_native, redis_resp): a long
     prompt cold, a restart, the same prompt again. Both TTFTs, cached tokens by tier, engine
-    bytes. The restart takes as long as a start."""
+    bytes."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:

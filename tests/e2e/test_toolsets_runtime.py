@@ -17,7 +17,6 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ToolListChangedNotification
 
-from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
 from graph_kvcache_mcp.tools.toolsets import ToolsetsOut
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.http_server import http_server
@@ -46,31 +45,29 @@ class ListChanges:
             self.arrived.set()
 
 
-async def _enable_compat_and_use_it(client: Client, changes: ListChanges) -> None:
+async def _enable_lmcache_and_use_it(client: Client, changes: ListChanges) -> None:
     assert client.server_capabilities is not None
     tools = client.server_capabilities.tools
     assert tools is not None and tools.list_changed is True
     before = {tool.name for tool in (await client.list_tools()).tools}
-    assert "toolsets" in before and "graph_kvcache" not in before
+    assert {"toolsets", "graph_kvcache"} <= before and "lmcache_status" not in before
     listing = ToolsetsOut.model_validate(await call_ok(client, "toolsets", {}))
     offered = {line.name for line in listing.toolsets if not line.enabled}
-    assert {"compat", "lmcache", "fleet"} <= offered
+    assert {"lmcache", "fleet"} <= offered and "compat" not in offered
 
-    enabled = ToolsetsOut.model_validate(await call_ok(client, "toolsets", {"enable": "compat"}))
-    assert enabled.enabled_now == "compat" and enabled.tools_added == ["graph_kvcache"]
+    enabled = ToolsetsOut.model_validate(await call_ok(client, "toolsets", {"enable": "lmcache"}))
+    assert enabled.enabled_now == "lmcache" and "lmcache_status" in enabled.tools_added
     with anyio.fail_after(10):  # sent on the call's own stream: normally already here
         await changes.arrived.wait()
     after = {tool.name for tool in (await client.list_tools()).tools}
-    assert after - before == {"graph_kvcache"}
-    stats = GraphKvcacheOut.model_validate(
-        await call_ok(client, "graph_kvcache", {"action": "stats"})
-    )
-    assert stats.reachable and stats.stats is not None
+    assert after - before == set(enabled.tools_added)
+    status = await call_ok(client, "lmcache_status", {})
+    assert status["running"] is False  # nothing started one in this data dir
 
-    again = await call_error(client, "toolsets", {"enable": "compat"})
-    assert "'compat' is already enabled" in again
+    again = await call_error(client, "toolsets", {"enable": "lmcache"})
+    assert "'lmcache' is already enabled" in again
     unknown = await call_error(client, "toolsets", {"enable": "kv_everything"})
-    assert "unknown toolset 'kv_everything'" in unknown and "lmcache, fleet" in unknown
+    assert "unknown toolset 'kv_everything'" in unknown and "fleet" in unknown
     assert changes.count == 1  # the refusals announce nothing
 
 
@@ -82,7 +79,7 @@ async def test_stdio_client_enables_a_toolset_and_hears_the_list_changed(
     )
     changes = ListChanges()
     async with Client(server, mode="legacy", message_handler=changes) as client:
-        await _enable_compat_and_use_it(client, changes)
+        await _enable_lmcache_and_use_it(client, changes)
 
 
 async def test_http_client_enables_a_toolset_and_hears_the_list_changed(
@@ -98,7 +95,7 @@ async def test_http_client_enables_a_toolset_and_hears_the_list_changed(
                 message_handler=changes,
             ) as client,
         ):
-            await _enable_compat_and_use_it(client, changes)
+            await _enable_lmcache_and_use_it(client, changes)
 
 
 TS_SDK = "@modelcontextprotocol/sdk@1.32.2"
@@ -123,10 +120,11 @@ def _ts_client(*target: str, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def _assert_ts_client_saw_the_toolset_arrive(seen: dict[str, Any]) -> None:
     assert seen["list_changed_declared"] is True
-    assert "graph_kvcache" not in seen["before"] and "toolsets" in seen["before"]
-    assert set(seen["after"]) - set(seen["before"]) == {"graph_kvcache"}
-    assert seen["enabled"]["tools_added"] == ["graph_kvcache"] and seen["changes"] == 1
-    assert seen["stats_error"] is False and seen["stats"]["reachable"] is True
+    assert "lmcache_status" not in seen["before"] and "toolsets" in seen["before"]
+    added = set(seen["enabled"]["tools_added"])
+    assert set(seen["after"]) - set(seen["before"]) == added and "lmcache_status" in added
+    assert seen["changes"] == 1
+    assert seen["stats_error"] is False and seen["stats"]["running"] is False
     assert seen["again_error"] is True and "already enabled" in seen["again_text"]
 
 

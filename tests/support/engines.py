@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from graph_kvcache_mcp.config import DEFAULT_TOOLSETS, Settings
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.state import Backend
@@ -31,11 +31,6 @@ class RunningEngine:
         return Settings.build(
             kv_url=self.base_url, kv_token=self.token, data_dir=self.managed.data_dir
         )
-
-    @property
-    def compat_settings(self) -> Settings:
-        """`settings` with the opt-in compat toolset (graph_kvcache) on top of the defaults."""
-        return self.settings.model_copy(update={"toolsets": (*DEFAULT_TOOLSETS, "compat")})
 
     def sync_client(self, **kwargs: float) -> SyncKvClient:
         return SyncKvClient(self.base_url, self.token, **kwargs)  # type: ignore[arg-type]

@@ -35,12 +35,12 @@ async function main() {
   await client.connect(transport);
   const names = async () => (await client.listTools()).tools.map((tool) => tool.name);
   const before = await names();
-  const enabled = await client.callTool({ name: "toolsets", arguments: { enable: "compat" } });
+  const enabled = await client.callTool({ name: "toolsets", arguments: { enable: "lmcache" } });
   const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error("no list_changed")), 20000));
   await Promise.race([heardOne, timeout]);
   const after = await names();
-  const stats = await client.callTool({ name: "graph_kvcache", arguments: { action: "stats" } });
-  const again = await client.callTool({ name: "toolsets", arguments: { enable: "compat" } });
+  const stats = await client.callTool({ name: "lmcache_status", arguments: {} });
+  const again = await client.callTool({ name: "toolsets", arguments: { enable: "lmcache" } });
   console.log(
     JSON.stringify({
       list_changed_declared: client.getServerCapabilities()?.tools?.listChanged === true,

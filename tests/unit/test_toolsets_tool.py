@@ -12,7 +12,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.tools.toolsets import ToolsetsOut
-from tests.support.mcp_calls import MODES, call_error, call_ok
+from tests.support.mcp_calls import MODES, call_ok
 
 
 async def _names(client: Client) -> set[str]:
@@ -37,14 +37,12 @@ async def test_enabling_lmcache_lists_its_tools_without_touching_the_others(
 async def test_read_only_mode_enables_only_the_read_only_tools(tmp_path: Path) -> None:
     settings = Settings.build(data_dir=tmp_path, read_only=True)
     async with Client(build_server(settings)) as client:
-        await call_ok(client, "toolsets", {"enable": "compat"})
+        out = ToolsetsOut.model_validate(await call_ok(client, "toolsets", {"enable": "lmcache"}))
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        refused = await call_error(
-            client, "graph_kvcache", {"action": "put", "key": "k", "value_b64": "eA=="}
-        )
-    annotations = tools["graph_kvcache"].annotations
-    assert annotations is not None and annotations.read_only_hint is True
-    assert "read-only" in refused
+    assert out.tools_added and "lmcache_start" not in tools and "lmcache_stop" not in tools
+    for name in out.tools_added:
+        annotations = tools[name].annotations
+        assert annotations is not None and annotations.read_only_hint is True
 
 
 async def test_a_server_without_the_toolsets_toolset_offers_no_switch(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ async def test_a_key_over_the_durable_backends_limit_is_a_tool_error_naming_the_
         ("kv_exists", {"keys": ["fine:key", key]}),
         ("graph_kvcache", {"action": "put", "key": key, "value_b64": b64(b"value")}),
     ]
-    async with Client(build_server(durable_engine.compat_settings)) as client:
+    async with Client(build_server(durable_engine.settings)) as client:
         messages = [await call_error(client, tool, arguments) for tool, arguments in calls]
     for (tool, _), message in zip(calls, messages, strict=True):
         assert "rule: length" in message and "durable backend" in message, message
@@ -75,7 +75,7 @@ async def test_invalid_keys_are_refused_by_every_kv_tool_and_nothing_is_stored(
         ("graph_kvcache", {"action": "put", "key": key, "value_b64": b64(b"value")}),
         ("graph_kvcache", {"action": "get", "key": key}),
     ]
-    async with Client(build_server(memory_engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
         messages = [await call_error(client, tool, arguments) for tool, arguments in calls]
     for message in messages:
         assert f"rule: {rule}" in message, message
@@ -88,7 +88,7 @@ async def test_bad_base64_is_refused_and_the_key_stays_absent(
     engine: RunningEngine, mode: str, text: str, problem: str
 ) -> None:
     key = fresh_key("bad-b64")
-    async with Client(build_server(engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(engine.settings), mode=mode) as client:
         direct = await call_error(client, "kv_put", {"key": key, "value_b64": text})
         compat = await call_error(
             client, "graph_kvcache", {"action": "put", "key": key, "value_b64": text}
@@ -100,7 +100,7 @@ async def test_bad_base64_is_refused_and_the_key_stays_absent(
 async def test_oversized_base64_is_refused_before_decoding(memory_engine: RunningEngine) -> None:
     key = fresh_key("huge")
     text = "A" * (MAX_B64_CHARS + 4)
-    async with Client(build_server(memory_engine.compat_settings)) as client:
+    async with Client(build_server(memory_engine.settings)) as client:
         direct = await call_error(client, "kv_put", {"key": key, "value_b64": text})
         compat = await call_error(
             client, "graph_kvcache", {"action": "put", "key": key, "value_b64": text}
@@ -150,7 +150,7 @@ async def test_graph_kvcache_refuses_an_unknown_action_and_missing_arguments(
     memory_engine: RunningEngine, mode: str
 ) -> None:
     before = write_counters(memory_engine.sync_client())
-    async with Client(build_server(memory_engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
         unknown = await call_error(client, "graph_kvcache", {"action": "delete", "key": "k"})
         no_key = await call_error(client, "graph_kvcache", {"action": "get"})
         no_value = await call_error(client, "graph_kvcache", {"action": "put", "key": "k"})
@@ -164,7 +164,7 @@ async def test_graph_kvcache_refuses_an_unknown_action_and_missing_arguments(
 async def test_kv_get_refuses_an_empty_key_list_and_too_large_an_inline_cap(
     memory_engine: RunningEngine, mode: str
 ) -> None:
-    async with Client(build_server(memory_engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(memory_engine.settings), mode=mode) as client:
         empty = await call_error(client, "kv_get", {"keys": []})
         cap = await call_error(client, "kv_get", {"keys": ["k"], "max_inline_bytes": 10**9})
     assert "keys" in empty and "at least 1" in empty
@@ -212,7 +212,7 @@ async def test_diagnose_budget_names_the_broken_config_field(
         "hidden_size": 256,
         **override,
     }
-    async with Client(build_server(memory_engine.compat_settings)) as client:
+    async with Client(build_server(memory_engine.settings)) as client:
         message = await call_error(client, "diagnose_budget", {"hf_config": config})
     assert named in message and "Fix the argument" in message
 
@@ -223,7 +223,7 @@ async def test_diagnose_budget_refuses_an_absurd_kv_memory(
 ) -> None:
     config = {"architectures": ["X"], "num_hidden_layers": 2, "num_attention_heads": 4}
     config["hidden_size"] = 256
-    async with Client(build_server(memory_engine.compat_settings)) as client:
+    async with Client(build_server(memory_engine.settings)) as client:
         message = await call_error(
             client, "diagnose_budget", {"hf_config": config, "kv_memory_gib": memory}
         )

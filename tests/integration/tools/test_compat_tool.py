@@ -25,7 +25,7 @@ async def test_graph_kvcache_put_then_get_keeps_the_incumbent_meanings(
     engine: RunningEngine, mode: str
 ) -> None:
     key, value = fresh_key("compat"), os.urandom(64)
-    async with Client(build_server(engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(engine.settings), mode=mode) as client:
         miss = await _action(client, action="get", key=key)
         put = await _action(client, action="put", key=key, value_b64=b64(value))
         again = await _action(client, action="put", key=key, value_b64=b64(b"other"))
@@ -43,7 +43,7 @@ async def test_graph_kvcache_contains_and_exists_answer_present(
 ) -> None:
     stored, absent = fresh_key("compat"), fresh_key("absent")
     engine.sync_client().put(stored, b"here")
-    async with Client(build_server(engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(engine.settings), mode=mode) as client:
         answers = [
             (await _action(client, action=action, key=key)).present
             for action in ("contains", "exists")
@@ -56,7 +56,7 @@ async def test_graph_kvcache_contains_and_exists_answer_present(
 async def test_graph_kvcache_stats_reports_the_incumbent_counters_with_null_for_unreported(
     engine: RunningEngine, mode: str
 ) -> None:
-    async with Client(build_server(engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(engine.settings), mode=mode) as client:
         out = await _action(client, action="stats")
     assert out.reachable and out.backend == engine.backend and out.stats is not None
     counters = out.stats.model_dump()
@@ -82,7 +82,7 @@ async def test_graph_kvcache_get_of_a_value_over_64_kib_returns_no_bytes_and_say
 ) -> None:
     key = fresh_key("compat")
     engine.sync_client().put(key, os.urandom(64 * 1024 + 1))
-    async with Client(build_server(engine.compat_settings), mode=mode) as client:
+    async with Client(build_server(engine.settings), mode=mode) as client:
         out = await _action(client, action="get", key=key)
     assert (out.hit, out.value_b64, out.size_bytes) == (True, None, 64 * 1024 + 1)
     assert out.note is not None and "kv_save" in out.note

@@ -29,7 +29,7 @@ from tests.support.mcp_calls import MODES, b64, call_error, call_ok, fresh_key, 
 
 
 def _read_only(engine: RunningEngine) -> Settings:
-    return engine.compat_settings.model_copy(update={"read_only": True})
+    return engine.settings.model_copy(update={"read_only": True})
 
 
 @MODES

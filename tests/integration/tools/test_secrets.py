@@ -36,8 +36,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 
 async def _everything_a_client_sees(settings: Settings) -> str:
     seen: list[str] = []
-    with_compat = settings.model_copy(update={"toolsets": (*settings.toolsets, "compat")})
-    async with Client(build_server(with_compat)) as client:
+    async with Client(build_server(settings)) as client:
         for tool, arguments in CALLS:
             result = await client.call_tool(tool, arguments)
             seen += [getattr(block, "text", "") for block in result.content]

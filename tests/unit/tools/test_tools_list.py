@@ -40,8 +40,12 @@ async def _surface(settings: Settings) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["default", "read-only"])
-async def test_kv_and_engine_surface_matches_the_snapshot(read_only: bool, tmp_path: Path) -> None:
-    settings = Settings.build(data_dir=tmp_path, toolsets=("kv", "engine"), read_only=read_only)
+async def test_kv_compat_and_engine_surface_matches_the_snapshot(
+    read_only: bool, tmp_path: Path
+) -> None:
+    settings = Settings.build(
+        data_dir=tmp_path, toolsets=("kv", "compat", "engine"), read_only=read_only
+    )
     name = "kv_engine_read_only" if read_only else "kv_engine"
     assert_matches_snapshot(SNAPSHOTS / f"{name}.json", await _surface(settings))
 
