@@ -241,7 +241,9 @@ class EngineL2Client:
                 wanted.append((index, key, BufferSink(buffer, window, self._slots)))
         try:
             outcomes = self.core.get_many_into(
-                [key for _, key, _ in wanted], [sink for _, _, sink in wanted]
+                [key for _, key, _ in wanted],
+                [sink for _, _, sink in wanted],
+                expect_bytes=sum(len(sink.buffer) for _, _, sink in wanted),
             )
         finally:
             window.close()  # from here on no lane writes into LMCache's buffers

@@ -169,6 +169,31 @@ def test_a_value_cut_short_by_the_peer_is_a_miss_with_a_reason() -> None:
     assert "2 of 2 keys failed" in error and "cut short" in error
 
 
+def test_a_large_chunk_that_pauses_midway_gets_time_for_its_size() -> None:
+    """A get's deadline grows with the bytes it expects, as a put's does with what it sends: a
+    16 MiB chunk that stalls 0.5 s halfway still lands under a 0.2 s base timeout (16 MiB at
+    the slowest rate allowed adds 2 s)."""
+    size = 16 * 1024 * 1024
+    value = os.urandom(size)
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % size
+
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(head + value[: size // 2])
+            stop.wait(0.5)
+            conn.sendall(value[size // 2 :])
+
+    with loopback_peer(answer) as url:
+        client = EngineL2Client(base_url=url, token="t", timeout_s=0.2)
+        try:
+            (_, ok, error, loaded), buffers = load(client, lmcache_keys("drip", 1), size)
+        finally:
+            client.close()
+    assert (ok, error, loaded) == (True, "", [True])
+    assert bytes(buffers[0]) == value
+
+
 def test_set_captures_the_bytes_at_submit(memory_engine: RunningEngine) -> None:
     client = client_for(memory_engine)
     keys = lmcache_keys("cap", 4)
