@@ -145,14 +145,14 @@ def report(
             ok = ok and cold / ttft >= RATIO_GOAL
     l2_ttft = statistics.median(phases[L2_PHASE][0])
     own_cold = statistics.median(phases[L2_COLD][0])
-    print(f"L2 vs cold in its own vLLM (same process, minutes apart): {own_cold / l2_ttft:.2f}x")
+    print(f"L2 vs cold in its own vLLM (same process, right after): {own_cold / l2_ttft:.2f}x")
     if loads:
         load_s = statistics.median(loads)
-        chunk_mb = CHUNK_TOKENS * token_bytes / 1e6
+        chunk_mib = CHUNK_TOKENS * token_bytes / 2**20
         chunks = args.tokens // CHUNK_TOKENS
         print(
             f"LMCache's L2 prefetches (server log): median {load_s:.3f} s for {chunks} chunks of "
-            f"{chunk_mb:.1f} MB ({chunks * chunk_mb / load_s:,.0f} MB/s), {len(loads)} of them"
+            f"{chunk_mib:.0f} MiB ({chunks * chunk_mib / load_s:,.0f} MiB/s), {len(loads)} of them"
         )
         print(
             "  the server loads every L2 chunk of a prompt into L1 before it answers vLLM's "
