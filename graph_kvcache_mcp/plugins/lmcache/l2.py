@@ -11,8 +11,11 @@ Rules this client keeps, because LMCache trusts it with locked L1 memory:
   package's one HTTP core (`SyncKvClient`); `num_workers` batches run side by side.
 - Nothing raises into LMCache once constructed: a refused token, a dead engine, a timeout or a 5xx
   becomes a per-key False and an error string. `ok` is True only when no key failed.
-- A set copies its buffers before `submit_batch_set` returns; a get writes a buffer only when the
-  stored block has exactly the buffer's size (anything else is a miss), and writes it whole.
+- A set copies its buffers before `submit_batch_set` returns. A get fills a buffer only from a
+  stored block of exactly its size (anything else is a miss that leaves it untouched), received
+  through reused slots (`BufferSink`); a block cut short is a miss too, its buffer partly
+  written, as LMCache drops it. No byte reaches a buffer after the batch has completed: the
+  batch's `WriteWindow` closes first (LMCache frees the buffers of a failed load at once).
 - After `close()` a submit is answered with a failed completion, never an exception.
 
 Pure Python, importable without lmcache installed. Engine keys come from `domain.lmcache_keys`.
