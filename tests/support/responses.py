@@ -1,9 +1,46 @@
 """HTTP responses for the strict reader's property tests: an oracle of what frames a value beyond
-doubt, and a strategy of near-miss responses built from the pieces that break readers."""
+doubt, a strategy of near-miss responses built from the pieces that break readers, and `feed`,
+which plays the wire's read loop over bytes for tests of body sinks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import strategies as st
+
+from graph_kvcache_mcp.connectors.engine.http_response import (
+    BodySink,
+    ResponseReader,
+    WireResponse,
+)
+
+
+def feed(
+    data: bytes,
+    sink: BodySink,
+    recv_size: int,
+    *,
+    after_piece: Callable[[int], None] | None = None,
+) -> WireResponse:
+    """Plays the wire over `data`: `recv` until the head is in, then `recv_into` the sink's
+    targets, at most `recv_size` bytes a read; `after_piece(n)` runs after the n-th of those."""
+    reader = ResponseReader(head_only=False, sink=sink)
+    at = pieces = 0
+    while not reader.closed:
+        target = reader.target()
+        if target is None:
+            chunk = data[at : at + min(recv_size, reader.want())]
+            at += len(chunk)
+            reader.received(chunk)
+            continue
+        chunk = data[at : at + min(recv_size, len(target))]
+        target[: len(chunk)] = chunk
+        at += len(chunk)
+        reader.received_into(len(chunk))
+        pieces += 1
+        if after_piece is not None:
+            after_piece(pieces)
+    return reader.response()
 
 
 def frames_beyond_doubt(data: bytes, body: bytes) -> bool:

@@ -6,17 +6,23 @@ no request at all. A failed bind in the engine's log since this start (`Address 
 is a failed start too. With its RESP wire, the engine must also answer AUTH + PING there, under
 the same listener proof. Every failure stops the engine (`ManagedEngine.abandon`) and says why,
 quoting the engine's log.
+
+`resp_ping` asks the RESP wire (connect, `AUTH user password`, `PING`) on its own as well:
+LMCache's `resp` adapter connects once, when the `lmcache server` starts, and never reconnects,
+so the stack runs it before it starts such a server.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graph_kvcache_mcp.connectors.engine.resp_wire import wait_resp_ready
+from pydantic import SecretStr
+
 from graph_kvcache_mcp.connectors.engine.state import EngineState
 from graph_kvcache_mcp.connectors.processes.control import tail
 from graph_kvcache_mcp.connectors.processes.identity import (
@@ -24,6 +30,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     describe_listener,
     listener_owner,
 )
+from graph_kvcache_mcp.domain.engine.resp import resp_command, simple_reply
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import EngineProcessError
 
@@ -175,3 +182,37 @@ def engine_reason(log_path: Path) -> str:
     errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
     chosen = (errors or lines or ["(empty log)"])[-1]
     return chosen.strip()[-300:]
+
+
+def resp_ping(
+    host: str, port: int, user: str, password: SecretStr, *, timeout_s: float = 3.0
+) -> Unavailable | None:
+    """None when the wire at host:port accepts `user` and answers PING with PONG; otherwise
+    why not (the password never appears in the reason)."""
+    where = f"the engine's RESP wire at {host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            reader = conn.makefile("rb")
+            conn.sendall(resp_command("AUTH", user, password.get_secret_value()))
+            ok, text = simple_reply(reader.readline())
+            if not ok:
+                return Unavailable(f"{where} refused AUTH for user {user!r}: {text}")
+            conn.sendall(resp_command("PING"))
+            ok, text = simple_reply(reader.readline())
+    except OSError as exc:
+        return Unavailable(f"{where} did not answer ({exc.strerror or exc})")
+    if not ok or text != "PONG":
+        return Unavailable(f"{where} answered PING with {text!r}")
+    return None
+
+
+def wait_resp_ready(
+    host: str, port: int, user: str, password: SecretStr, *, timeout_s: float
+) -> Unavailable | None:
+    """`resp_ping` until it succeeds or `timeout_s` passes; the last failure otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failed = resp_ping(host, port, user, password, timeout_s=min(3.0, timeout_s))
+        if failed is None or time.monotonic() >= deadline:
+            return failed
+        time.sleep(0.05)  # polling a port under a deadline

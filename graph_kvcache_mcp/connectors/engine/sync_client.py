@@ -146,14 +146,18 @@ class SyncKvClient:
             return [paths] * len(keys)
         return self._fan_out(lambda path: self._get(path, deadline), paths, deadline)
 
-    def get_many_into(self, keys: Sequence[str], sinks: Sequence[BodySink]) -> list[Outcome[int]]:
+    def get_many_into(
+        self, keys: Sequence[str], sinks: Sequence[BodySink], *, expect_bytes: int = 0
+    ) -> list[Outcome[int]]:
         """`get_many`, each value received straight into its sink (`Hit(bytes received)`).
 
-        A sink whose answer is not a `Hit` holds nothing usable. A sink's buffers may still be
-        written to shortly after a batch that timed out returns: reuse them only after a batch
-        with no `Unavailable` answer.
+        `expect_bytes` (the values' sizes, when the caller knows them) extends the call's
+        deadline as request bodies do for puts, so that a batch of large values is not cut off
+        mid-download. A sink whose answer is not a `Hit` holds nothing usable. A sink's buffers
+        may still be written to shortly after a batch that timed out returns: reuse them only
+        after a batch with no `Unavailable` answer.
         """
-        deadline = self.deadline()
+        deadline = self.deadline(expect_bytes)
         paths = self._paths(keys, deadline)
         if isinstance(paths, Unavailable):
             return [paths] * len(keys)

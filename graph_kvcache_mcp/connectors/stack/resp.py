@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.engine.resp_wire import resp_ping
+from graph_kvcache_mcp.connectors.engine.readiness import resp_ping
 from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S, ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec, point_resp_adapter

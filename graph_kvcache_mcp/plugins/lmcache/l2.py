@@ -11,8 +11,11 @@ Rules this client keeps, because LMCache trusts it with locked L1 memory:
   package's one HTTP core (`SyncKvClient`); `num_workers` batches run side by side.
 - Nothing raises into LMCache once constructed: a refused token, a dead engine, a timeout or a 5xx
   becomes a per-key False and an error string. `ok` is True only when no key failed.
-- A set copies its buffers before `submit_batch_set` returns; a get writes a buffer only when the
-  stored block has exactly the buffer's size (anything else is a miss), and writes it whole.
+- A set copies its buffers before `submit_batch_set` returns. A get fills a buffer only from a
+  stored block of exactly its size (anything else is a miss that leaves it untouched), received
+  through reused slots (`BufferSink`); a block cut short is a miss too, its buffer partly
+  written, as LMCache drops it. No byte reaches a buffer after the batch has completed: the
+  batch's `WriteWindow` closes first (LMCache frees the buffers of a failed load at once).
 - After `close()` a submit is answered with a failed completion, never an exception.
 
 Pure Python, importable without lmcache installed. Engine keys come from `domain.lmcache_keys`.
@@ -32,6 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias
 
+from graph_kvcache_mcp.connectors.engine.buffer_sink import BufferSink, SlotPool, WriteWindow
 from graph_kvcache_mcp.connectors.engine.opener import sync_client_from_params
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, check_namespace, engine_key
@@ -91,6 +95,7 @@ class EngineL2Client:
         self._queue: list[Completion] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._slots = SlotPool()
         self._closed = False
         logger.info(
             "LMCache L2 client for %s (namespace %r, %d batch workers, %d connections)",
@@ -229,13 +234,29 @@ class EngineL2Client:
         failures = _Failures()
         if len(keys) != len(views):
             return False, f"{len(keys)} keys but {len(views)} buffers", [False] * len(keys)
-        mapped = self._engine_keys(keys, failures)
-        wanted = [(i, key) for i, key in enumerate(mapped) if key is not None]
-        outcomes = self.core.get_many([key for _, key in wanted])
+        window = WriteWindow()
+        wanted: list[tuple[int, str, BufferSink]] = []
+        for index, (key, view) in enumerate(
+            zip(self._engine_keys(keys, failures), views, strict=True)
+        ):
+            buffer = _load_buffer(view, failures)
+            if key is not None and buffer is not None:
+                wanted.append((index, key, BufferSink(buffer, window, self._slots)))
+        try:
+            outcomes = self.core.get_many_into(
+                [key for _, key, _ in wanted],
+                [sink for _, _, sink in wanted],
+                expect_bytes=sum(len(sink.buffer) for _, _, sink in wanted),
+            )
+        finally:
+            window.close()  # from here on no lane writes into LMCache's buffers
         loaded = [False] * len(keys)
-        for (index, _), outcome in zip(wanted, outcomes, strict=True):
+        for (index, _, sink), outcome in zip(wanted, outcomes, strict=True):
             if isinstance(outcome, Hit):
-                loaded[index] = _fill(views[index], outcome.value, failures)
+                problem = sink.problem()
+                loaded[index] = problem is None
+                if problem is not None:
+                    failures.add(f"{problem}: treated as a miss")
             elif isinstance(outcome, Unavailable):
                 failures.add(outcome.reason)
             elif not isinstance(outcome, Miss):  # pragma: no cover - the outcome union is closed
@@ -256,24 +277,17 @@ class EngineL2Client:
         return failures.ok, failures.message(len(keys), "exists"), present
 
 
-def _fill(view: Any, data: bytes, failures: _Failures) -> bool:
-    """Copy `data` into the buffer only when the sizes match exactly; otherwise it is a miss."""
+def _load_buffer(view: Any, failures: _Failures) -> memoryview | None:
+    """LMCache's buffer as a writable byte view (its format is '<B': cast to slice it)."""
     try:
-        target = memoryview(view).cast("B")  # LMCache buffers have format '<B': cast to slice
+        target = memoryview(view).cast("B")
     except (TypeError, ValueError) as exc:
         failures.add(f"load buffer unusable ({type(exc).__name__})")
-        return False
+        return None
     if target.readonly:
         failures.add("load buffer is read-only")
-        return False
-    if len(target) != len(data):
-        failures.add(
-            f"stored block has {len(data):,} bytes but the buffer {len(target):,}: treated as a "
-            "miss (different chunk size or layout under the same key?)"
-        )
-        return False
-    target[:] = data
-    return True
+        return None
+    return target
 
 
 class _Failures:

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.engine.resp_wire import resp_ping
+from graph_kvcache_mcp.connectors.engine.readiness import resp_ping
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache

@@ -1,7 +1,8 @@
 """The LMCache native_plugin client against real engines (both backends).
 
-Only `counting_peer` is a double: a loopback server that answers slowly (or with a 503) and
-records how many requests it holds at once, which no real engine can be made to do.
+The doubles are `counting_peer`, a loopback server that answers slowly (or with a 503) and
+records how many requests it holds at once, and `garbage_peer`, which cuts a value short: no real
+engine can be made to do either.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from graph_kvcache_mcp.plugins.lmcache.l2 import (
     wait_for_completion,
 )
 from tests.support.engines import RunningEngine
-from tests.support.peers import loopback_peer
+from tests.support.peers import garbage_peer, loopback_peer
 
 PAGE = 64 * 1024
 
@@ -134,6 +135,63 @@ def test_a_stored_size_unlike_the_buffer_is_a_miss_that_never_writes_it(
     assert loaded == [False]
     assert bytes(buffers[0]) == b"\xaa" * buffer_size
     assert not ok and "1,000 bytes" in error
+
+
+def test_one_block_of_another_size_in_a_batch_is_a_miss_alone(engine: RunningEngine) -> None:
+    """Chunks several MiB large, as LMCache's 256-token chunks are: every good one lands whole
+    in its buffer, the one stored at another size (another chunk size or layout under the same
+    key) is a miss whose buffer is never written."""
+    client = client_for(engine)
+    size = 3 * 1024 * 1024 + 17  # not a multiple of the receive slot
+    keys = lmcache_keys("big", 4)
+    pages = [os.urandom(size) for _ in keys]
+    pages[2] = os.urandom(size - 1)
+    try:
+        store(client, keys, pages)
+        (_, ok, error, loaded), buffers = load(client, keys, size)
+    finally:
+        client.close()
+    assert loaded == [True, True, False, True]
+    assert [bytes(buffers[i]) for i in (0, 1, 3)] == [pages[i] for i in (0, 1, 3)]
+    assert bytes(buffers[2]) == b"\xaa" * size
+    assert not ok and "1 of 4 keys failed" in error and "treated as a miss" in error
+
+
+def test_a_value_cut_short_by_the_peer_is_a_miss_with_a_reason() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % PAGE
+    with garbage_peer(head + b"z" * (PAGE // 2)) as url:
+        client = EngineL2Client(base_url=url, token="t")
+        try:
+            (_, ok, error, loaded), _ = load(client, lmcache_keys("cut", 2), PAGE)
+        finally:
+            client.close()
+    assert (ok, loaded) == (False, [False, False])
+    assert "2 of 2 keys failed" in error and "cut short" in error
+
+
+def test_a_large_chunk_that_pauses_midway_gets_time_for_its_size() -> None:
+    """A get's deadline grows with the bytes it expects, as a put's does with what it sends: a
+    16 MiB chunk that stalls 0.5 s halfway still lands under a 0.2 s base timeout (16 MiB at
+    the slowest rate allowed adds 2 s)."""
+    size = 16 * 1024 * 1024
+    value = os.urandom(size)
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % size
+
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(head + value[: size // 2])
+            stop.wait(0.5)
+            conn.sendall(value[size // 2 :])
+
+    with loopback_peer(answer) as url:
+        client = EngineL2Client(base_url=url, token="t", timeout_s=0.2)
+        try:
+            (_, ok, error, loaded), buffers = load(client, lmcache_keys("drip", 1), size)
+        finally:
+            client.close()
+    assert (ok, error, loaded) == (True, "", [True])
+    assert bytes(buffers[0]) == value
 
 
 def test_set_captures_the_bytes_at_submit(memory_engine: RunningEngine) -> None:

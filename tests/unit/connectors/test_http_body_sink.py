@@ -7,11 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.connectors.engine.http_response import (
-    MalformedResponse,
-    ResponseReader,
-    WireResponse,
-)
+from graph_kvcache_mcp.connectors.engine.http_response import MalformedResponse
+from tests.support.responses import feed
 
 
 class BufferSink:
@@ -34,24 +31,6 @@ class BufferSink:
         self.filled += count
 
 
-def _feed(data: bytes, sink: BufferSink, recv_size: int) -> WireResponse:
-    """Plays the wire: `recv` until the head is in, then `recv_into` the sink's targets."""
-    reader = ResponseReader(head_only=False, sink=sink)
-    at = 0
-    while not reader.closed:
-        target = reader.target()
-        if target is None:
-            chunk = data[at : at + min(recv_size, reader.want())]
-            at += len(chunk)
-            reader.received(chunk)
-        else:
-            chunk = data[at : at + min(recv_size, len(target))]
-            target[: len(chunk)] = chunk
-            at += len(chunk)
-            reader.received_into(len(chunk))
-    return reader.response()
-
-
 def _ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body
 
@@ -61,7 +40,7 @@ def test_a_body_read_into_a_sink_is_the_body_however_it_is_cut(
     body: bytes, part: int, recv_size: int
 ) -> None:
     sink = BufferSink(part)
-    response = _feed(_ok(body), sink, recv_size)
+    response = feed(_ok(body), sink, recv_size)
     assert (response.status, response.body, response.sunk_bytes) == (200, b"", len(body))
     assert (sink.began, bytes(sink.buffer)) == (len(body), body)
 
@@ -69,7 +48,7 @@ def test_a_body_read_into_a_sink_is_the_body_however_it_is_cut(
 def test_an_answer_other_than_200_keeps_its_body_and_leaves_the_sink_alone() -> None:
     data = b"HTTP/1.1 404 Not Found\r\ncontent-length: 9\r\nconnection: close\r\n\r\nnot found"
     sink = BufferSink(64)
-    response = _feed(data, sink, 1000)
+    response = feed(data, sink, 1000)
     assert (response.status, response.body, response.sunk_bytes) == (404, b"not found", 0)
     assert sink.began is None
 
@@ -81,4 +60,4 @@ def test_an_answer_other_than_200_keeps_its_body_and_leaves_the_sink_alone() -> 
 )
 def test_a_body_that_does_not_match_its_length_is_malformed(data: bytes) -> None:
     with pytest.raises(MalformedResponse):
-        _feed(data, BufferSink(4), 5)
+        feed(data, BufferSink(4), 5)
