@@ -9,17 +9,17 @@ layer (the second and last copy) while the other lanes are still receiving. zlib
 the cache copy (numpy) release the GIL for such sizes, so lanes overlap. Memory: one slot per
 lane, reused.
 
-Lanes write into the KV cache only while their load is open (`LoadWindow`): the load closes it
-before it returns to vLLM, waiting for copies under way, so a lane that answers after the
-deadline never touches a block vLLM may already recompute or reuse.
+Lanes write into the KV cache only while their load is open (a `WriteWindow`, as in the LMCache
+adapter): the load closes it before it returns to vLLM, waiting for copies under way, so a lane
+that answers after the deadline never touches a block vLLM may already recompute or reuse.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from graph_kvcache_mcp.connectors.engine.buffer_sink import SlotPool, WriteWindow
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     BLOCK_PREFIX_BYTES,
@@ -37,53 +37,6 @@ LATE = Rejected("arrived after the load had ended")
 
 Deliver = Callable[[memoryview], Rejected | None]
 """Copies a checked payload into its block; why not, when it could not (the load had ended)."""
-
-
-class SlotPool:
-    """One-block receive buffers, reused: a slot is back in the pool only once its lane is done
-    with it (a lane cut off mid-value keeps its slot, which then goes with it)."""
-
-    def __init__(self, block_bytes: int) -> None:
-        self.block_bytes = block_bytes
-        self._free: list[memoryview] = []
-        self._lock = threading.Lock()
-
-    def take(self) -> memoryview:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        return memoryview(bytearray(self.block_bytes))
-
-    def give(self, slot: memoryview) -> None:
-        with self._lock:
-            self._free.append(slot)
-
-
-class LoadWindow:
-    """Lanes may copy into the KV cache only while the load that started them is open."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._open = True
-        self._writers = 0
-
-    def enter(self) -> bool:
-        with self._changed:
-            if not self._open:
-                return False
-            self._writers += 1
-            return True
-
-    def leave(self) -> None:
-        with self._changed:
-            self._writers -= 1
-            self._changed.notify_all()
-
-    def close(self) -> None:
-        """No copy starts after this; returns once the copies under way have finished."""
-        with self._changed:
-            self._open = False
-            self._changed.wait_for(lambda: self._writers == 0)
 
 
 class BlockReceiver:
@@ -229,7 +182,7 @@ class BlockLoader:
         Blocks after the first that failed may have been written too; the caller reports them
         for recompute, which overwrites them. Never raises for what the engine sends.
         """
-        window = LoadWindow()
+        window = WriteWindow()
         receivers = [
             BlockReceiver(key, self.identity, self._slots, self._deliverer(window, block_id))
             for key, block_id in zip(keys, block_ids, strict=True)
@@ -247,7 +200,7 @@ class BlockLoader:
             read_bytes += answer.value if isinstance(answer, Hit) else 0
         return LoadResult(loaded, read_bytes)
 
-    def _deliverer(self, window: LoadWindow, block_id: int) -> Deliver:
+    def _deliverer(self, window: WriteWindow, block_id: int) -> Deliver:
         def deliver(payload: memoryview) -> Rejected | None:
             if not window.enter():
                 return LATE

@@ -18,9 +18,10 @@ import uuid
 
 import pytest
 
+from graph_kvcache_mcp.connectors.engine.buffer_sink import WriteWindow
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys, encode_block
-from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader, LoadWindow
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from tests.support.engines import RunningEngine
 from tests.support.kv_identity import kv_identity
@@ -206,7 +207,7 @@ def test_a_value_still_arriving_at_the_deadline_is_never_written() -> None:
 
 
 def test_a_closed_load_window_admits_no_writer_and_waits_for_the_one_inside() -> None:
-    window = LoadWindow()
+    window = WriteWindow()
     assert window.enter()
     closed = threading.Event()
 
