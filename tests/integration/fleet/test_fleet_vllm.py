@@ -58,6 +58,8 @@ class Instance:
     managed: ManagedVllm
     status: VllmStatus
     launch_overrides: dict[str, Any]
+    altered: bool = False
+    """A test stopped it or restarted it on other settings: the next test starts it again."""
 
     @property
     def base_url(self) -> str:
@@ -107,20 +109,26 @@ def _instance(name: str, home: Path, cache_root: Path, **overrides: Any) -> Inst
 
 
 @pytest.fixture(scope="module")
-def pair(vllm_servers: VllmServers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+def started_pair(
+    vllm_servers: VllmServers, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Pair]:
     vllm_servers.stop_shared()  # memory is shared: our two instead of the session's one
     root = tmp_path_factory.mktemp("fleet")
-    b_events = {
-        "kv_events_endpoint": f"ipc://{root}/b-events.sock",
-        "kv_events_replay_endpoint": f"tcp://127.0.0.1:{free_port()}",
-    }
+    # Fixed endpoints, so an instance started again keeps the ones the fleet file names.
+    a_events, b_events = (
+        {
+            "kv_events_endpoint": f"ipc://{root}/{name}-events.sock",
+            "kv_events_replay_endpoint": f"tcp://127.0.0.1:{free_port()}",
+        }
+        for name in ("a", "b")
+    )
     with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache:
         cache_root = Path(cache)
         started: list[Instance] = []
         try:
             with ThreadPoolExecutor(2) as pool:
                 jobs = [
-                    pool.submit(_instance, "a", root / "a", cache_root),
+                    pool.submit(_instance, "a", root / "a", cache_root, **a_events),
                     pool.submit(_instance, "b", root / "b", cache_root, **b_events),
                 ]
                 for job in jobs:
@@ -137,6 +145,18 @@ def pair(vllm_servers: VllmServers, tmp_path_factory: pytest.TempPathFactory) ->
                 item.managed.stop(term_wait_s=10.0)
             for home in ("a", "b"):
                 ManagedVllm(root / home).stop(term_wait_s=10.0)
+
+
+@pytest.fixture
+def pair(started_pair: Pair) -> Pair:
+    """The module's two instances as each test expects them, whatever order tests run in: one
+    a test before this one stopped or restarted on other settings is started again first."""
+    for item in (started_pair.a, started_pair.b):
+        if item.altered:
+            item.managed.stop(term_wait_s=10.0)
+            item.start(started_pair.cache_root)
+            item.altered = False
+    return started_pair
 
 
 def prompt_text(words: int = 300) -> str:
@@ -307,6 +327,7 @@ async def test_a_restarted_instance_is_detected_and_rebuilt_and_a_block_size_cha
         before = by_name(
             await fleet_service.where_cached(conn, request={"messages": messages_of(old)})
         )
+        pair.b.altered = True
         pair.b.managed.stop(term_wait_s=10.0)
         pair.b.start(pair.cache_root, block_size=64)  # same endpoints, another block size
         reported_cached(pair.b, new)
@@ -336,6 +357,7 @@ async def test_a_killed_instance_is_unreachable_and_its_entries_are_not_trusted(
     conn = FleetConnection(load_fleet(pair.settings))
     try:
         await fleet_service.where_cached(conn, request={"messages": messages_of(text)})
+        pair.a.altered = True
         pair.a.managed.stop(term_wait_s=10.0)
         out = by_name(
             await fleet_service.where_cached(conn, request={"messages": messages_of(text)})
@@ -352,9 +374,10 @@ async def test_a_killed_instance_is_unreachable_and_its_entries_are_not_trusted(
 
 
 async def test_two_instances_sharing_the_engine_tier_show_its_payoff(
-    pair: Pair, vllm_private: VllmServers, memory_engine: RunningEngine, tmp_path: Path
+    started_pair: Pair, vllm_private: VllmServers, memory_engine: RunningEngine, tmp_path: Path
 ) -> None:
-    for item in (pair.a, pair.b):
+    for item in (started_pair.a, started_pair.b):
+        item.altered = True  # a test after this one gets them back
         item.managed.stop(term_wait_s=10.0)  # memory: these two replace the pair
     homes = [tmp_path / "ea", tmp_path / "eb"]
     with connector_vllms(homes, memory_engine, kv_events=True) as (first, second):
