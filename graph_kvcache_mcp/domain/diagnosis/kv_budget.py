@@ -108,9 +108,9 @@ def kv_budget(
             non-positive size; names it.
     """
     for name, value, declared, ceiling in (
-        ("kv_memory_gib", kv_memory_gib, KvMemoryGib, MAX_KV_MEMORY_GIB),
-        ("chunk_size", chunk_size, UnitTokens, MAX_TOKENS_PER_UNIT),
-        ("block_size", block_size, UnitTokens, MAX_TOKENS_PER_UNIT),
+        ("kv_memory_gib", kv_memory_gib, _KV_MEMORY_CHECK, MAX_KV_MEMORY_GIB),
+        ("chunk_size", chunk_size, _UNIT_CHECK, MAX_TOKENS_PER_UNIT),
+        ("block_size", block_size, _UNIT_CHECK, MAX_TOKENS_PER_UNIT),
     ):
         if value is not None and not _fits(declared, value):
             raise ConfigError(f"{name} is {value}: give a positive number of at most {ceiling:,}")
@@ -217,9 +217,14 @@ def _chunk_budget(
     )
 
 
-def _fits(declared: Any, value: float) -> bool:
+_KV_MEMORY_CHECK: TypeAdapter[float] = TypeAdapter(KvMemoryGib)
+_UNIT_CHECK: TypeAdapter[int] = TypeAdapter(UnitTokens)
+"""Built once: a validator costs far more to build than to run."""
+
+
+def _fits(declared: TypeAdapter[Any], value: float) -> bool:
     try:
-        TypeAdapter(declared).validate_python(value)
+        declared.validate_python(value)
     except ValidationError:
         return False
     return True
