@@ -3,7 +3,11 @@
 A batch is `[ts, events, data_parallel_rank]`. Each event is, since vLLM PR #42892, a map with a
 `"type"` key; before, a positional array whose first item is the type name. Both are read; the
 positional field order is vLLM's struct order (`BlockStored`: block_hashes, parent_block_hash,
-token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, ...).
+token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind, ...).
+
+A hybrid model publishes one `BlockStored` per KV cache group per step. A mamba group's carries
+the step's token ids but, except on the step that keeps a state, no hash (and then one: the
+attention group's hash at that position), so its tokens need not fill its hashes.
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ _STORED_FIELDS = (
     "lora_name",
     "extra_keys",
     "group_idx",
+    "kv_cache_spec_kind",
 )
 _REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+MAMBA_KIND = "mamba"
+ATTENTION_KIND = "full_attention"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,8 @@ class BlocksStored:
     lora_name: str | None = None
     extra_keys: tuple[Any, ...] | None = None
     group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    """The group's kind ("full_attention", "mamba", ...); None from a vLLM that does not say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +136,8 @@ def _stored(fields: dict[str, Any]) -> BlocksStored:
     hashes = tuple(_hashes(fields["block_hashes"]))
     tokens = tuple(int(t) for t in fields["token_ids"])
     size = int(fields["block_size"])
-    if size <= 0 or len(tokens) != len(hashes) * size:
+    kind = _text(fields.get("kv_cache_spec_kind"))
+    if size <= 0 or (kind != MAMBA_KIND and len(tokens) != len(hashes) * size):
         raise ValueError("token_ids must fill block_hashes × block_size")
     extra = fields.get("extra_keys")
     parent = fields.get("parent_block_hash")
@@ -140,6 +150,7 @@ def _stored(fields: dict[str, Any]) -> BlocksStored:
         _text(fields.get("lora_name")),
         tuple(_freeze(e) for e in extra) if isinstance(extra, list | tuple) else None,
         _small_int(fields.get("group_idx")),
+        kind,
     )
 
 

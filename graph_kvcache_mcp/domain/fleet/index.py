@@ -6,6 +6,11 @@ ids (plus any LoRA name and extra keys, so salted or LoRA blocks never match a p
 a prompt is looked up by chunking its token ids: no vLLM hash function is reproduced, and two
 instances holding the same tokens meet at the same key whatever their hash settings.
 
+A hybrid model (mamba + attention) has several KV cache groups. Attention groups hold every full
+block of the chain; a mamba group keeps its state only at the positions it announces (where a
+request's prefill ended). Both are tracked per instance, and a prompt's hit is the longest prefix
+every group can serve: a held attention run ending where every mamba group keeps a state.
+
 Memory is bounded: at most `max_blocks` keys are kept; past it the oldest are forgotten (counted
 in `forgotten`, so a short answer can say it may be short). Pure: no I/O, no clock.
 """
@@ -20,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graph_kvcache_mcp.domain.fleet.events import (
+    ATTENTION_KIND,
+    MAMBA_KIND,
     AllCleared,
     BlockHash,
     BlocksRemoved,
@@ -31,6 +38,8 @@ ChainKey = bytes
 ROOT: ChainKey = b""
 DEFAULT_MAX_BLOCKS = 200_000
 UNSPECIFIED_MEDIUM = "unspecified"
+MAX_PENDING_STATES = 10_000
+"""Mamba state hashes kept per instance until the attention block they name is stored."""
 
 
 def chain_key(parent: ChainKey, tokens: Sequence[int], extra: Any = None) -> ChainKey:
@@ -67,6 +76,8 @@ class Block:
     depth: int
     holders: dict[str, set[str]] = field(default_factory=dict)
     """Instance name → media (GPU, CPU, ...) that hold it."""
+    states: dict[str, set[int]] = field(default_factory=dict)
+    """Instance name → its mamba groups that keep a state at this block's end (hybrids)."""
 
 
 @dataclass(slots=True)
@@ -77,7 +88,10 @@ class InstanceCounts:
     orphans: int = 0
     """Stored blocks whose parent this index never saw (stored before the feed's history)."""
     skipped_groups: int = 0
-    """Blocks of a KV cache group other than the first (hybrid models; not indexed)."""
+    """Blocks of a KV cache group this index does not model (a group other than the first
+    from a vLLM that names no group kind, or a kind other than attention and mamba)."""
+    groups: dict[int, str] = field(default_factory=dict)
+    """KV cache group index → kind, as its events name them (empty: a dense model's events)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +102,25 @@ class Match:
     tokens: int
     by_medium: dict[str, int]
     """Leading prompt tokens held in each medium (each a consecutive run from the start)."""
+    state_blocks: tuple[int, ...] | None = None
+    """Hybrids: the prefix lengths, in blocks, within the held run where every mamba group keeps
+    a state (the only places a hit can end). None: no mamba group."""
+
+    def usable_tokens(self, block_size: int) -> int:
+        """The longest held prefix every KV cache group can serve (before the last-token rule)."""
+        if self.state_blocks is None:
+            return self.tokens
+        return max(self.state_blocks, default=0) * block_size
+
+    def served_tokens(self, prompt_tokens: int, block_size: int) -> int:
+        """The cached_tokens vLLM reports for the prompt's next request: the usable prefix cut
+        to the whole blocks before the last prompt token (for a hybrid, the longest such prefix
+        that ends at a kept state)."""
+        limit = cacheable_tokens(prompt_tokens, block_size)
+        if self.state_blocks is None:
+            return min(self.tokens, limit)
+        ends = (b * block_size for b in self.state_blocks)
+        return max((end for end in ends if end <= limit), default=0)
 
 
 class BlockIndex:
@@ -98,6 +131,8 @@ class BlockIndex:
         self._blocks: OrderedDict[ChainKey, Block] = OrderedDict()
         self._names: dict[str, dict[BlockHash, ChainKey]] = {}
         self._held: dict[str, set[ChainKey]] = {}
+        self._stateful: dict[str, set[ChainKey]] = {}
+        self._pending: dict[str, list[tuple[int, BlockHash]]] = {}
         self.counts: dict[str, InstanceCounts] = {}
         self.forgotten = 0
 
@@ -119,19 +154,42 @@ class BlockIndex:
                 case BlocksRemoved():
                     self._remove(instance, event, counts)
                 case AllCleared():
-                    self.forget_instance(instance)
+                    self._clear(instance)
                     counts.cleared += 1
+        self._resolve_states(instance)
 
     def forget_instance(self, instance: str) -> None:
-        """Drop everything `instance` holds (it cleared its cache, or restarted)."""
+        """Drop everything `instance` holds, its KV cache groups too (it restarted)."""
+        self._clear(instance)
+        if instance in self.counts:
+            self.counts[instance].groups.clear()
+
+    def _clear(self, instance: str) -> None:
         for key in self._held.pop(instance, set()):
             block = self._blocks.get(key)
             if block is not None:
                 block.holders.pop(instance, None)
+        for key in self._stateful.pop(instance, set()):
+            block = self._blocks.get(key)
+            if block is not None:
+                block.states.pop(instance, None)
+        self._pending.pop(instance, None)
         self._names.pop(instance, None)
 
     def _store(self, instance: str, event: BlocksStored, counts: InstanceCounts) -> None:
-        if event.group_idx not in (None, 0):
+        kind = event.kv_cache_spec_kind
+        if event.group_idx is not None and kind is not None:
+            counts.groups[event.group_idx] = kind
+        if kind == MAMBA_KIND and event.group_idx is not None:
+            # its hash names the attention block at that position, which may come later in the
+            # same step: resolved once the batch is applied
+            pending = self._pending.setdefault(instance, [])
+            pending.extend((event.group_idx, name) for name in event.block_hashes)
+            return
+        if (event.group_idx not in (None, 0) and kind is None) or kind not in (
+            None,
+            ATTENTION_KIND,
+        ):
             counts.skipped_groups += len(event.block_hashes)
             return
         names = self._names.setdefault(instance, {})
@@ -164,8 +222,29 @@ class BlockIndex:
             counts.stored += 1
         self._bound()
 
+    def _resolve_states(self, instance: str) -> None:
+        pending = self._pending.get(instance)
+        if not pending:
+            return
+        names = self._names.get(instance, {})
+        stateful = self._stateful.setdefault(instance, set())
+        left: list[tuple[int, BlockHash]] = []
+        for group, name in pending:
+            key = names.get(name)
+            block = self._blocks.get(key) if key is not None else None
+            if key is None or block is None:
+                left.append((group, name))
+                continue
+            block.states.setdefault(instance, set()).add(group)
+            stateful.add(key)
+        self._pending[instance] = left[-MAX_PENDING_STATES:]
+
     def _remove(self, instance: str, event: BlocksRemoved, counts: InstanceCounts) -> None:
         names = self._names.get(instance, {})
+        group = event.group_idx
+        if group is not None and counts.groups.get(group) == MAMBA_KIND:
+            self._remove_states(instance, group, event.block_hashes, counts)
+            return
         held = self._held.get(instance, set())
         for name in event.block_hashes:
             key = names.get(name)
@@ -182,30 +261,69 @@ class BlockIndex:
                 held.discard(key)
             counts.removed += 1
 
+    def _remove_states(
+        self, instance: str, group: int, hashes: Sequence[BlockHash], counts: InstanceCounts
+    ) -> None:
+        names = self._names.get(instance, {})
+        gone = set(hashes)
+        if instance in self._pending:
+            self._pending[instance] = [p for p in self._pending[instance] if p[1] not in gone]
+        for name in hashes:
+            key = names.get(name)
+            block = self._blocks.get(key) if key is not None else None
+            groups = block.states.get(instance) if block is not None else None
+            if block is None or not groups or group not in groups:
+                continue
+            groups.discard(group)
+            if not groups:
+                del block.states[instance]
+            counts.removed += 1
+
     def _bound(self) -> None:
         while len(self._blocks) > self.max_blocks:
             key, block = self._blocks.popitem(last=False)
             for instance in block.holders:
                 self._held.get(instance, set()).discard(key)
+            for instance in block.states:
+                self._stateful.get(instance, set()).discard(key)
             self.forgotten += 1
 
     # --- questions --------------------------------------------------------------------------
 
     def match(self, instance: str, keys: Sequence[ChainKey], block_size: int) -> Match:
-        """How many leading blocks of a prompt (its `keys`) `instance` holds, and where."""
+        """How many leading blocks of a prompt (its `keys`) `instance` holds, and where; for a
+        hybrid also where within that run every mamba group keeps a state."""
+        mamba = self.mamba_groups(instance)
         blocks = 0
         by_medium: dict[str, int] = {}
         open_media: set[str] | None = None
+        state_blocks: list[int] = []
         for key in keys:
             block = self._blocks.get(key)
             media = block.holders.get(instance) if block is not None else None
-            if not media:
+            if block is None or not media:
                 break
             blocks += 1
             open_media = set(media) if open_media is None else open_media & media
             for medium in open_media:
                 by_medium[medium] = blocks * block_size
-        return Match(blocks, blocks * block_size, by_medium)
+            if mamba and mamba <= block.states.get(instance, set()):
+                state_blocks.append(blocks)
+        if not mamba:
+            return Match(blocks, blocks * block_size, by_medium)
+        usable = {
+            medium: max((b * block_size for b in state_blocks if b * block_size <= run), default=0)
+            for medium, run in by_medium.items()
+        }
+        return Match(blocks, blocks * block_size, usable, tuple(state_blocks))
+
+    def groups(self, instance: str) -> dict[int, str]:
+        """The KV cache groups `instance`'s events named (index → kind; empty: none named)."""
+        counts = self.counts.get(instance)
+        return dict(counts.groups) if counts is not None else {}
+
+    def mamba_groups(self, instance: str) -> set[int]:
+        return {g for g, kind in self.groups(instance).items() if kind == MAMBA_KIND}
 
     def blocks_held(self, instance: str) -> int:
         return len(self._held.get(instance, ()))

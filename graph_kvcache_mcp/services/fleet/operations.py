@@ -24,8 +24,10 @@ from graph_kvcache_mcp.domain.fleet.findings import (
     source_split,
 )
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness, freshness_of
-from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens, prompt_keys
+from graph_kvcache_mcp.domain.fleet.index import prompt_keys
+from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_cache
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.fleet.views import (
@@ -138,13 +140,16 @@ async def _where_one(
         reason = "no kv_events feed" if probe.name not in conn.feeds else "block size unknown"
         return base.model_copy(update={"reason": reason})
     held = conn.index.match(probe.name, prompt_keys(tokens, block_size), block_size)
-    return base.model_copy(
-        update={
-            "cached_tokens": min(held.tokens, cacheable_tokens(len(tokens), block_size)),
-            "held_tokens": held.tokens,
-            "by_medium": held.by_medium,
-        }
-    )
+    update: dict[str, Any] = {
+        "cached_tokens": held.served_tokens(len(tokens), block_size),
+        "held_tokens": held.usable_tokens(block_size),
+        "by_medium": held.by_medium,
+    }
+    hybrid = is_hybrid_cache(config.labels) if config else None
+    gap = groups_gap(conn.index.groups(probe.name), hybrid=hybrid)
+    if gap is not None:
+        update |= {"trusted": False, "reason": gap}
+    return base.model_copy(update=update)
 
 
 def _best(

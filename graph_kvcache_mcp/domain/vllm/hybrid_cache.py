@@ -1,0 +1,50 @@
+"""What vLLM's prefix cache can reuse on a hybrid model (mamba or gated-delta-net + attention).
+
+Pure: no I/O. The minimum the fleet and the miss diagnosis need: whether a served model is a
+hybrid, and the hit a hybrid serves right after one request.
+
+In `--mamba-cache-mode align` vLLM keeps a request's mamba state only where its prefill ended, at
+its last full block (`floor(tokens / block) * block`), not at every block. A later prompt resumes
+only from a position where every group has a block: the attention blocks of the whole shared
+prefix, and a kept state. So a prompt sharing part of a cached one gets nothing from it unless
+some earlier request ended exactly there; the way to make a prefix reusable is to end a request
+on it (a warm-up call with just the shared head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens
+
+MAMBA_LABELS = ("mamba_cache_mode", "mamba_block_size")
+"""`vllm:cache_config_info` labels that say a served model keeps mamba state."""
+_NO_MAMBA = frozenset({"", "none", "None", "null"})
+
+
+def is_hybrid_cache(labels: Mapping[str, str]) -> bool | None:
+    """Whether `vllm:cache_config_info`'s labels say the model keeps mamba state.
+
+    vLLM exports `mamba_block_size` only once a model has mamba layers; a dense model's is
+    absent or empty. None when the labels carry neither field (a vLLM too old to say).
+    """
+    if not any(name in labels for name in MAMBA_LABELS):
+        return None
+    return labels.get("mamba_block_size", "") not in _NO_MAMBA
+
+
+def state_position(prompt_tokens: int, block_size: int) -> int:
+    """Where vLLM keeps the mamba state of a request of `prompt_tokens` (its last full block)."""
+    return prompt_tokens // block_size * block_size
+
+
+def hybrid_cached_tokens(
+    first_tokens: int, common: int, second_tokens: int, block_size: int
+) -> int:
+    """Prompt tokens a hybrid serves from cache for the second request, right after the first:
+    the first's kept state, when the second shares all of it and it is within the whole blocks
+    before the second's last token; otherwise nothing."""
+    kept = state_position(first_tokens, block_size)
+    if kept == 0 or kept > common or kept > cacheable_tokens(second_tokens, block_size):
+        return 0
+    return kept
