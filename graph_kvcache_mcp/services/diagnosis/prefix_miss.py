@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.connectors.vllm.routes import ChatTokens
 from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.diagnosis.hybrid_miss import hybrid_cause
 from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
     Cause,
     Divergence,
@@ -26,6 +27,7 @@ from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
     role_at,
 )
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.hybrid_cache import hybrid_cached_tokens, is_hybrid_cache
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
@@ -75,7 +77,9 @@ class MissDiagnosis(BaseModel):
     common_prefix_tokens: int | None = None
     first_divergent_token: int | None = None
     predicted_cached_tokens: int | None = Field(
-        None, description="floor(min(common, second_tokens - 1) / block_size) * block_size"
+        None,
+        description="floor(min(common, second_tokens - 1) / block_size) * block_size; a "
+        "hybrid: the first's last full block if within that, else 0",
     )
     divergence: Divergence | None = None
     cause: Cause | None = None
@@ -138,14 +142,16 @@ async def explain_miss(
     if isinstance(chosen, Unavailable):
         return MissDiagnosis(reachable=False, reason=chosen.reason)
     source: Literal["given", "cache_config_info"] = "given"
+    served = await _served_cache(client, chosen, need_block_size=block_size is None)
+    if isinstance(served, Unavailable):
+        return MissDiagnosis(reachable=False, reason=served.reason, model=chosen)
+    served_block, hybrid = served
     if block_size is None:
-        found = await _served_block_size(client, chosen)
-        if isinstance(found, Unavailable):
-            return MissDiagnosis(reachable=False, reason=found.reason, model=chosen)
-        block_size, source = found, "cache_config_info"
+        block_size, source = served_block, "cache_config_info"
+    assert block_size is not None  # _served_cache raises when it was needed and is missing
     out = await _compare(
         tokenizer, first, second, (first_messages, second_messages),
-        model=chosen, block_size=block_size, source=source, local=False,
+        model=chosen, block_size=block_size, source=source, local=False, hybrid=hybrid,
     )  # fmt: skip
     if not verify or not out.reachable or out.predicted_cached_tokens is None:
         return out
@@ -171,6 +177,7 @@ async def _compare(
     block_size: int,
     source: Literal["given", "cache_config_info"],
     local: bool,
+    hybrid: bool = False,
 ) -> MissDiagnosis:
     """Tokenize both, find where they part, predict and classify (nothing sent to the model)."""
     chosen = model
@@ -198,6 +205,17 @@ async def _compare(
         first_extras=_extras(first),
         second_extras=_extras(second),
     )
+    predicted = predicted_cached_tokens(common, len(b), block_size)
+    if hybrid:
+        dense, predicted = predicted, hybrid_cached_tokens(len(a), common, len(b), block_size)
+        if predicted < dense:
+            cause = hybrid_cause(
+                cause,
+                first_tokens=len(a),
+                common=common,
+                second_tokens=len(b),
+                block_size=block_size,
+            )
     return MissDiagnosis(
         reachable=True,
         model=chosen,
@@ -208,23 +226,29 @@ async def _compare(
         second_tokens=len(b),
         common_prefix_tokens=common,
         first_divergent_token=divergent,
-        predicted_cached_tokens=predicted_cached_tokens(common, len(b), block_size),
+        predicted_cached_tokens=predicted,
         divergence=divergence,
         cause=cause,
     )
 
 
-async def _served_block_size(client: VllmClient, model: str) -> int | Unavailable:
+async def _served_cache(
+    client: VllmClient, model: str, *, need_block_size: bool
+) -> tuple[int | None, bool] | Unavailable:
+    """The served block size and whether the model is a hybrid, from vllm:cache_config_info.
+    Without `need_block_size` (the caller gave it) a server that cannot say reads as dense."""
     snapshot = await client.metrics.snapshot(model)
     if isinstance(snapshot, Unavailable):
-        return snapshot
+        return snapshot if need_block_size else (None, False)
     config = snapshot.cache_config
-    if config is None or not config.block_size:
+    if need_block_size and (config is None or not config.block_size):
         raise ConfigError(
             "vLLM does not report vllm:cache_config_info with a block_size: pass block_size "
             "(vLLM's --block-size)"
         )
-    return config.block_size
+    if config is None:
+        return None, False
+    return config.block_size, bool(is_hybrid_cache(config.labels))
 
 
 async def _divergence(
