@@ -33,6 +33,12 @@ def is_hybrid_cache(labels: Mapping[str, str]) -> bool | None:
     return labels.get("mamba_block_size", "") not in _NO_MAMBA
 
 
+def keeps_state_at_prefill_end_only(labels: Mapping[str, str]) -> bool:
+    """Whether a served hybrid reuses only where a request's prefill ended: any mamba cache
+    mode but "all" (older vLLMs' mode that keeps a state at every block, as a dense model)."""
+    return bool(is_hybrid_cache(labels)) and labels.get("mamba_cache_mode") != "all"
+
+
 def state_position(prompt_tokens: int, block_size: int) -> int:
     """Where vLLM keeps the mamba state of a request of `prompt_tokens` (its last full block)."""
     return prompt_tokens // block_size * block_size

@@ -27,7 +27,10 @@ from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
     role_at,
 )
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import hybrid_cached_tokens, is_hybrid_cache
+from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
+    hybrid_cached_tokens,
+    keeps_state_at_prefill_end_only,
+)
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
@@ -248,7 +251,7 @@ async def _served_cache(
         )
     if config is None:
         return None, False
-    return config.block_size, bool(is_hybrid_cache(config.labels))
+    return config.block_size, keeps_state_at_prefill_end_only(config.labels)
 
 
 async def _divergence(

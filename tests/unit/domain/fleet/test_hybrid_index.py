@@ -16,6 +16,7 @@ from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
     hybrid_cached_tokens,
     is_hybrid_cache,
+    keeps_state_at_prefill_end_only,
     state_position,
 )
 from tests.support.kv_event_publisher import block_stored
@@ -142,6 +143,11 @@ def test_the_cache_config_labels_say_whether_a_model_keeps_mamba_state() -> None
     assert is_hybrid_cache({"mamba_block_size": "32", "mamba_cache_mode": "align"}) is True
     assert is_hybrid_cache({"mamba_block_size": "None", "mamba_cache_mode": "none"}) is False
     assert is_hybrid_cache({"block_size": "32"}) is None
+    assert keeps_state_at_prefill_end_only({"mamba_block_size": "32", "mamba_cache_mode": "align"})
+    assert not keeps_state_at_prefill_end_only(
+        {"mamba_block_size": "32", "mamba_cache_mode": "all"}
+    )
+    assert not keeps_state_at_prefill_end_only({"mamba_block_size": "None"})
 
 
 @pytest.mark.parametrize(
