@@ -20,6 +20,7 @@ from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_config
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
 from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, explain_miss
@@ -90,6 +91,7 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
                 model=local.name,
                 block_size=args.block_size,
                 verify=args.verify,
+                hybrid=is_hybrid_config(local.model_config()),
             )
         async with open_client(settings) as client:
             return await explain_miss(

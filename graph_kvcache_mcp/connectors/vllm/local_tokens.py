@@ -107,8 +107,16 @@ class LocalChatTokenizer:
             )
         return path
 
-    def _config(self) -> dict[str, Any]:
-        path = self.directory / "tokenizer_config.json"
+    def model_config(self) -> dict[str, Any]:
+        """The dir's model `config.json` ({} when it has none: a tokenizer-only dir).
+
+        Raises:
+            ConfigError: a config.json that is not readable JSON.
+        """
+        return self._config("config.json")
+
+    def _config(self, name: str = "tokenizer_config.json") -> dict[str, Any]:
+        path = self.directory / name
         if not path.is_file():
             return {}
         try:

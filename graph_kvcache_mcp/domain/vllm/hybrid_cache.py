@@ -4,7 +4,8 @@ Pure: no I/O. The minimum the fleet and the miss diagnosis need: whether a serve
 hybrid, and the hit a hybrid serves right after one request.
 
 In `--mamba-cache-mode align` vLLM keeps a request's mamba state only where its prefill ended, at
-its last full block (`floor(tokens / block) * block`), not at every block. A later prompt resumes
+its last full block before its last token (`floor((tokens - 1) / block) * block`, measured: a
+224-token prompt of block 32 kept it at 192), not at every block. A later prompt resumes
 only from a position where every group has a block: the attention blocks of the whole shared
 prefix, and a kept state. So a prompt sharing part of a cached one gets nothing from it unless
 some earlier request ended exactly there; the way to make a prefix reusable is to end a request
@@ -14,12 +15,15 @@ on it (a warm-up call with just the shared head).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens
 
 MAMBA_LABELS = ("mamba_cache_mode", "mamba_block_size")
 """`vllm:cache_config_info` labels that say a served model keeps mamba state."""
 _NO_MAMBA = frozenset({"", "none", "None", "null"})
+_STATE_LAYER_TYPES = frozenset({"mamba", "mamba2", "linear_attention"})
+_STATE_KEYS = ("mamba_d_state", "mamba_n_heads", "ssm_state_size", "linear_num_value_heads")
 
 
 def is_hybrid_cache(labels: Mapping[str, str]) -> bool | None:
@@ -33,6 +37,19 @@ def is_hybrid_cache(labels: Mapping[str, str]) -> bool | None:
     return labels.get("mamba_block_size", "") not in _NO_MAMBA
 
 
+def is_hybrid_config(config: Mapping[str, Any]) -> bool:
+    """Whether a model's `config.json` declares layers that keep a recurrent state (mamba,
+    gated delta net): its layer types, NemotronH's pattern, or a state-size key."""
+    for key in ("layer_types", "layers_block_type"):
+        values = config.get(key)
+        if isinstance(values, list) and any(str(v) in _STATE_LAYER_TYPES for v in values):
+            return True
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        return True
+    return any(key in config for key in _STATE_KEYS)
+
+
 def keeps_state_at_prefill_end_only(labels: Mapping[str, str]) -> bool:
     """Whether a served hybrid reuses only where a request's prefill ended: any mamba cache
     mode but "all" (older vLLMs' mode that keeps a state at every block, as a dense model)."""
@@ -40,8 +57,9 @@ def keeps_state_at_prefill_end_only(labels: Mapping[str, str]) -> bool:
 
 
 def state_position(prompt_tokens: int, block_size: int) -> int:
-    """Where vLLM keeps the mamba state of a request of `prompt_tokens` (its last full block)."""
-    return prompt_tokens // block_size * block_size
+    """Where vLLM keeps the mamba state of a request of `prompt_tokens`: its last full block
+    before its last token, the most a repeat of it can reuse."""
+    return cacheable_tokens(prompt_tokens, block_size)
 
 
 def hybrid_cached_tokens(

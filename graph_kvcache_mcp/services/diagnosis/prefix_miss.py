@@ -117,9 +117,11 @@ async def explain_miss(
     model: str | None = None,
     block_size: int | None = None,
     verify: bool = False,
+    hybrid: bool = False,
 ) -> MissDiagnosis:
     """Compare two chat requests as vLLM tokenizes them and say why the second misses. Without a
-    `client` (a local tokenizer, no vLLM) `block_size` is required and nothing is verified.
+    `client` (a local tokenizer, no vLLM) `block_size` is required, nothing is verified, and
+    `hybrid` says whether the model keeps mamba state (vLLM's cache config says so otherwise).
 
     Raises:
         ConfigError: a body without messages, a bad or missing block size, verify without
@@ -139,6 +141,7 @@ async def explain_miss(
         return await _compare(
             tokenizer, first, second, (first_messages, second_messages),
             model=model or "local", block_size=block_size, source="given", local=True,
+            hybrid=hybrid,
         )  # fmt: skip
     named = [m for m in (model, first.get("model"), second.get("model")) if isinstance(m, str)]
     chosen = await client.resolve_model(named[0] if named else None)

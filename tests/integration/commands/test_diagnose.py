@@ -9,6 +9,7 @@ import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.processes.ports import free_port
+from tests.support.hybrid import hybrid_model_dir
 from tests.support.vllm import tiny_model_dir
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
@@ -83,3 +84,23 @@ def test_miss_with_a_local_tokenizer_needs_no_vllm_but_a_block_size(
     assert diagnosis["predicted_cached_tokens"] % 32 == 0 and diagnosis["predicted_cached_tokens"]
     code, out, err = run(capsys, *argv, *local)
     assert (code, out) == (2, "") and "block size" in err
+
+
+def test_miss_with_a_hybrids_local_dir_applies_the_hybrid_rule(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The dir's config.json says the model keeps mamba state: an edit halfway into the system
+    prompt reuses nothing (the first request's state is past the divergence)."""
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    user = {"role": "user", "content": "one?"}
+    for path, word in ((first, "short"), (second, "long")):
+        system = "Keep answers short. " * 20 + f"Keep answers {word}. " * 20
+        path.write_text(json.dumps({"messages": [{"role": "system", "content": system}, user]}))
+    argv = ["diagnose", "miss", "--first", str(first), "--second", str(second), "--json"]
+    local = ["--tokenizer", str(hybrid_model_dir("granite")), "--data-dir", str(tmp_path)]
+    code, out, _ = run(capsys, *argv, *local, "--block-size", "32")
+    assert code == 0
+    diagnosis = json.loads(out)
+    assert diagnosis["common_prefix_tokens"] >= 4 * 32
+    assert diagnosis["predicted_cached_tokens"] == 0
+    assert "hybrid model" in diagnosis["cause"]["detail"]

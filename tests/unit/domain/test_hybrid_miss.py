@@ -19,8 +19,8 @@ def test_an_edit_inside_the_cached_prompt_names_the_state_past_the_shared_tokens
     assert cause.fix.endswith("Also: append instead")
 
 
-def test_a_repeat_of_whole_blocks_says_the_last_token_is_computed() -> None:
-    identical = Cause(kind="identical", detail="same prompt", fix="nothing")
-    cause = hybrid_cause(identical, first_tokens=64, common=64, second_tokens=64, block_size=32)
+def test_a_prefix_of_whole_blocks_says_the_last_token_is_computed() -> None:
+    new_turn = Cause(kind="new_turn", detail="a new turn", fix="nothing")
+    cause = hybrid_cause(new_turn, first_tokens=70, common=64, second_tokens=64, block_size=32)
     assert "token 64, but vLLM computes the second request's last token" in cause.detail
     assert "resume at token 32 at most" in cause.detail

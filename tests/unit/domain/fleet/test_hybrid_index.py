@@ -156,7 +156,8 @@ def test_the_cache_config_labels_say_whether_a_model_keeps_mamba_state() -> None
         (3384, 3384, 3384, 3360),  # exact repeat: the state at the last full block
         (3384, 1349, 3387, 0),  # an edit inside the cached prompt: no state before it
         (1643, 1643, 3387, 1632),  # the second extends the first: its state is reused
-        (3360, 3360, 3360, 0),  # a repeat of a whole-block prompt: the state is past the limit
+        (224, 224, 224, 192),  # whole blocks: the state before the last token (measured)
+        (224, 192, 192, 0),  # a prefix of whole blocks: resuming at 192 needs the last token
         (20, 0, 20, 0),
     ],
 )
@@ -164,4 +165,4 @@ def test_a_hybrid_serves_the_first_requests_kept_state_or_nothing(
     first: int, common: int, second: int, expected: int
 ) -> None:
     assert hybrid_cached_tokens(first, common, second, 32) == expected
-    assert state_position(first, 32) == first // 32 * 32
+    assert state_position(first, 32) == (first - 1) // 32 * 32
