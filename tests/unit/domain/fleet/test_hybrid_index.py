@@ -16,6 +16,7 @@ from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
     hybrid_cached_tokens,
     is_hybrid_cache,
+    is_hybrid_config,
     keeps_state_at_prefill_end_only,
     state_position,
 )
@@ -166,3 +167,21 @@ def test_a_hybrid_serves_the_first_requests_kept_state_or_nothing(
 ) -> None:
     assert hybrid_cached_tokens(first, common, second, 32) == expected
     assert state_position(first, 32) == (first - 1) // 32 * 32
+
+
+@pytest.mark.parametrize(
+    ("config", "hybrid"),
+    [
+        ({"layer_types": ["mamba", "attention", "mamba", "attention"]}, True),  # Granite-4.0-H
+        ({"layers_block_type": ["mamba", "attention"]}, True),  # NemotronH
+        ({"layer_types": ["linear_attention", "full_attention"]}, True),  # Qwen3-Next
+        ({"hybrid_override_pattern": "M-M*"}, True),  # older NemotronH
+        ({"model_type": "falcon_h1", "mamba_d_state": 16}, True),
+        ({"layer_types": ["sliding_attention", "full_attention"]}, False),  # Gemma 3
+        ({"model_type": "llama", "num_hidden_layers": 2}, False),
+    ],
+)
+def test_a_models_config_says_whether_it_keeps_recurrent_state(
+    config: dict[str, Any], hybrid: bool
+) -> None:
+    assert is_hybrid_config(config) is hybrid
