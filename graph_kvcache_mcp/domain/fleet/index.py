@@ -186,10 +186,9 @@ class BlockIndex:
             pending = self._pending.setdefault(instance, [])
             pending.extend((event.group_idx, name) for name in event.block_hashes)
             return
-        if (event.group_idx not in (None, 0) and kind is None) or kind not in (
-            None,
-            ATTENTION_KIND,
-        ):
+        # a vLLM that names no kind: its first group only, as a dense model's
+        chain = kind == ATTENTION_KIND or (kind is None and event.group_idx in (None, 0))
+        if not chain:
             counts.skipped_groups += len(event.block_hashes)
             return
         names = self._names.setdefault(instance, {})
