@@ -42,7 +42,10 @@ class InstanceWhere(BaseModel):
     by_medium: dict[str, int] = Field(
         default_factory=dict, description="Leading prompt tokens held per medium (GPU, CPU, …)."
     )
-    trusted: bool = Field(description="False when its feed is not live: treat as a guess.")
+    trusted: bool = Field(
+        description="False when its feed is not live or, on a hybrid, not every KV cache group "
+        "is known (reason says): treat as a guess."
+    )
     freshness: Freshness
 
 
