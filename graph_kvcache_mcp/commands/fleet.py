@@ -158,7 +158,8 @@ def _describe_where(out: FleetWhereOut) -> str:
         elif i.cached_tokens is None:
             lines.append(f"{i.name}: unknown ({i.reason})")
         else:
-            trust = "" if i.trusted else f" (feed {i.freshness.state}: a guess)"
+            why = i.reason or f"feed {i.freshness.state}"
+            trust = "" if i.trusted else f" ({why}: a guess)"
             lines.append(
                 f"{i.name}: {i.cached_tokens} of {i.prompt_tokens} prompt tokens cached{trust}"
             )
