@@ -70,7 +70,7 @@ def test_a_gated_delta_net_needs_no_flags_and_says_so() -> None:
 
 @pytest.mark.parametrize("name", ["jamba", "mamba"])
 def test_mamba1_is_refused_on_cpu_with_the_reason(name: str) -> None:
-    with pytest.raises(ConfigError, match="Mamba1.*selective_scan_fwd"):
+    with pytest.raises(ConfigError, match=r"Mamba1.*selective_scan_fwd"):
         plan(config(name))
 
 
@@ -80,7 +80,7 @@ def test_mamba1_with_attention_starts_on_a_gpu() -> None:
 
 @pytest.mark.parametrize("family", ["granite", "nemotron"])
 def test_lmcache_mp_on_a_cpu_hybrid_is_refused_pointing_to_the_engine(family: str) -> None:
-    with pytest.raises(ConfigError, match="KV cache groups.*kv_connector=engine"):
+    with pytest.raises(ConfigError, match=r"KV cache groups.*kv_connector=engine"):
         plan(tiny(family), kv_connector="mp_native")
 
 
