@@ -288,6 +288,10 @@ def _hybrid_model(read: _Reader, common: dict[str, Any], family: Any, layers: in
     read.record("recurrent_layers", kinds.recurrent, f"{hybrid.model_family} layer layout")
     if hybrid.state_bytes_per_layer is not None:
         read.record("state_bytes_per_layer", hybrid.state_bytes_per_layer, "conv + ssm state")
+    if kinds.recurrent == 0:
+        raise ConfigError(
+            f"config.json's layer layout gives this {hybrid.model_family} model no Mamba layer"
+        )
     if kinds.attention == 0:
         raise ConfigError(
             f"config.json describes an attention-free {hybrid.model_family} model: it has no "

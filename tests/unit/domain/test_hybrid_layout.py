@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from graph_kvcache_mcp.domain.diagnosis.kv_budget import kv_budget
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, read_geometry
 from graph_kvcache_mcp.domain.vllm.hybrid_layout import hybrid_layout, kv_cache_tokens
 from graph_kvcache_mcp.errors import ConfigError
@@ -172,3 +173,20 @@ def test_a_larger_requested_block_is_kept_and_padding_follows_it() -> None:
     layout = hybrid_layout(model, "cpu", block_size=256)
     assert (layout.block_size, layout.block_raised) == (256, False)
     assert layout.page_bytes == 256 * 512 and layout.block_bytes == 2 * 256 * 512
+
+
+def test_the_budget_of_a_hybrid_counts_tokens_as_vllm_does() -> None:
+    budget = kv_budget(
+        tiny("nemotron"),
+        kv_memory_gib=0.25,
+        block_size=32,
+        platform="cpu",
+        max_model_len=4096,
+        prefix_caching=False,
+    )
+    assert budget.tokens_fit == 258_111  # attention bytes alone would say 262,144
+    assert budget.hybrid is not None and budget.hybrid.layout.kv_cache_groups == 3
+    assert (budget.block_size, budget.block_bytes) == (32, 2 * 16384)
+    # on a GPU the SSM state keeps the config's float32 and the block is FlashAttention's 16
+    gpu = kv_budget(tiny("nemotron"), platform="gpu")
+    assert gpu.hybrid is not None and gpu.hybrid.layout.block_size == 16 * 2
