@@ -13,13 +13,16 @@ cache groups on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import family_of
-from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, read_geometry
+from graph_kvcache_mcp.domain.lmcache.model import HybridFamily, ModelFacts, read_geometry
 from graph_kvcache_mcp.domain.vllm.hybrid_layout import HybridLayout, PlatformKind, hybrid_layout
 from graph_kvcache_mcp.errors import ConfigError
 
@@ -143,3 +146,54 @@ def plan_hybrid(
         flags += [flag, value]
         notes.append(f"{flag} {value}: {why}")
     return HybridPlan(layout=layout, flags=flags, notes=notes)
+
+
+CPU_DEFAULT_BATCHED_TOKENS = 2048
+"""vLLM's max_num_batched_tokens for its API server on CPU when none is given."""
+
+
+class HybridRun(BaseModel):
+    """What a running vLLM serves, when it is a hybrid: read from its model's config.json and
+    the command it was started with (for diagnose_stack)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_family: str
+    mixer: HybridFamily
+    platform: PlatformKind
+    max_num_batched_tokens: int | None = Field(None, description="None: vLLM's default.")
+    chunk_size: int | None = Field(None, description="The Mamba chunk after --hf-overrides.")
+
+
+def hybrid_run(
+    config: Mapping[str, Any] | None, command: Sequence[str], platform: PlatformKind
+) -> HybridRun | None:
+    """The hybrid a vLLM started with `command` serves, or None (not a known hybrid)."""
+    if config is None:
+        return None
+    text = model_text(config)
+    family = family_of(text)
+    if family is None:
+        return None
+    chunk = text.get(family.chunk_key) if family.chunk_key else None
+    overrides = _flag_value(command, "--hf-overrides")
+    if overrides is not None and family.chunk_key:
+        with contextlib.suppress(ValueError, AttributeError):  # vLLM refuses a broken one
+            chunk = json.loads(overrides).get(family.chunk_key, chunk)
+    batched = _flag_value(command, "--max-num-batched-tokens")
+    return HybridRun(
+        model_family=family.label,
+        mixer=family.mixer,
+        platform=platform,
+        max_num_batched_tokens=int(batched) if batched and batched.isdigit() else None,
+        chunk_size=chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None,
+    )
+
+
+def _flag_value(command: Sequence[str], flag: str) -> str | None:
+    for index, arg in enumerate(command):
+        if arg == flag and index + 1 < len(command):
+            return command[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
