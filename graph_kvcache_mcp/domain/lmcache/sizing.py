@@ -43,9 +43,11 @@ def block_size(
         f"({layout.kv_cache_groups} KV cache groups); confirm it against vLLM's log line "
         "'Setting attention block size to N tokens' and pass mamba_block_size=N if it differs"
     )
-    if choices.cpu and choices.mode != "inprocess_plugin" and layout.kv_cache_groups > 1:
+    # The plan itself holds on a GPU; on a CPU vLLM the MP connector cannot take the groups.
+    on_cpu = layout if choices.cpu else hybrid_layout(facts, "cpu", tp=choices.tensor_parallel_size)
+    if choices.mode != "inprocess_plugin" and on_cpu.kv_cache_groups > 1:
         label = facts.hybrid.model_family or "hybrid"
-        warnings.append(cpu_mp_limit(label, layout.kv_cache_groups))
+        warnings.append(cpu_mp_limit(label, on_cpu.kv_cache_groups))
     return estimate, "estimated"
 
 

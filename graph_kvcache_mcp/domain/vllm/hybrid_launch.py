@@ -29,7 +29,9 @@ from graph_kvcache_mcp.errors import ConfigError
 CPU_HYBRID_BLOCK_SIZE = 128
 """The block asked for a hybrid on CPU when none is given: vLLM's CPU default, and no smaller
 than vLLM's CPU max_num_seqs (128), which one-block steps must not undercut."""
-CPU_MAX_NUM_SEQS = 128
+MAX_NUM_SEQS = {"cpu": 128, "gpu": 1024}
+"""vLLM's largest default max_num_seqs for its API server (CPU; a large-memory GPU): a step of
+one block must not be smaller (vLLM refuses max_num_batched_tokens < max_num_seqs)."""
 HYBRID_FLAGS = (
     "--mamba-cache-mode",
     "--max-num-batched-tokens",
@@ -128,7 +130,7 @@ def plan_hybrid(
         )
         wanted.append(("--mamba-cache-mode", "align", "prefix caching keeps the Mamba state"))
         wanted.append(("--max-num-batched-tokens", str(block), why))
-        if block < CPU_MAX_NUM_SEQS and platform == "cpu":
+        if block < MAX_NUM_SEQS[platform]:
             wanted.append(("--max-num-seqs", str(block), "vLLM needs max_num_seqs <= batch"))
     chunk = hybrid.chunk_size
     if platform == "cpu" and hybrid.family == "mamba2" and chunk is not None and chunk < block:

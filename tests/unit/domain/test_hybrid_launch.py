@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache.model import read_geometry
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch, plan_launch
 from graph_kvcache_mcp.errors import ConfigError
 from tests.unit.domain.test_hybrid_layout import DATA, config, tiny
@@ -101,3 +103,17 @@ def test_a_flag_given_in_extra_args_is_kept_and_noted() -> None:
 def test_a_dense_model_config_changes_nothing() -> None:
     dense = json.loads((DATA.parent / "models" / "llama-3.1-8b.config.json").read_text())
     assert plan(dense).args == plan(None).args
+
+
+def test_lmcache_config_plans_a_hybrid_from_vllms_block_and_warns_about_cpu() -> None:
+    model = read_geometry(tiny("nemotron")).facts
+    gpu = plan_lmcache(model, LmcacheChoices())
+    # NemotronH's float32 state (9,152 bytes) over 512-byte tokens: two 16-token kernel blocks
+    assert (gpu.model.block_size, gpu.model.chunk_size) == (32, 256)
+    argv = gpu.vllm.argv
+    assert value(tuple(argv), "--max-num-batched-tokens") == "32"
+    assert value(tuple(argv), "--max-num-seqs") == "32"
+    assert any("cannot serve this NemotronH hybrid on CPU" in w for w in gpu.warnings)
+    cpu = plan_lmcache(model, LmcacheChoices(cpu=True, vllm_block_size=128))
+    assert cpu.model.block_size == 128 and cpu.model.chunk_size % 128 == 0
+    assert any("kv_connector=engine" in w for w in cpu.warnings)
