@@ -297,6 +297,9 @@ def _hybrid_model(read: _Reader, common: dict[str, Any], family: Any, layers: in
             f"config.json describes an attention-free {hybrid.model_family} model: it has no "
             "attention KV to budget or to cache by prefix"
         )
+    if "head_dim" not in read.config and "attention_head_dim" in read.config:
+        # Zamba2's config maps head_dim to attention_head_dim (its attention is 2 × hidden wide)
+        read.config = {**read.config, "head_dim": read.config["attention_head_dim"]}
     kv_heads, head_dim = _attention_heads(read)
     return ModelFacts(
         kind="hybrid",

@@ -134,6 +134,11 @@ def test_each_family_reads_its_own_keys(
     assert model.hybrid.state_bytes_per_layer == (conv + ssm) * 2
 
 
+def test_zamba2_attention_is_twice_the_hidden_width_per_head() -> None:
+    model = facts(config("zamba2"))
+    assert (model.kv_heads, model.head_dim) == (32, 2 * 2048 // 32)
+
+
 def test_qwen3_5_reads_its_text_config_and_keeps_its_float32_ssm() -> None:
     model = facts(config("qwen3.5"))
     hybrid = model.hybrid
