@@ -183,8 +183,13 @@ def plan_launch(
     """
     lmcache_mp = launch.kv_connector in MP_CONNECTORS
     hybrid = refuse_unservable(model_config, platform.kind, lmcache_mp=lmcache_mp)
+    notes: list[str] = []
     if hybrid is not None and platform.kind == "cpu" and launch.block_size is None:
         launch = launch.model_copy(update={"block_size": CPU_HYBRID_BLOCK_SIZE})
+        notes.append(
+            f"block {CPU_HYBRID_BLOCK_SIZE} for a hybrid on CPU: vLLM's own CPU default; a step "
+            "of one block stays at least vLLM's CPU max_num_seqs"
+        )
     check_extra_args(launch.extra_args)
     clashes = sorted({arg.split("=", 1)[0] for arg in launch.extra_args} & _OWNED_FLAGS)
     if clashes:
@@ -200,7 +205,6 @@ def plan_launch(
         args.append("--enable-prompt-tokens-details")
     if launch.max_model_len is not None:
         args += ["--max-model-len", str(launch.max_model_len)]
-    notes: list[str] = []
     if platform.kind == "cpu":
         args += _cpu_flags(launch, notes)
     else:
