@@ -21,6 +21,7 @@ from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_config
+from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
 from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, explain_miss
@@ -74,6 +75,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_flag(budget, "--kv-memory-gib", KvMemoryGib, help="KV memory to fill, in GiB")
     add_flag(budget, "--chunk-size", UnitTokens, help="LMCache chunk size in tokens")
     add_flag(budget, "--block-size", UnitTokens, help="vLLM block size in tokens")
+    budget.add_argument(
+        "--platform", choices=("cpu", "gpu"), help="a hybrid's layout (default: this machine)"
+    )
+    add_flag(budget, "--max-model-len", MaxModelLen, help="context (default: the config's)")
+    budget.add_argument(
+        "--no-prefix-caching", action="store_true", help="a hybrid without align mode"
+    )
     budget.set_defaults(handler=run_budget)
 
 
@@ -194,6 +202,9 @@ def run_budget(args: argparse.Namespace, settings: Settings) -> int:
         kv_memory_gib=args.kv_memory_gib,
         chunk_size=args.chunk_size,
         block_size=args.block_size,
+        platform=args.platform,
+        max_model_len=args.max_model_len,
+        prefix_caching=not args.no_prefix_caching,
     )
     emit(out, as_json=args.json, human=_describe_budget)
     return EXIT_OK

@@ -1,5 +1,9 @@
-"""Tiny random Mamba2 hybrids for tests, built once into `.test-artifacts/` (keyed by the
-builder's source digest, so a changed recipe rebuilds), with the vLLM venv's interpreter."""
+"""The tiny random Mamba2 hybrids (`tests/support/tiny_hybrid.py`), built once per recipe.
+
+`hybrid_model_dir("granite")` (two KV cache groups) or `("nemotron")` (three) builds the model
+with the vLLM venv's interpreter into `.test-artifacts/`, keyed by the builder's source digest
+like `tiny_model_dir`, so a changed recipe rebuilds.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +14,15 @@ from pathlib import Path
 from tests.support.vllm import ARTIFACTS, REPO, require_vllm_venv
 
 HYBRID_BUILDER = REPO / "tests" / "support" / "tiny_hybrid.py"
+BUILD_TIMEOUT_S = 600.0
 
 
 def hybrid_model_dir(family: str) -> Path:
-    """The tiny `family` hybrid's dir (granite: two KV cache groups; nemotron: three)."""
+    """The tiny `family` hybrid's dir ("granite" or "nemotron"), built on first use."""
     digest = hashlib.sha256(HYBRID_BUILDER.read_bytes()).hexdigest()[:12]
-    out = ARTIFACTS / f"tiny-{family}-{digest}"
+    out = ARTIFACTS / f"tiny-{family}-hybrid-{digest}"
     if not (out / "config.json").exists():
-        subprocess.run(
-            [str(require_vllm_venv()), str(HYBRID_BUILDER), str(out), "--family", family],
-            check=True,
-            cwd=REPO,
-            capture_output=True,
-        )
+        python = require_vllm_venv()
+        command = [str(python), str(HYBRID_BUILDER), str(out), "--family", family]
+        subprocess.run(command, check=True, timeout=BUILD_TIMEOUT_S, cwd=REPO)
     return out

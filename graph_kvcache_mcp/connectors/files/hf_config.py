@@ -41,3 +41,15 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 def config_file_of(path: Path) -> Path:
     """`path` itself, or `path/config.json` when `path` is a (model) directory."""
     return path / "config.json" if path.is_dir() else path
+
+
+def local_model_config(model: str) -> dict[str, Any] | None:
+    """The parsed config.json of `model` when it is a local model directory; None for a hub id
+    or a directory without a readable one (vLLM then reports on it itself)."""
+    path = Path(model).expanduser()
+    if "\0" in model or not (path / "config.json").is_file():
+        return None
+    try:
+        return read_hf_config(path)
+    except ConfigError:
+        return None

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
 from graph_kvcache_mcp.connectors.files.private import exclusive, narrow_tree, private_dir
 from graph_kvcache_mcp.connectors.processes.control import (
     reap_group,
@@ -134,9 +135,14 @@ class ManagedVllm:
             return self._reuse_ours(state, launch, wanted, ready_timeout_s, note)
         if port_in_use(VLLM_HOST, launch.port):
             return self._reuse_foreign(launch, wanted)
-        check_vllm_importable(self.python)
         launch = self._with_event_endpoints(launch)
-        plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
+        plan = plan_launch(
+            launch,
+            platform or detect_platform(),
+            host=VLLM_HOST,
+            model_config=local_model_config(launch.model),  # what a hybrid needs, or refused
+        )
+        check_vllm_importable(self.python)
         if launch.kv_connector in ("mp_native", "redis_resp"):
             check_vllm_importable(self.python, module="lmcache", hint=LMCACHE_MP_HINT)
         if launch.kv_connector == "engine":

@@ -22,6 +22,12 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     ModelGeometry,
     read_geometry,
 )
+from graph_kvcache_mcp.domain.vllm.hybrid_layout import (
+    HybridLayout,
+    PlatformKind,
+    hybrid_layout,
+    kv_cache_tokens,
+)
 from graph_kvcache_mcp.errors import ConfigError
 
 GIB = 2**30
@@ -46,6 +52,18 @@ class RecurrentStateBudget(BaseModel):
     family: HybridFamily
     layers: int
     bytes_per_sequence: int | None = Field(description="None when the state size is unknown.")
+
+
+class HybridBudget(BaseModel):
+    """How vLLM lays out a hybrid's KV cache on one platform, and what fits (its own figures)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layout: HybridLayout
+    max_model_len: int | None = Field(None, description="Context the token count is for.")
+    kv_cache_tokens: int | None = Field(
+        None, description="vLLM's 'KV cache size: N tokens' for kv_memory_gib."
+    )
 
 
 class ChunkBudget(BaseModel):
@@ -74,6 +92,7 @@ class KvBudget(BaseModel):
     )
     sliding_window: SlidingWindowBudget | None = None
     recurrent_state: RecurrentStateBudget | None = None
+    hybrid: HybridBudget | None = Field(None, description="vLLM's layout of a hybrid's cache.")
     kv_memory_gib: float | None = None
     tokens_fit: int | None = Field(None, description="Tokens whose KV fits in kv_memory_gib.")
     block_size: int | None = None
@@ -100,8 +119,13 @@ def kv_budget(
     kv_memory_gib: float | None = None,
     chunk_size: int | None = None,
     block_size: int | None = None,
+    platform: PlatformKind = "gpu",
+    max_model_len: int | None = None,
+    prefix_caching: bool = True,
 ) -> KvBudget:
-    """The budget of the model a parsed HF `config.json` describes.
+    """The budget of the model a parsed HF `config.json` describes; a hybrid's as vLLM lays it
+    out on `platform` (prefix caching on: align mode), for `max_model_len` (default: the
+    config's max_position_embeddings, as vLLM).
 
     Raises:
         ConfigError: the config lacks a field the geometry needs, an unknown dtype, or a
@@ -123,7 +147,56 @@ def kv_budget(
         )
         inputs = [i for i in inputs if i.name != "kv_dtype"]
         inputs.append(GeometryInput(name="kv_dtype", value=kv_dtype, source="given"))
-    return _budget(geometry, inputs, kv_memory_gib, chunk_size, block_size)
+    budget = _budget(geometry, inputs, kv_memory_gib, chunk_size, block_size)
+    if geometry.facts.hybrid is None or geometry.facts.hybrid.state_bytes_per_layer is None:
+        return budget
+    context = max_model_len or _max_positions(config)
+    return _with_hybrid(budget, geometry.facts, platform, context, prefix_caching)
+
+
+def _max_positions(config: Mapping[str, Any]) -> int | None:
+    text = config.get("text_config")
+    merged = {**config, **text} if isinstance(text, Mapping) else config
+    value = merged.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _with_hybrid(
+    budget: KvBudget,
+    facts: ModelFacts,
+    platform: PlatformKind,
+    max_model_len: int | None,
+    prefix_caching: bool,
+) -> KvBudget:
+    """The budget with vLLM's hybrid layout: its block, groups and padded pages, and the
+    tokens it reports for the memory (attention bytes alone count 5-20% too many)."""
+    layout = hybrid_layout(
+        facts, platform, block_size=budget.block_size, prefix_caching=prefix_caching
+    )
+    tokens = None
+    if budget.kv_memory_gib is not None and max_model_len is not None:
+        memory = int(budget.kv_memory_gib * GIB)
+        tokens = kv_cache_tokens(layout, facts, kv_cache_bytes=memory, max_model_len=max_model_len)
+    notes = [
+        *budget.notes,
+        f"hybrid on {platform.upper()}: vLLM will use block {layout.block_size}"
+        + (f" (raised from {layout.requested_block_size})" if layout.block_raised else "")
+        + f", {layout.kv_cache_groups} KV cache groups, pages of {layout.page_bytes:,} bytes "
+        f"(Mamba page padded {layout.padding_pct}%)",
+    ]
+    if budget.kv_memory_gib is not None and max_model_len is None:
+        notes.append("no max_position_embeddings: give max_model_len for vLLM's token count")
+    return budget.model_copy(
+        update={
+            "hybrid": HybridBudget(
+                layout=layout, max_model_len=max_model_len, kv_cache_tokens=tokens
+            ),
+            "tokens_fit": tokens if tokens is not None else budget.tokens_fit,
+            "block_size": layout.block_size,
+            "block_bytes": layout.block_bytes,
+            "notes": notes,
+        }
+    )
 
 
 def _budget(

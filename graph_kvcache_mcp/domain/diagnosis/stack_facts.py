@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun
 from graph_kvcache_mcp.domain.vllm.metrics import CacheConfig
 
 Severity = Literal["error", "warning", "info"]
@@ -87,6 +88,7 @@ class VllmFacts(BaseModel):
     kv_connector: str | None = Field(None, description="The managed vLLM's kv_connector, if any.")
     hash_seed: str | None = Field(None, description="PYTHONHASHSEED of the managed vLLM.")
     platform: Literal["cpu", "gpu"] | None = Field(None, description="The managed vLLM's.")
+    hybrid: HybridRun | None = Field(None, description="The hybrid it serves, if one.")
     lmcache_target: str | None = Field(
         None, description="host:port the managed vLLM's MP connector talks to."
     )

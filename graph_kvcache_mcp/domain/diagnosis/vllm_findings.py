@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graph_kvcache_mcp.domain.diagnosis.stack_facts import Finding, Severity, VllmFacts
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import CPU_DEFAULT_BATCHED_TOKENS
+from graph_kvcache_mcp.domain.vllm.metrics.models import int_label
 
 KV_PRESSURE_USAGE = 0.9
 
@@ -100,8 +102,54 @@ def _external_cache_never_hits(facts: VllmFacts) -> Finding | None:
     )
 
 
+def _hybrid_align_crash(facts: VllmFacts) -> Finding | None:
+    """A Mamba2 hybrid in align mode on CPU dies on the first prompt longer than one step."""
+    run, config = facts.hybrid, facts.cache_config
+    if run is None or config is None or run.platform != "cpu" or run.mixer != "mamba2":
+        return None
+    block = config.block_size or int_label(config.labels.get("mamba_block_size"))
+    if config.labels.get("mamba_cache_mode") != "align" or not block:
+        return None
+    batched = int_label(config.labels.get("max_num_batched_tokens")) or run.max_num_batched_tokens
+    problems = []
+    if (batched or CPU_DEFAULT_BATCHED_TOKENS) > block:
+        shown = batched or f"vLLM's CPU default {CPU_DEFAULT_BATCHED_TOKENS}"
+        problems.append(f"max_num_batched_tokens {shown} > block {block}")
+    if run.chunk_size is not None and run.chunk_size < block:
+        problems.append(f"Mamba chunk {run.chunk_size} < block {block}")
+    if not problems:
+        return None
+    return _finding(
+        "vllm_hybrid_align_crash",
+        "error",
+        f"{run.model_family} (Mamba2) on CPU in mamba_cache_mode align with "
+        + " and ".join(problems)
+        + ": the first prompt longer than a step kills the engine core (IndexError in "
+        "mamba_mixer2)",
+        f"restart with vllm_start (it plans the recipe), or --max-num-batched-tokens {block} "
+        f"and a Mamba chunk of at least {block} (--hf-overrides)",
+    )
+
+
+def _hybrid_state_not_cached(facts: VllmFacts) -> Finding | None:
+    config = facts.cache_config
+    if facts.hybrid is None or config is None or config.enable_prefix_caching is False:
+        return None
+    if config.labels.get("mamba_cache_mode") != "none":
+        return None
+    return _finding(
+        "vllm_hybrid_state_not_cached",
+        "warning",
+        f"{facts.hybrid.model_family} runs with mamba_cache_mode none: its Mamba state is "
+        "never kept, so no prefix is reused",
+        "restart with vllm_start (--mamba-cache-mode align and the platform's recipe)",
+    )
+
+
 RULES: tuple[Callable[[VllmFacts], Finding | None], ...] = (
     _prefix_caching_off,
+    _hybrid_align_crash,
+    _hybrid_state_not_cached,
     _prompt_tokens_details_off,
     _block_larger_than_shared_prefix,
     _kv_pressure,

@@ -41,6 +41,7 @@ from graph_kvcache_mcp.domain.lmcache.sizing import (
     block_size,
     chunk_size,
 )
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import MAX_NUM_SEQS
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -386,6 +387,8 @@ def _vllm_argv(
     argv.append("--enable-prefix-caching")
     if facts.kind == "hybrid" and block is not None:
         argv += ["--mamba-cache-mode", "align", "--max-num-batched-tokens", str(block)]
+        if block < MAX_NUM_SEQS["cpu" if choices.cpu else "gpu"]:
+            argv += ["--max-num-seqs", str(block)]  # vLLM refuses a batch under max_num_seqs
     if transfer is not None:
         argv += ["--kv-transfer-config", compact_json(transfer)]
     return argv

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.errors import ConfigError
 
 KvKind = Literal["dense", "mla", "hybrid", "compressed"]
-HybridFamily = Literal["gdn", "mamba2", "unknown"]
+HybridFamily = Literal["gdn", "mamba2", "mamba1", "unknown"]
+"""The recurrent mixer: gated delta net, Mamba2, Mamba1, or not known here."""
 
 DTYPE_BYTES = {
     "float32": 4,
@@ -58,6 +59,22 @@ class HybridFacts(BaseModel):
     state_bytes_per_layer: int | None = Field(
         None, description="Recurrent state of one layer (conv + SSM), one TP rank; None = unknown."
     )
+    model_family: str | None = Field(None, description="e.g. GraniteMoeHybrid, NemotronH.")
+    conv_bytes: int | None = Field(None, description="Conv state of one layer, model dtype.")
+    ssm_elements: int | None = Field(None, description="SSM state elements of one layer.")
+    ssm_dtype: str | None = Field(None, description="SSM state dtype from the config or vLLM.")
+    ssm_dtype_explicit: bool = Field(
+        False, description="The config (or vLLM for the family) fixes the SSM dtype."
+    )
+    chunk_size: int | None = Field(None, description="The Mamba2 scan chunk, in tokens.")
+    chunk_key: str | None = Field(None, description="The config key of the chunk size.")
+
+    def state_bytes(self, ssm_dtype: str | None = None) -> int | None:
+        """One layer's state with the SSM part stored as `ssm_dtype` (default: the config's)."""
+        if self.conv_bytes is None or self.ssm_elements is None:
+            return self.state_bytes_per_layer
+        dtype = ssm_dtype or self.ssm_dtype or "bfloat16"
+        return self.conv_bytes + self.ssm_elements * DTYPE_BYTES[dtype]
 
 
 Count = Annotated[int, Field(ge=1)]

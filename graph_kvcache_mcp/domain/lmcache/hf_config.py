@@ -22,6 +22,12 @@ from graph_kvcache_mcp.domain.lmcache.facts import (
     ModelFacts,
     ModelGeometry,
 )
+from graph_kvcache_mcp.domain.lmcache.hybrid_families import (
+    family_of,
+    hidden_layer_count,
+    hybrid_facts,
+    layer_kinds,
+)
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 
@@ -95,8 +101,18 @@ def _read_geometry(raw: Mapping[str, Any], name: str | None) -> ModelGeometry:
     read = _Reader(text)
     common = _common_facts(raw, text, read, name)
     model_type = str(text.get("model_type") or raw.get("model_type") or "")
-    layers = read.integer("num_hidden_layers")
-    layer_types = _layer_types(text, layers)
+    counted = hidden_layer_count(text)
+    if counted is not None:  # NemotronH: no num_hidden_layers, one pattern entry per layer
+        read.record("num_hidden_layers", counted, "length of the layer pattern")
+        layers = counted
+    else:
+        layers = read.integer("num_hidden_layers")
+    family = family_of(text)
+    layer_types = [] if family is not None else _layer_types(text, layers)
+    if family is not None:
+        return ModelGeometry(
+            facts=_hybrid_model(read, common, family, layers), inputs=tuple(read.inputs)
+        )
     facts, sliding_layers = _facts_by_kind(read, common, model_type, layers, layer_types)
     return ModelGeometry(
         facts=facts, sliding_window_layers=sliding_layers, inputs=tuple(read.inputs)
@@ -137,11 +153,11 @@ def _facts_by_kind(
     if read.config.get("kv_lora_rank"):
         return _mla(read, common, layers), 0
     kv_heads, head_dim = _attention_heads(read)
-    hybrid = _hybrid(read, layers, layer_types, common["kv_dtype"])
-    if hybrid is not None:
+    if _looks_hybrid(read.config, layer_types):
+        hybrid = HybridFacts(family="unknown", linear_layers=0, state_bytes_per_layer=None)
         return ModelFacts(
             kind="hybrid",
-            attention_layers=layers - hybrid.linear_layers,
+            attention_layers=layers,
             kv_heads=kv_heads,
             head_dim=head_dim,
             hybrid=hybrid,
@@ -248,85 +264,57 @@ def _has_vision(raw: Mapping[str, Any], architecture: str | None) -> bool:
     return any(tag in arch for tag in ("vl", "vision", "conditionalgeneration"))
 
 
-def _hybrid(
-    read: _Reader, layers: int, layer_types: Sequence[str], dtype: str
-) -> HybridFacts | None:
-    text = read.config
-    if "linear_num_value_heads" in text or any(t == "linear_attention" for t in layer_types):
-        return _gdn(read, layers, layer_types, dtype)
-    pattern = text.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and len(pattern) != layers:
-        raise ConfigError(
-            f"config.json hybrid_override_pattern has {len(pattern)} entries for "
-            f"num_hidden_layers {layers}: one per layer"
-        )
-    if isinstance(pattern, str) and "M" in pattern:  # NemotronH: M = Mamba2, * = attention
-        return _mamba2(
-            read, pattern.count("M"), _NEMOTRON_H_KEYS, dtype=dtype, ssm_default="float32"
-        )
-    if any(t == "mamba" for t in layer_types):  # Granite 4.0-H style
-        linear = sum(t == "mamba" for t in layer_types)
-        return _mamba2(read, linear, _GRANITE_H_KEYS, dtype=dtype, ssm_default=dtype)
-    if any(k in text for k in ("mamba_d_state", "ssm_state_size", "attn_layer_period")):
-        return HybridFacts(family="unknown", linear_layers=0, state_bytes_per_layer=None)
-    return None
-
-
-def _gdn(read: _Reader, layers: int, layer_types: Sequence[str], dtype: str) -> HybridFacts:
-    text = read.config
-    if layer_types:
-        linear = sum(t == "linear_attention" for t in layer_types)
-    else:
-        interval = read.integer("full_attention_interval", 4)
-        linear = sum(1 for i in range(layers) if (i + 1) % interval)
-    k_heads = read.integer("linear_num_key_heads", 16)
-    v_heads = read.integer("linear_num_value_heads", 32)
-    k_dim = read.integer("linear_key_head_dim", 128)
-    v_dim = read.integer("linear_value_head_dim", 128)
-    kernel = read.integer("linear_conv_kernel_dim", 4)
-    ssm_dtype = str(text.get("mamba_ssm_dtype") or dtype)
-    conv = (k_dim * k_heads * 2 + v_dim * v_heads) * (kernel - 1) * _bytes(dtype)
-    temporal = v_heads * k_dim * v_dim * _bytes(ssm_dtype)
-    return HybridFacts(family="gdn", linear_layers=linear, state_bytes_per_layer=conv + temporal)
-
-
-_NEMOTRON_H_KEYS = (
-    "mamba_num_heads",
-    "mamba_head_dim",
-    "ssm_state_size",
-    "n_groups",
-    "conv_kernel",
-)
-_GRANITE_H_KEYS = (
-    "mamba_n_heads",
-    "mamba_d_head",
-    "mamba_d_state",
-    "mamba_n_groups",
-    "mamba_d_conv",
-)
-"""The config keys of each family's Mamba2 sizes: heads, head dim, state, groups, conv."""
-
-
-def _mamba2(
-    read: _Reader,
-    linear_layers: int,
-    keys: tuple[str, str, str, str, str],
-    *,
-    dtype: str,
-    ssm_default: str,
-) -> HybridFacts:
-    heads_key, head_dim_key, state_key, groups_key, conv_key = keys
-    heads = read.integer(heads_key)
-    head_dim = read.integer(head_dim_key)
-    state = read.integer(state_key)
-    groups = read.integer(groups_key, 1)
-    conv = read.integer(conv_key, 4)
-    ssm_dtype = str(read.config.get("mamba_ssm_cache_dtype") or ssm_default)
-    conv_bytes = (heads * head_dim + 2 * groups * state) * (conv - 1) * _bytes(dtype)
-    ssm_bytes = heads * head_dim * state * _bytes(ssm_dtype)
-    return HybridFacts(
-        family="mamba2", linear_layers=linear_layers, state_bytes_per_layer=conv_bytes + ssm_bytes
+def _looks_hybrid(text: Mapping[str, Any], layer_types: Sequence[str]) -> bool:
+    """A recurrent model of a family not known here: its state size stays unknown."""
+    recurrent_keys = (
+        "mamba_d_state",
+        "ssm_state_size",
+        "attn_layer_period",
+        "linear_num_key_heads",
     )
+    return any(k in text for k in recurrent_keys) or any(
+        t in ("mamba", "linear_attention") for t in layer_types
+    )
+
+
+def _hybrid_model(read: _Reader, common: dict[str, Any], family: Any, layers: int) -> ModelFacts:
+    """A hybrid of a family vLLM serves: its layer kinds, attention heads and state.
+
+    Raises:
+        ConfigError: a key the state or the layer layout needs is missing; names it.
+    """
+    kinds = layer_kinds(read.config, family, layers, read.integer)
+    hybrid = hybrid_facts(read.config, family, kinds, read.integer, _dtype(common["kv_dtype"]))
+    read.record("recurrent_layers", kinds.recurrent, f"{hybrid.model_family} layer layout")
+    if hybrid.state_bytes_per_layer is not None:
+        read.record("state_bytes_per_layer", hybrid.state_bytes_per_layer, "conv + ssm state")
+    if kinds.recurrent == 0:
+        raise ConfigError(
+            f"config.json's layer layout gives this {hybrid.model_family} model no Mamba layer"
+        )
+    if kinds.attention == 0:
+        raise ConfigError(
+            f"config.json describes an attention-free {hybrid.model_family} model: it has no "
+            "attention KV to budget or to cache by prefix"
+        )
+    if "head_dim" not in read.config and "attention_head_dim" in read.config:
+        # Zamba2's config maps head_dim to attention_head_dim (its attention is 2 × hidden wide)
+        read.config = {**read.config, "head_dim": read.config["attention_head_dim"]}
+    kv_heads, head_dim = _attention_heads(read)
+    return ModelFacts(
+        kind="hybrid",
+        attention_layers=kinds.attention,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        hybrid=hybrid,
+        **common,
+    )
+
+
+def _dtype(name: str) -> str:
+    if name not in DTYPE_BYTES:
+        raise ConfigError(f"config.json dtype {name[:40]!r} is not a dtype vLLM stores state in")
+    return name
 
 
 def _bytes(dtype: str) -> int:

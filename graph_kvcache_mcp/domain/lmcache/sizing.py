@@ -9,6 +9,8 @@ from typing import Literal
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import cpu_mp_limit
+from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind, hybrid_layout
 from graph_kvcache_mcp.errors import ConfigError
 
 ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES
@@ -25,18 +27,27 @@ def block_size(
         return None, None
     if choices.mamba_block_size is not None:
         return choices.mamba_block_size, "given"
-    estimate = facts.estimated_block_size(choices.tensor_parallel_size)
-    if estimate is None:
+    if facts.hybrid is None or facts.hybrid.state_bytes_per_layer is None:
         raise ConfigError(
             f"{facts.name} is a hybrid whose recurrent-state size is unknown here: start vLLM "
             "once, read 'Setting attention block size to N tokens' from its log, and pass "
             "mamba_block_size=N"
         )
-    warnings.append(
-        f"hybrid block size {estimate} is an estimate of vLLM's rule; confirm it against vLLM's "
-        "log line 'Setting attention block size to N tokens' and pass mamba_block_size=N if it "
-        "differs"
+    platform: PlatformKind = "cpu" if choices.cpu else "gpu"
+    layout = hybrid_layout(
+        facts, platform, block_size=choices.vllm_block_size, tp=choices.tensor_parallel_size
     )
+    estimate = layout.block_size
+    warnings.append(
+        f"hybrid block size {estimate} is an estimate of vLLM's rule on {platform.upper()} "
+        f"({layout.kv_cache_groups} KV cache groups); confirm it against vLLM's log line "
+        "'Setting attention block size to N tokens' and pass mamba_block_size=N if it differs"
+    )
+    # The plan itself holds on a GPU; on a CPU vLLM the MP connector cannot take the groups.
+    on_cpu = layout if choices.cpu else hybrid_layout(facts, "cpu", tp=choices.tensor_parallel_size)
+    if choices.mode != "inprocess_plugin" and on_cpu.kv_cache_groups > 1:
+        label = facts.hybrid.model_family or "hybrid"
+        warnings.append(cpu_mp_limit(label, on_cpu.kv_cache_groups))
     return estimate, "estimated"
 
 

@@ -14,10 +14,15 @@ from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.domain.lmcache.choices import ChunkSize, SizeGb
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
-from graph_kvcache_mcp.domain.vllm.launch import DEFAULT_CPU_BLOCK_SIZE, Platform, VllmLaunch
+from graph_kvcache_mcp.domain.vllm.launch import (
+    DEFAULT_CPU_BLOCK_SIZE,
+    MP_CONNECTORS,
+    Platform,
+    VllmLaunch,
+)
 from graph_kvcache_mcp.errors import ConfigError
 
-MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
+__all__ = ["MP_CONNECTORS", "StackOptions", "generic_facts", "plan_stack_server"]
 STACK_L1_SIZE_GB = 1.0
 STACK_ADAPTER_WORKERS = 2
 

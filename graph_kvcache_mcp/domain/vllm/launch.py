@@ -9,6 +9,7 @@ CPU backend needs or benefits from, and says why in `notes`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +19,11 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     TELEMETRY_OFF,
     inprocess_kv_transfer_config,
     mp_kv_transfer_config,
+)
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import (
+    CPU_HYBRID_BLOCK_SIZE,
+    plan_hybrid,
+    refuse_unservable,
 )
 from graph_kvcache_mcp.errors import ConfigError
 
@@ -50,6 +56,8 @@ KvConnector = Literal["none", "engine", "mp_native", "redis_resp", "inprocess_pl
 """vLLM's external KV tier: none, the engine through `EngineKVConnector` (CPU vLLM), or one of
 the LMCache modes `lmcache config` plans (the vLLM side of `mp_native` and `redis_resp` is the
 same: LMCache's MP connector talking to an `lmcache server`)."""
+MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
+"""The modes whose vLLM side is LMCache's MP connector talking to an `lmcache server`."""
 ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.plugins.vllm_kv.connector"
 ENGINE_ENV_NAMES = (
     "EPISTEMIC_GRAPH_KVCACHE_URL",
@@ -158,13 +166,30 @@ def check_extra_args(extra_args: tuple[str, ...]) -> None:
             )
 
 
-def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchPlan:
-    """Flags for `launch` on `platform`.
+def plan_launch(
+    launch: VllmLaunch,
+    platform: Platform,
+    *,
+    host: str,
+    model_config: Mapping[str, Any] | None = None,
+) -> LaunchPlan:
+    """Flags for `launch` on `platform`; `model_config` (the model's parsed config.json, when
+    it is local) adds what a hybrid needs there.
 
     Raises:
         ConfigError: a block size the CPU backend cannot use, extra_args that repeat a flag
-            the plan sets itself, or an api key in extra_args.
+            the plan sets itself, an api key in extra_args, or a hybrid the platform cannot
+            serve (`hybrid_launch.refuse_unservable`).
     """
+    lmcache_mp = launch.kv_connector in MP_CONNECTORS
+    hybrid = refuse_unservable(model_config, platform.kind, lmcache_mp=lmcache_mp)
+    notes: list[str] = []
+    if hybrid is not None and platform.kind == "cpu" and launch.block_size is None:
+        launch = launch.model_copy(update={"block_size": CPU_HYBRID_BLOCK_SIZE})
+        notes.append(
+            f"block {CPU_HYBRID_BLOCK_SIZE} for a hybrid on CPU: vLLM's own CPU default; a step "
+            "of one block stays at least vLLM's CPU max_num_seqs"
+        )
     check_extra_args(launch.extra_args)
     clashes = sorted({arg.split("=", 1)[0] for arg in launch.extra_args} & _OWNED_FLAGS)
     if clashes:
@@ -180,11 +205,20 @@ def plan_launch(launch: VllmLaunch, platform: Platform, *, host: str) -> LaunchP
         args.append("--enable-prompt-tokens-details")
     if launch.max_model_len is not None:
         args += ["--max-model-len", str(launch.max_model_len)]
-    notes: list[str] = []
     if platform.kind == "cpu":
         args += _cpu_flags(launch, notes)
     else:
         args += _gpu_flags(launch, notes)
+    if hybrid is not None:
+        recipe = plan_hybrid(
+            hybrid,
+            platform.kind,
+            block_size=launch.block_size,
+            lmcache_mp=lmcache_mp,
+            extra_args=launch.extra_args,
+        )
+        args += recipe.flags
+        notes += recipe.notes
     if not launch.prompt_tokens_details:
         notes.append(
             "without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details "

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, kv_budget
+from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind
 
 
 def budget_for(
@@ -20,8 +22,12 @@ def budget_for(
     kv_memory_gib: float | None = None,
     chunk_size: int | None = None,
     block_size: int | None = None,
+    platform: PlatformKind | None = None,
+    max_model_len: int | None = None,
+    prefix_caching: bool = True,
 ) -> KvBudget:
-    """The budget of the model `hf_config` describes (a local path, or the parsed JSON object).
+    """The budget of the model `hf_config` describes (a local path, or the parsed JSON object);
+    a hybrid's laid out as vLLM does on `platform` (default: this machine's).
 
     Raises:
         ConfigError: the file is missing or not a config.json, or a field or option is wrong.
@@ -34,6 +40,9 @@ def budget_for(
         kv_memory_gib=kv_memory_gib,
         chunk_size=chunk_size,
         block_size=block_size,
+        platform=platform or detect_platform().kind,
+        max_model_len=max_model_len,
+        prefix_caching=prefix_caching,
     )
     if not inline:
         return budget

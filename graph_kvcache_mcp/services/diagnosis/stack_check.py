@@ -18,14 +18,18 @@ import anyio.to_thread
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
+from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.stack.runtime import (
+    ManagedRuntime,
     leaked_lmcache_segments,
     managed_lmcache_runtime,
     managed_vllm_runtime,
 )
+from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.connectors.vllm.metrics import server_root
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     EngineFacts,
@@ -36,6 +40,7 @@ from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
 )
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 
@@ -142,6 +147,7 @@ async def vllm_facts(
     runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
     if runtime is not None and server_root(runtime.base_url) != client.root_url:
         runtime = None  # the managed server is another one than the one checked
+    hybrid = await anyio.to_thread.run_sync(_hybrid_served, settings.data_dir, runtime, chosen)
     return VllmFacts(
         target=target,
         reachable=True,
@@ -157,10 +163,22 @@ async def vllm_facts(
         kv_connector=None if runtime is None else runtime.kv_connector,
         hash_seed=None if runtime is None else runtime.hash_seed,
         platform=None if runtime is None else runtime.platform,
+        hybrid=hybrid,
         lmcache_target=None if runtime is None else runtime.lmcache_target,
         lmcache_target_answers=None if runtime is None else runtime.lmcache_target_answers,
         lmcache_transfer_mode=None if runtime is None else runtime.lmcache_transfer_mode,
     )
+
+
+def _hybrid_served(data_dir: Path, runtime: ManagedRuntime | None, served: str) -> HybridRun | None:
+    """The hybrid the checked vLLM serves: the managed one's model and command, else the served
+    name when it is a local model dir (on this machine's platform)."""
+    state = ManagedVllm(data_dir, tidy=False).running_state() if runtime is not None else None
+    if state is not None:
+        config = local_model_config(state.model)
+        return hybrid_run(config, state.process.command, state.platform.kind)
+    config = local_model_config(served)
+    return None if config is None else hybrid_run(config, (), detect_platform().kind)
 
 
 def managed_lmcache_url(data_dir: Path) -> str | None:

@@ -17,13 +17,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
@@ -36,6 +37,7 @@ from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, plan_stack_server
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from graph_kvcache_mcp.errors import ConfigError, FileRefused
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
@@ -68,6 +70,8 @@ async def start_mp_stack(
     """
     say = _announcer(progress)
     where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
+    # A hybrid LMCache cannot serve here is refused before the engine or server starts.
+    refuse_unservable(await _model_config(launch.model), where.kind, lmcache_mp=True)
     await ensure_engine()
     target = resolve_kv_target(settings)
     await say(f"L2: the {target.source} engine at {target.base_url}")
@@ -144,6 +148,10 @@ async def _planned_server(
     resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
     await say(f"L2: LMCache's resp adapter on the engine's RESP wire {resp.peer.address}")
     return _ServerLaunch(resp.server, resp.env, resp.peer, list(plan.notes))
+
+
+async def _model_config(model: str) -> dict[str, Any] | None:
+    return await anyio.to_thread.run_sync(local_model_config, model)
 
 
 def _detect() -> Platform:
