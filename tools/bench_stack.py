@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))  # tests.support has the model builder and the sta
 
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config  # noqa: E402
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config  # noqa: E402
+from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
 from tests.support.engines import running_engine  # noqa: E402
 from tests.support.l2_paths import mp_vllm, native_server  # noqa: E402
 from tests.support.vllm import add_bench_model_arguments, bench_model_dir  # noqa: E402
@@ -48,6 +49,8 @@ L2_COLD = "cold (fresh prompts, the L2 phase's vLLM)"
 PREFETCH_LINE = re.compile(r"\(\d+ L1, (\d+) L2\) in ([0-9.]+) ms")
 L2_STORED = "lmcache_mp_l2_store_completed_objects_chunks_total"
 CHUNK_TOKENS = 256
+BLOCK_TOKENS = 32
+DRAIN_LINE = re.compile(r"EngineKVConnector: ((?:stopping|the saves were|gave up)[^\n]*)")
 
 
 def main() -> int:
@@ -100,15 +103,48 @@ def main() -> int:
         with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
             c.complete(warmup[3], max_tokens=1)
             ttfts(c, saved)  # cold: the connector saves every block
+            keys = [c.keys_of(prompt) for prompt in saved]
+            log = c.managed.log_path
+        # stopped right after the last answer, as a user would: the stop waits for the saves
+        stop_lines = DRAIN_LINE.findall(log.read_text(errors="replace"))
+        with engine.sync_client() as client:
+            in_engine = [sum(p == Presence(True) for p in client.contains_many(k)) for k in keys]
         with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
             c.complete(warmup[4], max_tokens=1)
             phases["EngineKVConnector (vLLM restarted)"] = ttfts(c, saved)
+        restored = restore_report(
+            [(len(prompt) - 1) // BLOCK_TOKENS * BLOCK_TOKENS for prompt in saved],
+            phases["EngineKVConnector (vLLM restarted)"][1],
+            in_engine,
+            stop_lines,
+        )
         plain = {**overrides, "kv_connector": "none"}
         with connector_vllm(root / "p", engine, model_dir=model, **plain) as c:
             c.complete(warmup[5], max_tokens=1)
             phases["no connector (fresh prompts)"] = ttfts(c, fresh)
     token_bytes = facts.kv_bytes_per_token(1)
+    print(restored)
     return report(args, phases, loads, token_bytes)
+
+
+def restore_report(
+    full: list[int], cached: list[int], in_engine: list[int], stop_lines: list[str]
+) -> str:
+    """ "all N full blocks restored", or which prompts fell short and what the stop logged."""
+    if cached == full:
+        return f"EngineKVConnector restart: all {sum(full) // BLOCK_TOKENS} full blocks restored"
+    short = [
+        f"prompt {i}: {got} of {want} tokens cached, {blocks} of its full blocks in the engine "
+        "right after the stop"
+        for i, (want, got, blocks) in enumerate(zip(full, cached, in_engine, strict=True))
+        if got != want
+    ]
+    said = "; ".join(stop_lines) or "the stop logged nothing about saves (vLLM was killed?)"
+    return (
+        "EngineKVConnector restart: NOT all full blocks restored: "
+        + "; ".join(short)
+        + (f". The stop said: {said}")
+    )
 
 
 def l2_loads(log: Path) -> list[float]:
