@@ -25,6 +25,7 @@ vLLMs: ten minutes or more on 2 cores.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -37,7 +38,8 @@ sys.path.insert(0, str(REPO))  # tests.support has the model builder and the sta
 
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config  # noqa: E402
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config  # noqa: E402
-from tests.support.engines import running_engine  # noqa: E402
+from graph_kvcache_mcp.domain.outcomes import Presence  # noqa: E402
+from tests.support.engines import RunningEngine, running_engine  # noqa: E402
 from tests.support.l2_paths import mp_vllm, native_server  # noqa: E402
 from tests.support.vllm import add_bench_model_arguments, bench_model_dir  # noqa: E402
 from tests.support.vllm_connector import connector_vllm, random_prompt, ttfts  # noqa: E402
@@ -48,13 +50,22 @@ L2_COLD = "cold (fresh prompts, the L2 phase's vLLM)"
 PREFETCH_LINE = re.compile(r"\(\d+ L1, (\d+) L2\) in ([0-9.]+) ms")
 L2_STORED = "lmcache_mp_l2_store_completed_objects_chunks_total"
 CHUNK_TOKENS = 256
+BLOCK_TOKENS = 32
+DRAIN_LINE = re.compile(r"EngineKVConnector: ((?:stopping|the saves were|gave up)[^\n]*)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_bench_model_arguments(parser)
+    parser.add_argument(
+        "--connector-only",
+        action="store_true",
+        help="only EngineKVConnector's cold, stop, restart and warm runs (no LMCache)",
+    )
     args = parser.parse_args()
     model = bench_model_dir(args.layers, args.hidden, args.kv_heads)
+    if args.connector_only:
+        return connector_only(args, model)
     facts = facts_from_hf_config(read_hf_config(model), name="bench-llama")
     saved = [random_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
     fresh = [random_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]
@@ -96,19 +107,79 @@ def main() -> int:
             phases[L2_PHASE] = ttfts(s, saved)
             phases[L2_COLD] = ttfts(s, later)
             loads = l2_loads(Path(server.status.log_path or ""))
-        direct = {**overrides, "kv_connector": "engine"}
-        with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
-            c.complete(warmup[3], max_tokens=1)
-            ttfts(c, saved)  # cold: the connector saves every block
-        with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
-            c.complete(warmup[4], max_tokens=1)
-            phases["EngineKVConnector (vLLM restarted)"] = ttfts(c, saved)
+        phase, restored = connector_restart(root, engine, model, overrides, saved, warmup)
+        phases["EngineKVConnector (vLLM restarted)"] = phase
         plain = {**overrides, "kv_connector": "none"}
         with connector_vllm(root / "p", engine, model_dir=model, **plain) as c:
             c.complete(warmup[5], max_tokens=1)
             phases["no connector (fresh prompts)"] = ttfts(c, fresh)
     token_bytes = facts.kv_bytes_per_token(1)
+    print(restored)
     return report(args, phases, loads, token_bytes)
+
+
+def connector_restart(
+    root: Path,
+    engine: RunningEngine,
+    model: Path,
+    overrides: dict[str, Any],
+    saved: list[list[int]],
+    warmup: list[list[int]],
+) -> tuple[tuple[list[float], list[int]], str]:
+    """EngineKVConnector cold, stopped right after its last answer (as a user would: the stop
+    waits for the saves), restarted and warm: the warm phase and what came back."""
+    direct = {**overrides, "kv_connector": "engine"}
+    with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
+        c.complete(warmup[3], max_tokens=1)
+        ttfts(c, saved)  # cold: the connector saves every block
+        keys = [c.keys_of(prompt) for prompt in saved]
+        log = c.managed.log_path
+    stop_lines = DRAIN_LINE.findall(log.read_text(errors="replace"))
+    with engine.sync_client() as client:
+        in_engine = [sum(p == Presence(True) for p in client.contains_many(k)) for k in keys]
+    with connector_vllm(root / "c", engine, model_dir=model, **direct) as c:
+        c.complete(warmup[4], max_tokens=1)
+        phase = ttfts(c, saved)
+    full = [(len(prompt) - 1) // BLOCK_TOKENS * BLOCK_TOKENS for prompt in saved]
+    return phase, restore_report(full, phase[1], in_engine, stop_lines)
+
+
+def restore_report(
+    full: list[int], cached: list[int], in_engine: list[int], stop_lines: list[str]
+) -> str:
+    """ "all N full blocks restored", or which prompts fell short and what the stop logged."""
+    if cached == full:
+        return f"EngineKVConnector restart: all {sum(full) // BLOCK_TOKENS} full blocks restored"
+    short = [
+        f"prompt {i}: {got} of {want} tokens cached, {blocks} of its full blocks in the engine "
+        "right after the stop"
+        for i, (want, got, blocks) in enumerate(zip(full, cached, in_engine, strict=True))
+        if got != want
+    ]
+    said = "; ".join(stop_lines) or "the stop logged nothing about saves (vLLM was killed?)"
+    return (
+        "EngineKVConnector restart: NOT all full blocks restored: "
+        + "; ".join(short)
+        + (f". The stop said: {said}")
+    )
+
+
+def connector_only(args: argparse.Namespace, model: Path) -> int:
+    saved = [random_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
+    warmup = [random_prompt(64, seed=3000 + i) for i in range(6)]
+    overrides: dict[str, Any] = {"max_model_len": args.tokens + 64, "kv_cache_memory_bytes": 2**31}
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-stack-") as tmp,
+        running_engine(Path(tmp) / "engine", "memory") as engine,
+    ):
+        (times, cached), restored = connector_restart(
+            Path(tmp), engine, model, overrides, saved, warmup
+        )
+    print(f"prompts: {args.prompts} x {args.tokens} tokens; load average {os.getloadavg()[0]:.1f}")
+    print(f"EngineKVConnector (vLLM restarted): TTFT median {statistics.median(times):.3f} s")
+    print(f"cached tokens: {cached}")
+    print(restored)
+    return 0 if restored.startswith("EngineKVConnector restart: all") else 1
 
 
 def l2_loads(log: Path) -> list[float]:

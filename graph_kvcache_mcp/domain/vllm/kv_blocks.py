@@ -56,11 +56,23 @@ class KvModelIdentity(BaseModel):
     layout: str = Field(description="KV layout, backend and kernel ISA (e.g. cpu:LBHNC:vec).")
     tensor_parallel: str = Field("1/1", description="rank/size of the rank that holds the KV.")
     vllm_version: str
+    kv_groups: str = Field(
+        "",
+        description="A hybrid's KV cache groups (kind, layers, state geometry); empty for one "
+        "full-attention group.",
+    )
 
     @property
     def digest(self) -> str:
-        """Hex sha256 over the scheme version and every field, in a canonical encoding."""
-        fields = {"scheme": KEY_SCHEME_VERSION, **self.model_dump()}
+        """Hex sha256 over the scheme version and every field, in a canonical encoding.
+
+        `kv_groups` counts only when set, so a dense model's digest (and its stored keys) is
+        the one it had before hybrids were handled.
+        """
+        dump = self.model_dump()
+        if not dump["kv_groups"]:
+            del dump["kv_groups"]
+        fields = {"scheme": KEY_SCHEME_VERSION, **dump}
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -104,6 +116,60 @@ def unsupported_setup(
             f"{spec_kind}{' with a sliding window' if sliding_window else ''}"
         )
     return None
+
+
+HYBRID_HINT = (
+    "EngineKVConnector handles a hybrid as one full-attention KV cache group plus Mamba state "
+    "groups in vLLM's align mode (--enable-prefix-caching --mamba-cache-mode align)"
+)
+
+
+def unsupported_hybrid(
+    *,
+    device: str,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    group_kinds: Sequence[str],
+    sliding_window: bool,
+    mamba_cache_mode: str,
+) -> str | None:
+    """Why the connector must refuse this multi-group vLLM setup, or None when it handles it.
+
+    `group_kinds` names each KV cache group's spec class (e.g. "FullAttentionSpec", "MambaSpec").
+    """
+    single = unsupported_setup(
+        device=device,
+        tensor_parallel=tensor_parallel,
+        pipeline_parallel=pipeline_parallel,
+        kv_cache_groups=1,
+        spec_kind="FullAttentionSpec",
+        sliding_window=None,
+    )
+    if single is not None:
+        return single
+    attention = [kind for kind in group_kinds if kind == "FullAttentionSpec"]
+    others = [kind for kind in group_kinds if kind not in ("FullAttentionSpec", "MambaSpec")]
+    if others or sliding_window or len(attention) != 1 or len(attention) == len(group_kinds):
+        what = ", ".join(group_kinds) + (" with a sliding window" if sliding_window else "")
+        return (
+            f"{HYBRID_HINT}; this model's groups are {what}. For a sliding-window model, "
+            "--disable-hybrid-kv-cache-manager serves it as one full-attention group"
+        )
+    if mamba_cache_mode != "align":
+        return f"{HYBRID_HINT}; this vLLM runs mamba cache mode {mamba_cache_mode!r}"
+    return None
+
+
+def state_key(state_identity_digest: str, chain_digest: bytes) -> str:
+    """The key of a hybrid's recurrent (Mamba) state after the prefix `chain_digest` names.
+
+    Hashed apart from block keys ("vkv-state" and the state identity, which names the Mamba
+    layers and their geometry), so a state key never equals a block key of any model.
+    """
+    digest = hashlib.sha256(
+        b"vkv-state\0%s\0%s" % (state_identity_digest.encode(), chain_digest)
+    ).digest()
+    return KEY_PREFIX + digest.hex()
 
 
 def chain_root(identity_digest: str, cache_salt: str | None = None) -> bytes:

@@ -132,6 +132,26 @@ class TransferPlanner:
         """The request finished or was aborted."""
         self._requests.pop(req_id, None)
 
+    def take_pending_load(self, req_id: str) -> BlockTransfer | None:
+        """The load `admitted` planned for `req_id`, handed out once (hybrids load it at once,
+        before the request is scheduled; dense plans hand it out with the step)."""
+        tracked = self._requests.get(req_id)
+        if tracked is None:
+            return None
+        load, tracked.pending_load = tracked.pending_load, None
+        return load
+
+    def chain_digest(self, req_id: str, block_index: int) -> bytes | None:
+        """The chained digest of block `block_index` of a tracked request (it names the prefix
+        up to that block's end), or None when the request is not tracked or that short."""
+        tracked = self._requests.get(req_id)
+        if tracked is None or block_index < 0:
+            return None
+        if (block_index + 1) * self.block_size > len(tracked.tokens):
+            return None
+        self._keys(tracked, block_index, block_index + 1)
+        return tracked.digests[block_index]
+
     @property
     def tracked_requests(self) -> int:
         return len(self._requests)

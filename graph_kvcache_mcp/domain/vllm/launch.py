@@ -31,6 +31,9 @@ CPU_BLOCK_MULTIPLE = 32  # vLLM's CPU attention only takes block sizes that are 
 DEFAULT_CPU_BLOCK_SIZE = 32
 DEFAULT_CPU_KV_CACHE_BYTES = 1024**3
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+ENGINE_CONNECTOR_SHUTDOWN_S = 12
+"""vLLM's `--shutdown-timeout` with EngineKVConnector: its 10 s drain of queued saves, and a
+margin, inside the 15 s a `vllm stop` waits before SIGKILL."""
 # Flags the plan owns: passing them again through extra_args would make vLLM's behaviour depend on
 # argparse's "last one wins".
 _OWNED_FLAGS = frozenset(
@@ -295,7 +298,19 @@ def _kv_connector_flags(
                 "--supported-transfer-mode auto and --shm-name (the stack start plans it so)"
             )
         notes.append(f"--kv-transfer-config {json.dumps(transfer)}")
-    return ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+    flags = ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+    if launch.kv_connector == "engine" and not any(
+        arg.split("=", 1)[0] == "--shutdown-timeout" for arg in launch.extra_args
+    ):
+        # vLLM's API server kills its engine processes `--shutdown-timeout` s (default 0: at
+        # once) into a stop; the connector's worker first uploads the saves still queued (up
+        # to 10 s), so a restart gets every block of the last request back.
+        flags += ["--shutdown-timeout", str(ENGINE_CONNECTOR_SHUTDOWN_S)]
+        notes.append(
+            f"--shutdown-timeout {ENGINE_CONNECTOR_SHUTDOWN_S}: a stop lets EngineKVConnector "
+            "upload the saves still queued (up to 10 s) before vLLM's processes exit"
+        )
+    return flags
 
 
 KV_EVENTS_BUFFER_STEPS = 10_000

@@ -19,8 +19,9 @@ and the engine's URL and token in vLLM's environment (`EPISTEMIC_GRAPH_KVCACHE_U
   never an exception into vLLM. A block that fails to load is reported to vLLM, which recomputes
   it: the connector sets `kv_load_failure_policy` to "recompute" for that reason.
 
-Handles vLLM's CPU KV cache only (one full-attention KV cache group, tensor and pipeline parallel
-size 1); anything else is refused at start-up. Imports only what vLLM's venv provides.
+Handles vLLM's CPU KV cache only (one full-attention KV cache group, or a Mamba2 hybrid in align
+mode: `plugins.vllm_kv.hybrid`; tensor and pipeline parallel size 1); anything else is refused at
+start-up. Imports only what vLLM's venv provides.
 """
 
 from __future__ import annotations
@@ -35,23 +36,39 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
+    SupportsHMA,
 )
 
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KvModelIdentity,
     encode_block,
+    unsupported_hybrid,
     unsupported_setup,
 )
+from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad, HybridPlanner, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_plan import (
     BlockTransfer,
     ScheduledRequest,
     StepPlan,
     TransferPlanner,
 )
+from graph_kvcache_mcp.plugins.vllm_kv.hybrid import (
+    HybridLayout,
+    HybridPages,
+    hybrid_layout,
+    state_identity,
+)
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
 from graph_kvcache_mcp.plugins.vllm_kv.stats import EngineKVPromMetrics, EngineKVStats
-from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore, logger, reserved_cores
+from graph_kvcache_mcp.plugins.vllm_kv.store import (
+    EngineBlockStore,
+    drain_seconds,
+    give_workers_time_to_drain,
+    logger,
+    reserved_cores,
+)
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -64,6 +81,7 @@ if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 
@@ -73,9 +91,11 @@ class EngineKVMetadata(KVConnectorMetadata):  # type: ignore[misc]
 
     loads: list[BlockTransfer] = field(default_factory=list)
     saves: list[BlockTransfer] = field(default_factory=list)
+    hybrid_loads: list[HybridLoad] = field(default_factory=list)
+    state_saves: list[StateTransfer] = field(default_factory=list)
 
 
-class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
+class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     """vLLM KV connector backed by the engine's `/kv/<key>` store."""
 
     def __init__(
@@ -90,12 +110,31 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._pages: PagedKvCache | None = None
         self._loader: BlockLoader | None = None
         self._load_errors: set[int] = set()
+        # A hybrid (several KV cache groups): attention blocks plus Mamba states, loaded
+        # asynchronously (vLLM can only fail whole requests of a multi-group model).
+        self._layout: HybridLayout | None = None
+        self._hybrid: HybridPlanner | None = None
+        self._hybrid_pages: HybridPages | None = None
+        self._loaded: set[str] = set()
+        self._failed: set[str] = set()
+        if len(kv_cache_config.kv_cache_groups) > 1:
+            self._layout = hybrid_layout(kv_cache_config)
+            self.state_identity = state_identity(self.identity, self._layout)
+            self._hybrid = HybridPlanner(
+                self.identity.digest,
+                self.state_identity.digest,
+                self.block_size,
+                attention_group=self._layout.attention_group,
+                state_groups=self._layout.state_groups,
+            )
         if role == KVConnectorRole.SCHEDULER and (
             self._kv_transfer_config.kv_load_failure_policy != "recompute"
         ):
             # vLLM reads the policy right after building this connector. A block that vanished
             # or fails its checksum must cost a recompute, not fail the user's request.
             self._kv_transfer_config.kv_load_failure_policy = "recompute"
+        if role == KVConnectorRole.SCHEDULER:
+            give_workers_time_to_drain(os.environ, drain_seconds(os.environ))
         logger.info(
             "EngineKVConnector (%s) ready: engine %s, identity %s (%s, %d layers, block %d "
             "tokens, %d bytes per block, layout %s)",
@@ -108,6 +147,16 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self.identity.block_bytes,
             self.identity.layout,
         )
+        if self._layout is not None:
+            logger.info(
+                "EngineKVConnector: hybrid with KV cache groups %s: attention group %d, Mamba "
+                "groups %s, state identity %s (%d bytes per state)",
+                self.identity.kv_groups,
+                self._layout.attention_group,
+                list(self._layout.state_groups),
+                self.state_identity.digest,
+                self.state_identity.block_bytes,
+            )
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -120,6 +169,8 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
     ) -> tuple[int | None, bool]:
         if not _eligible(request):
             return 0, False
+        if self._hybrid is not None:
+            return self._hybrid_hit(request, num_computed_tokens, self._hybrid)
         keys = self.planner.lookup_keys(
             request.request_id, request.all_token_ids, num_computed_tokens, request.cache_salt
         )
@@ -142,16 +193,22 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         local = self._local_tokens.pop(request.request_id, None)
         if local is None:
             return
+        if self._hybrid is not None:
+            self._hybrid.admitted(
+                request.request_id, blocks.get_block_ids(), num_external_tokens, local
+            )
+            return
         block_ids = blocks.get_block_ids()[0]
         self.planner.admitted(request.request_id, block_ids, num_external_tokens, local)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        group = self._layout.attention_group if self._layout is not None else 0
         scheduled = [
             ScheduledRequest(
                 req_id=new.req_id,
                 num_computed_tokens=new.num_computed_tokens,
                 num_scheduled_tokens=scheduler_output.num_scheduled_tokens.get(new.req_id, 0),
-                new_block_ids=list(new.block_ids[0]),
+                new_block_ids=list(new.block_ids[group]),
                 replaces_blocks=True,
             )
             for new in scheduler_output.scheduled_new_reqs
@@ -164,9 +221,20 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
                     req_id=req_id,
                     num_computed_tokens=cached.num_computed_tokens[index],
                     num_scheduled_tokens=scheduler_output.num_scheduled_tokens.get(req_id, 0),
-                    new_block_ids=list(new_blocks[0]) if new_blocks is not None else None,
+                    new_block_ids=list(new_blocks[group]) if new_blocks is not None else None,
                     replaces_blocks=req_id in cached.resumed_req_ids,
                 )
+            )
+        if self._hybrid is not None:
+            block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+            hybrid = self._hybrid.plan_step(
+                scheduled,
+                offers=block_state.boundary_state_offloads if block_state is not None else {},
+                preempted=sorted(scheduler_output.preempted_req_ids or ()),
+                finished=sorted(scheduler_output.finished_req_ids),
+            )
+            return EngineKVMetadata(
+                saves=hybrid.saves, hybrid_loads=hybrid.loads, state_saves=hybrid.state_saves
             )
         plan: StepPlan = self.planner.plan_step(
             scheduled,
@@ -179,12 +247,56 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
         self.planner.forget(request.request_id)
+        if self._hybrid is not None:
+            self._hybrid.forget(request.request_id)
         self._local_tokens.pop(request.request_id, None)
         return False, None
+
+    def request_finished_all_groups(
+        self, request: Request, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        # Saves copy their blocks out in the step that filled them: nothing holds blocks here.
+        return self.request_finished(request, block_ids[0] if block_ids else [])
+
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        if self._hybrid is not None:
+            for req_id in connector_output.failed_recving or ():
+                self._hybrid.load_failed(req_id)
+
+    def _hybrid_hit(
+        self, request: Request, local_tokens: int, hybrid: HybridPlanner
+    ) -> tuple[int, bool]:
+        """The longest run of stored attention blocks that ends on a stored Mamba state; loaded
+        asynchronously (vLLM parks the request until the workers report it in)."""
+        req_id = request.request_id
+        keys = hybrid.lookup_keys(req_id, request.all_token_ids, local_tokens, request.cache_salt)
+        self._local_tokens[req_id] = local_tokens
+        began = time.perf_counter()
+        present = self.store.count_present(keys) if keys else 0
+        candidates = hybrid.state_candidates(req_id, local_tokens, present)
+        found = self.store.first_present(candidates)
+        blocks = 0 if found is None else present - found
+        if present:
+            logger.info(
+                "EngineKVConnector: found %d of %d blocks of request %s in the engine, %d with "
+                "a Mamba state at their end, in %.4f s",
+                present,
+                len(keys),
+                req_id,
+                blocks,
+                time.perf_counter() - began,
+            )
+        return blocks * self.block_size, blocks > 0
 
     # --- worker side -------------------------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        if self._layout is not None:
+            self._hybrid_pages = HybridPages(
+                kv_caches, self._layout, self.store, self.identity, self.state_identity
+            )
+            self._after_register()
+            return
         pages = PagedKvCache(kv_caches)
         if (len(pages.layers), pages.page_bytes) != (
             self.identity.num_layers,
@@ -198,6 +310,9 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
             )
         self._pages = pages
         self._loader = BlockLoader(self.store, self.identity, pages.write_block)
+        self._after_register()
+
+    def _after_register(self) -> None:
         _allow_amx_tiles()
         # vLLM calls this on the worker's main thread, after binding it to the OpenMP cores.
         if cores := reserved_cores():
@@ -214,10 +329,12 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         metadata = self._get_connector_metadata()
-        if not isinstance(metadata, EngineKVMetadata) or not metadata.loads:
+        if not isinstance(metadata, EngineKVMetadata):
             return
         for load in metadata.loads:
             self._load(load)
+        for hybrid in metadata.hybrid_loads:
+            self._load_hybrid(hybrid)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # loads finish inside start_load_kv, before the forward pass
@@ -234,7 +351,12 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def wait_for_save(self) -> None:
         self.store.step_ended()
         metadata = self._get_connector_metadata()
-        if not isinstance(metadata, EngineKVMetadata) or not metadata.saves:
+        if not isinstance(metadata, EngineKVMetadata):
+            return
+        if self._hybrid_pages is not None:
+            self._save_hybrid(metadata, self._hybrid_pages)
+            return
+        if not metadata.saves:
             return
         pages = self._require_pages()
         items: list[tuple[str, bytes]] = []
@@ -258,8 +380,18 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         errors, self._load_errors = self._load_errors, set()
         return errors
 
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        """Hybrid loads done in this step; a failed one is reported as such (vLLM recomputes
+        the request) and as finished, which releases it from its wait."""
+        loaded, self._loaded = self._loaded, set()
+        failed, self._failed = self._failed, set()
+        return KVConnectorTransferResults(finished_recving=loaded | failed, failed_recving=failed)
+
     def shutdown(self) -> None:
-        self.store.close()
+        """vLLM is stopping: saves still queued go to the engine first (bounded, logged)."""
+        if self._role == KVConnectorRole.WORKER:
+            self.store.drain(drain_seconds(os.environ))
+        self.store.close(flush_timeout_s=0.0)
 
     # --- stats (worker side; vLLM carries them to its /metrics) ------------------------------
 
@@ -294,6 +426,54 @@ class EngineKVConnector(KVConnectorBase_V1):  # type: ignore[misc]
         if self._loader is None:
             raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
         return self._loader
+
+    def _save_hybrid(self, metadata: EngineKVMetadata, pages: HybridPages) -> None:
+        if not (metadata.saves or metadata.state_saves):
+            return
+        try:
+            blocks = pages.copy_blocks(metadata.saves)
+            states = pages.copy_states(metadata.state_saves)
+        except Exception:  # a save is an optimisation: never fail the step for it
+            logger.exception("EngineKVConnector: could not copy blocks out for saving")
+            return
+        if blocks:
+            self.store.save_later(blocks, self._encode)
+        if states:
+            self.store.save_later(states, self._encode_state)
+
+    def _encode_state(self, key: str, payload: bytes) -> bytes:
+        return encode_block(key, self.state_identity, payload)
+
+    def _load_hybrid(self, load: HybridLoad) -> None:
+        """All of a request's blocks and its state, or it fails as a whole (vLLM recomputes it)."""
+        pages = self._hybrid_pages
+        if pages is None:
+            raise RuntimeError("EngineKVConnector: vLLM never registered its KV caches")
+        began = time.perf_counter()
+        try:
+            loaded, read_bytes, failure = pages.load(load)
+        except Exception as exc:  # never into vLLM: the request is recomputed
+            loaded, read_bytes, failure = 0, 0, f"the load raised {type(exc).__name__}"
+        took = time.perf_counter() - began
+        if failure is not None:
+            logger.warning(
+                "EngineKVConnector: request %s not loaded (%s); vLLM recomputes it",
+                load.req_id,
+                failure,
+            )
+            self._failed.add(load.req_id)
+            self.store.tally.add(load_failed_blocks=len(load.blocks.block_ids) + 1)
+            return
+        logger.info(
+            "EngineKVConnector: loaded %d blocks and a Mamba state (%d bytes) for request %s "
+            "in %.4f s",
+            loaded - 1,
+            read_bytes,
+            load.req_id,
+            took,
+        )
+        self._loaded.add(load.req_id)
+        self.store.tally.add(loaded_blocks=loaded, loaded_bytes=read_bytes)
 
     def _load(self, load: BlockTransfer) -> None:
         """Load the longest good run of `load`'s blocks; report the rest for recompute."""
@@ -342,36 +522,59 @@ def _allow_amx_tiles() -> None:
 def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:
     """What the stored blocks must match, read from vLLM's config.
 
+    A hybrid's identity describes its attention group (what a block value holds) and names
+    every group's kind and geometry (`kv_groups`), so its keys are never a dense model's.
+
     Raises:
-        ValueError: a setup this connector does not handle (not the CPU KV cache, several KV
-            cache groups, a non full-attention layer kind, tensor or pipeline parallelism).
+        ValueError: a setup this connector does not handle (not the CPU KV cache, KV cache
+            groups other than one full-attention group or a Mamba2 hybrid in align mode, tensor
+            or pipeline parallelism).
     """
     from vllm import __version__ as vllm_version
 
     parallel = vllm_config.parallel_config
     groups = kv_cache_config.kv_cache_groups
-    spec: Any = groups[0].kv_cache_spec if groups else None
-    problem = unsupported_setup(
-        device=str(vllm_config.device_config.device_type),
-        tensor_parallel=parallel.tensor_parallel_size,
-        pipeline_parallel=parallel.pipeline_parallel_size,
-        kv_cache_groups=len(groups),
-        spec_kind=type(spec).__name__,
-        sliding_window=getattr(spec, "sliding_window", None),
-    )
-    if problem is not None:
-        raise ValueError(problem)
+    cache = vllm_config.cache_config
+    kv_groups = ""
+    attention_group = 0
+    if len(groups) > 1:
+        problem = unsupported_hybrid(
+            device=str(vllm_config.device_config.device_type),
+            tensor_parallel=parallel.tensor_parallel_size,
+            pipeline_parallel=parallel.pipeline_parallel_size,
+            group_kinds=[type(group.kv_cache_spec).__name__ for group in groups],
+            sliding_window=any(
+                getattr(group.kv_cache_spec, "sliding_window", None) for group in groups
+            ),
+            mamba_cache_mode=str(cache.mamba_cache_mode),
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        layout_of_groups = hybrid_layout(kv_cache_config)
+        kv_groups = layout_of_groups.description
+        attention_group = layout_of_groups.attention_group
+    spec: Any = groups[attention_group].kv_cache_spec if groups else None
+    if not kv_groups:
+        problem = unsupported_setup(
+            device=str(vllm_config.device_config.device_type),
+            tensor_parallel=parallel.tensor_parallel_size,
+            pipeline_parallel=parallel.pipeline_parallel_size,
+            kv_cache_groups=len(groups),
+            spec_kind=type(spec).__name__,
+            sliding_window=getattr(spec, "sliding_window", None),
+        )
+        if problem is not None:
+            raise ValueError(problem)
     model = vllm_config.model_config
     served = model.served_model_name or model.model
     served_name = served[0] if isinstance(served, list) else served
-    cache = vllm_config.cache_config
     dtype = str(spec.dtype).removeprefix("torch.")
     layout = kv_cache_config.kv_cache_layout or "LBHNC"
     return KvModelIdentity(
         served_model=str(served_name),
         architecture=model.architecture,
         dtype=dtype,
-        num_layers=len(groups[0].layer_names),
+        num_layers=len(groups[attention_group].layer_names),
         num_kv_heads=spec.num_kv_heads,
         head_size=spec.head_size,
         head_size_v=spec.head_size_v or spec.head_size,
@@ -379,6 +582,7 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
         page_bytes=spec.page_size_bytes,
         layout=f"cpu:{layout}:{_cpu_attention_isa(spec, cache.cache_dtype)}:{cache.cache_dtype}",
         vllm_version=vllm_version,
+        kv_groups=kv_groups,
     )
 
 

@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
@@ -47,6 +47,44 @@ Encode = Callable[[str, bytes], bytes]
 _R = TypeVar("_R")
 
 
+DRAIN_ENV = "EPISTEMIC_GRAPH_KVCACHE_DRAIN_S"
+DEFAULT_DRAIN_S = 10.0
+"""How long a stopping vLLM's worker waits for its queued saves (`give_workers_time_to_drain`
+makes vLLM wait for the worker that long)."""
+WORKER_SHUTDOWN_ENV = "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS"
+
+
+def drain_seconds(environ: Mapping[str, str]) -> float:
+    """The stop's wait for saves from `EPISTEMIC_GRAPH_KVCACHE_DRAIN_S` (seconds, >= 0)."""
+    try:
+        value = float(environ.get(DRAIN_ENV, DEFAULT_DRAIN_S))
+    except ValueError:
+        logger.warning("%s is not a number of seconds; using %g", DRAIN_ENV, DEFAULT_DRAIN_S)
+        return DEFAULT_DRAIN_S
+    return max(0.0, value)
+
+
+def give_workers_time_to_drain(environ: MutableMapping[str, str], drain_s: float) -> None:
+    """Let vLLM's executor wait for a worker that drains its saves.
+
+    Called in vLLM's EngineCore process (the scheduler side of the connector), before vLLM
+    freezes its environment settings: its executor SIGKILLs workers still running
+    `VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS` (5) + 4 s into a shutdown. A value the user set is
+    kept, and said when it is shorter than the drain.
+    """
+    wanted = int(drain_s) + 5
+    given = environ.get(WORKER_SHUTDOWN_ENV)
+    if given is None:
+        environ[WORKER_SHUTDOWN_ENV] = str(wanted)
+    elif not given.isdigit() or int(given) < wanted:
+        logger.warning(
+            "EngineKVConnector: %s=%s may stop a worker before its saves (up to %g s) are in",
+            WORKER_SHUTDOWN_ENV,
+            given,
+            drain_s,
+        )
+
+
 class TransferTally:
     """Transfer counts (names from `domain.engine_kv_counters`) added by the forward pass and the
     upload thread, taken once per vLLM step for its connector stats (`vllm_kv_stats`)."""
@@ -60,6 +98,11 @@ class TransferTally:
             for name, amount in counts.items():
                 if amount:
                     self._counts[name] = self._counts.get(name, 0) + amount
+
+    def peek(self) -> dict[str, int]:
+        """Everything counted since the last take, left for it."""
+        with self._lock:
+            return dict(self._counts)
 
     def take(self) -> dict[str, int]:
         """Everything counted since the last take (empty when nothing was)."""
@@ -96,6 +139,7 @@ class EngineBlockStore:
         self._saves: queue.Queue[tuple[list[tuple[str, bytes]], Encode | None] | None]
         self._saves = queue.Queue()
         self._pending_bytes = 0
+        self._pending_blocks = 0
         self._idle = threading.Event()
         self._idle.set()
         self._uploader = threading.Thread(target=self._upload_loop, name="engine-kv-upload")
@@ -131,6 +175,19 @@ class EngineBlockStore:
                     return found
                 found += 1
         return found
+
+    def first_present(self, keys: Sequence[str]) -> int | None:
+        """The index of the first of `keys` the engine holds (None when none, or no answer)."""
+        deadline = time.monotonic() + self.timeout_s
+        for start in range(0, len(keys), LOOKUP_CHUNK):
+            chunk = keys[start : start + LOOKUP_CHUNK]
+            answers = self._run_all(self.client.contains, chunk, deadline, "lookup")
+            for offset, answer in enumerate(answers):
+                if answer is None or isinstance(answer, Unavailable):
+                    return None
+                if isinstance(answer, Presence) and answer.present:
+                    return start + offset
+        return None
 
     def fetch(self, keys: Sequence[str]) -> list[bytes | None]:
         """The stored values of `keys`, None for each one missing or not read in time."""
@@ -171,6 +228,7 @@ class EngineBlockStore:
                 self.tally.add(dropped_blocks=len(items))
                 return
             self._pending_bytes += size
+            self._pending_blocks += len(items)
             self._idle.clear()
         self._saves.put((items, encode))
 
@@ -196,6 +254,45 @@ class EngineBlockStore:
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued block was sent (or dropped); False when time ran out."""
         return self._idle.wait(timeout_s)
+
+    def pending(self) -> tuple[int, int]:
+        """Blocks and bytes queued or being uploaded, not yet answered by the engine."""
+        with self._lock:
+            return self._pending_blocks, self._pending_bytes
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait, at most `timeout_s` and saying so in the log, for the queued saves to reach the
+        engine: a graceful stop must not drop blocks a restarted vLLM would load."""
+        blocks, size = self.pending()
+        if not blocks:
+            logger.info("EngineKVConnector: stopping; every save is in the engine")
+            return
+        logger.info(
+            "EngineKVConnector: stopping; waiting up to %g s for %d blocks (%d bytes) of saves "
+            "to reach the engine",
+            timeout_s,
+            blocks,
+            size,
+        )
+        began = time.monotonic()
+        if self.flush(timeout_s):
+            counts = self.tally.peek()
+            logger.info(
+                "EngineKVConnector: the saves were answered in %.2f s (%d blocks dropped since "
+                "the last stats, engine down or behind)",
+                time.monotonic() - began,
+                counts.get("dropped_blocks", 0),
+            )
+            return
+        blocks, size = self.pending()
+        logger.warning(
+            "EngineKVConnector: gave up after %g s with %d blocks (%d bytes) not saved; a "
+            "restarted vLLM recomputes them (raise %s to wait longer)",
+            timeout_s,
+            blocks,
+            size,
+            DRAIN_ENV,
+        )
 
     def close(self, *, flush_timeout_s: float = 5.0) -> None:
         self.flush(flush_timeout_s)
@@ -270,6 +367,7 @@ class EngineBlockStore:
             finally:
                 with self._lock:
                     self._pending_bytes -= sum(len(value) for _, value in items)
+                    self._pending_blocks -= len(items)
                     if self._saves.empty():
                         self._idle.set()
 

@@ -12,7 +12,12 @@ import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.errors import ConfigError
-from graph_kvcache_mcp.plugins.vllm_kv.store import UPLOAD_NICENESS, EngineBlockStore
+from graph_kvcache_mcp.plugins.vllm_kv.store import (
+    UPLOAD_NICENESS,
+    EngineBlockStore,
+    drain_seconds,
+    give_workers_time_to_drain,
+)
 from tests.support.engines import RunningEngine
 from tests.support.peers import garbage_peer, slow_peer
 
@@ -168,3 +173,59 @@ def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
         "typing_inspection",
         "annotated_types",
     }
+
+
+def test_first_present_is_the_first_stored_of_keys_in_order(memory_engine: RunningEngine) -> None:
+    keys = _keys(20)
+    with memory_engine.sync_client() as client:
+        client.put_many([(keys[17], b"v"), (keys[19], b"v")])
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        assert store.first_present(keys) == 17
+        assert store.first_present(keys[:17]) is None
+    finally:
+        store.close()
+
+
+def test_a_drain_waits_for_queued_saves_and_says_so(
+    memory_engine: RunningEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = _keys(4)
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        store.save_later([(key, b"x" * 1000) for key in keys])
+        with caplog.at_level("INFO", logger="vllm.graph_kvcache.engine_kv"):
+            store.drain(10.0)
+        assert store.pending() == (0, 0)
+        assert store.first_present(keys) == 0 and store.count_present(keys) == 4
+        said = caplog.text
+        assert "the saves were answered in" in said or "every save is in the engine" in said
+    finally:
+        store.close()
+
+
+def test_a_drain_that_runs_out_of_time_names_what_was_not_saved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with slow_peer(hold_s=3.0) as url:
+        store = _store(url, timeout_s=2.5)
+        try:
+            store.save_later([(key, b"x" * 100) for key in _keys(2)])
+            with caplog.at_level("INFO", logger="vllm.graph_kvcache.engine_kv"):
+                store.drain(0.5)
+            assert "gave up after 0.5 s with 2 blocks (200 bytes) not saved" in caplog.text
+            assert "EPISTEMIC_GRAPH_KVCACHE_DRAIN_S" in caplog.text
+        finally:
+            store.close()
+
+
+def test_vllm_is_told_to_wait_for_a_draining_worker_unless_the_user_chose() -> None:
+    environ: dict[str, str] = {}
+    give_workers_time_to_drain(environ, 10.0)
+    assert environ == {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "15"}
+    chosen = {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "60"}
+    give_workers_time_to_drain(chosen, 10.0)
+    assert chosen == {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "60"}
+    assert drain_seconds({}) == 10.0
+    assert drain_seconds({"EPISTEMIC_GRAPH_KVCACHE_DRAIN_S": "30"}) == 30.0
+    assert drain_seconds({"EPISTEMIC_GRAPH_KVCACHE_DRAIN_S": "soon"}) == 10.0

@@ -171,3 +171,14 @@ def test_kv_events_publish_on_the_endpoints_the_lifecycle_picked() -> None:
             CPU,
             host="127.0.0.1",
         )
+
+
+def test_the_engine_connector_gives_a_stop_time_to_upload_the_queued_saves() -> None:
+    plan = plan_launch(VllmLaunch(model="/m", kv_connector="engine"), CPU, host="127.0.0.1")
+    assert flag_value(plan.args, "--shutdown-timeout") == "12"
+    assert any("--shutdown-timeout 12" in note for note in plan.notes)
+    chosen = VllmLaunch(model="/m", kv_connector="engine", extra_args=("--shutdown-timeout", "60"))
+    args = plan_launch(chosen, CPU, host="127.0.0.1").args
+    assert args.count("--shutdown-timeout") == 1 and flag_value(args, "--shutdown-timeout") == "60"
+    plain = plan_launch(VllmLaunch(model="/m"), CPU, host="127.0.0.1")
+    assert "--shutdown-timeout" not in plain.args

@@ -1,0 +1,178 @@
+"""The worker side of `EngineKVConnector` for hybrid models (Mamba2 + attention, align mode).
+
+What a hybrid adds to the dense path: its layers sit in several KV cache groups that overlay one
+allocation (`raw_pages`), a block's value holds the attention layers' pages only, and the
+recurrent state at a boundary is one more value holding every Mamba layer's page (all Mamba
+groups, group by group), under its own key and identity (`domain.vllm.kv_hybrid_plan`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
+from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad, StateTransfer
+from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
+from graph_kvcache_mcp.plugins.vllm_kv.raw_pages import Placement, RawPages
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+ATTENTION_KIND = "FullAttentionSpec"
+STATE_KIND = "MambaSpec"
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """Which groups and layers hold what, and where their pages are."""
+
+    attention_group: int
+    state_groups: tuple[int, ...]
+    attention_layers: tuple[str, ...]
+    state_layers: tuple[tuple[str, ...], ...]
+    """Each Mamba group's layers, in group order."""
+    placements: Mapping[str, Placement]
+    num_blocks: int
+    description: str
+    """Every group's kind, layer count and page geometry: part of the model identity."""
+    state_page_bytes: int
+
+    @property
+    def flat_state_layers(self) -> tuple[str, ...]:
+        return tuple(name for layers in self.state_layers for name in layers)
+
+
+def hybrid_layout(kv_cache_config: KVCacheConfig) -> HybridLayout:
+    """Read a hybrid's groups and page placements from vLLM's KV cache config (checked before by
+    `kv_blocks.unsupported_hybrid`: one full-attention group, the rest Mamba groups)."""
+    groups = kv_cache_config.kv_cache_groups
+    kinds = [type(group.kv_cache_spec).__name__ for group in groups]
+    attention = kinds.index(ATTENTION_KIND)
+    states = tuple(index for index, kind in enumerate(kinds) if kind == STATE_KIND)
+    page_of = {
+        name: int(group.kv_cache_spec.page_size_bytes)
+        for group in groups
+        for name in group.layer_names
+    }
+    placements: dict[str, Placement] = {}
+    for tensor in kv_cache_config.kv_cache_tensors:
+        for position, name in enumerate(tensor.layers):
+            if name in page_of:
+                offset = tensor.offset + position * tensor.layer_stride
+                placements[name] = Placement(offset, tensor.block_stride, page_of[name])
+    described = [_describe(kind, group) for kind, group in zip(kinds, groups, strict=True)]
+    state_spec: Any = groups[states[0]].kv_cache_spec
+    return HybridLayout(
+        attention_group=attention,
+        state_groups=states,
+        attention_layers=tuple(sorted(groups[attention].layer_names)),
+        state_layers=tuple(tuple(sorted(groups[index].layer_names)) for index in states),
+        placements=placements,
+        num_blocks=int(kv_cache_config.num_blocks),
+        description=json.dumps(described, sort_keys=True, separators=(",", ":")),
+        state_page_bytes=int(state_spec.page_size_bytes),
+    )
+
+
+def state_identity(identity: KvModelIdentity, layout: HybridLayout) -> KvModelIdentity:
+    """The identity a state value is checked against: the Mamba layers' pages, not attention's."""
+    return identity.model_copy(
+        update={
+            "num_layers": len(layout.flat_state_layers),
+            "page_bytes": layout.state_page_bytes,
+            "layout": f"{identity.layout}:mamba-state",
+        }
+    )
+
+
+class HybridPages:
+    """One worker's hybrid KV cache: attention blocks and Mamba states, loaded and copied out."""
+
+    def __init__(
+        self,
+        caches: Mapping[str, Any],
+        layout: HybridLayout,
+        store: EngineBlockStore,
+        identity: KvModelIdentity,
+        states: KvModelIdentity,
+    ) -> None:
+        if missing := sorted(set(caches) - set(layout.placements)):
+            raise ValueError(
+                "EngineKVConnector: vLLM registered KV cache layers that its KV cache config "
+                f"does not place: {', '.join(missing)}"
+            )
+        self.layout = layout
+        self.pages = RawPages(caches, layout.placements, layout.num_blocks)
+        self.blocks = BlockLoader(store, identity, self._write_block)
+        self.states = BlockLoader(store, states, self._write_state)
+        self._state_targets: list[tuple[tuple[int, ...], ...]] = []
+
+    def load(self, load: HybridLoad) -> tuple[int, int, str | None]:
+        """Load all of a request's blocks and its state: (blocks loaded, bytes read, why not).
+
+        All or nothing: vLLM recomputes a failed hybrid request from its start.
+        """
+        got = self.blocks.load(load.blocks.keys, load.blocks.block_ids)
+        if got.failure is not None:
+            return got.loaded_blocks, got.read_bytes, f"block {got.failure[0]}: {got.failure[1]}"
+        self._state_targets = [load.state.block_ids]
+        state = self.states.load([load.state.key], [0])
+        if state.failure is not None:
+            why = f"state {state.failure[0]}: {state.failure[1]}"
+            return got.loaded_blocks, got.read_bytes, why
+        return got.loaded_blocks + 1, got.read_bytes + state.read_bytes, None
+
+    def copy_blocks(self, saves: Sequence[BlockTransfer]) -> list[tuple[str, bytes]]:
+        """(key, attention pages) of every block to save, copied out of the cache now."""
+        attention = self.layout.attention_layers
+        return [
+            (key, self.pages.read(attention, [block_id] * len(attention)))
+            for save in saves
+            for key, block_id in zip(save.keys, save.block_ids, strict=True)
+        ]
+
+    def copy_states(self, states: Sequence[StateTransfer]) -> list[tuple[str, bytes]]:
+        """(key, every Mamba layer's page) of every state to save, copied out now."""
+        items = []
+        for state in states:
+            ids = [
+                blocks[0]
+                for layers, blocks in zip(self.layout.state_layers, state.block_ids, strict=True)
+                for _ in layers
+            ]
+            items.append((state.key, self.pages.read(self.layout.flat_state_layers, ids)))
+        return items
+
+    def _write_block(self, block_id: int, payload: memoryview) -> None:
+        attention = self.layout.attention_layers
+        self.pages.write(attention, [(block_id,)] * len(attention), payload)
+
+    def _write_state(self, index: int, payload: memoryview) -> None:
+        targets = self._state_targets[index]
+        per_layer = [
+            blocks
+            for layers, blocks in zip(self.layout.state_layers, targets, strict=True)
+            for _ in layers
+        ]
+        self.pages.write(self.layout.flat_state_layers, per_layer, payload)
+
+
+def _describe(kind: str, group: Any) -> dict[str, Any]:
+    spec = group.kv_cache_spec
+    described: dict[str, Any] = {
+        "kind": kind,
+        "layers": len(group.layer_names),
+        "block": int(spec.block_size),
+        "page": int(spec.page_size_bytes),
+    }
+    if kind == STATE_KIND:
+        described["shapes"] = [list(shape) for shape in spec.shapes]
+        described["dtypes"] = [str(dtype).removeprefix("torch.") for dtype in spec.dtypes]
+        described["mode"] = str(spec.mamba_cache_mode)
+        described["mamba"] = str(getattr(spec.mamba_type, "value", spec.mamba_type))
+    return described
