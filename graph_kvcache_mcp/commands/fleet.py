@@ -21,6 +21,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.tiers import TierSources
 from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
     FleetStatusOut,
@@ -95,7 +96,9 @@ def run_where(args: argparse.Namespace, settings: Settings) -> int:
         access = FleetAccess(settings)
         try:
             conn = await access.connection(args.fleet)
-            out = await fleet_service.where_cached(conn, request=request, prompt=args.prompt)
+            out = await fleet_service.where_cached(
+                conn, request=request, prompt=args.prompt, tiers=TierSources(settings)
+            )
         except VllmRequestError as exc:
             raise ConfigError(str(exc)) from None
         finally:

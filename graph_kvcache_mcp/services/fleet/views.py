@@ -11,6 +11,7 @@ from graph_kvcache_mcp.domain.fleet.findings import (
     SourceSplit,
 )
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
+from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
 
 
 class IndexInfo(BaseModel):
@@ -44,6 +45,10 @@ class InstanceWhere(BaseModel):
     )
     trusted: bool = Field(description="False when its feed is not live: treat as a guess.")
     freshness: Freshness
+    tiers: dict[str, TierHeld] = Field(
+        default_factory=dict,
+        description="With an LMCache server: leading prompt tokens per tier (vllm, l1, l2).",
+    )
 
 
 class FleetWhereOut(BaseModel):
