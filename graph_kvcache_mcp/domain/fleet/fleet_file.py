@@ -52,6 +52,9 @@ class Fleet(BaseModel):
     engine_url: str | None = None
     engine_token_env: str | None = None
     lmcache_url: str | None = None
+    coordinator_url: str | None = Field(
+        None, description="LMCache coordinator for L1 (default: the one each server joined)."
+    )
 
     def instance(self, name: str) -> FleetInstance:
         """The instance called `name`.
@@ -105,7 +108,11 @@ def parse_fleet(text: str, *, source: str, insecure_hosts: Sequence[str] = ()) -
                 what=f"{what} lmcache_http_url",
                 insecure_hosts=insecure_hosts,
             )
-    for field, url in (("engine_url", fleet.engine_url), ("lmcache_url", fleet.lmcache_url)):
+    for field, url in (
+        ("engine_url", fleet.engine_url),
+        ("lmcache_url", fleet.lmcache_url),
+        ("coordinator_url", fleet.coordinator_url),
+    ):
         if url is not None:
             approve_http_url(url, what=f"{source}: {field}", insecure_hosts=insecure_hosts)
     _check_env_name(fleet.engine_token_env, f"{source}: engine_token_env")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -19,6 +20,7 @@ from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, TierHeld, not_checked, total_cached
@@ -34,10 +36,15 @@ from graph_kvcache_mcp.services.fleet.views import InstanceWhere
 L2_SOURCE = "engine HEAD on computed chunk keys"
 L1_SOURCE = "coordinator directory"
 L1_NOT_CHECKED = (
-    "not checked: L1 residency is read from an LMCache coordinator's directory, and none is "
-    "configured for this server"
+    "not checked: L1 residency is read from an LMCache coordinator's directory; this server "
+    "joined none and the fleet file names none (coordinator_url)"
 )
 MP_CONNECTOR = "LMCacheMPConnector"
+ENGINE_CONNECTOR = "EngineKVConnector"
+ENGINE_KEYS_NOT_CHECKED = (
+    "not checked: EngineKVConnector keys its blocks by a digest of the model's KV identity "
+    "(dtype, KV geometry, layout) that only its vLLM process knows"
+)
 
 
 @dataclass(frozen=True)
@@ -47,19 +54,24 @@ class TierSources:
     settings: Settings
 
     def lmcache_url(self, conn: FleetConnection, name: str) -> str | None:
+        """Its LMCache server's HTTP URL, `ENGINE_CONNECTOR` when it is the managed vLLM on
+        EngineKVConnector, or None (no tier known: the answer stays vLLM's own)."""
         item = conn.fleet.instance(name)
         if item.lmcache_http_url is not None:
             return item.lmcache_http_url
-        return _managed_lmcache_url(self.settings, item.base_url)
+        return _managed_target(self.settings, item.base_url)
 
 
-def _managed_lmcache_url(settings: Settings, base_url: str) -> str | None:
-    """The managed server's URL when `base_url` is the managed vLLM and it runs LMCache's MP
-    connector (read-only look at the state files)."""
+def _managed_target(settings: Settings, base_url: str) -> str | None:
+    """For the managed vLLM at `base_url`: the managed server's URL when it runs LMCache's MP
+    connector, `ENGINE_CONNECTOR` on ours (read-only look at the state files)."""
     vllm = ManagedVllm(settings.data_dir, python=settings.vllm_python, tidy=False).running_state()
     if vllm is None or vllm.base_url.rstrip("/") != base_url.rstrip("/"):
         return None
-    if MP_CONNECTOR not in " ".join(vllm.process.command):
+    command = " ".join(vllm.process.command)
+    if ENGINE_CONNECTOR in command:
+        return ENGINE_CONNECTOR
+    if MP_CONNECTOR not in command:
         return None
     server = ManagedLmcache(settings.data_dir).running_state(tidy=False)
     return None if server is None else server.http_url
@@ -82,6 +94,13 @@ async def with_tiers(
         if item.reachable
         and (url := await anyio.to_thread.run_sync(sources.lmcache_url, conn, item.name))
     }
+    for index, url in list(targets.items()):
+        if url == ENGINE_CONNECTOR:
+            l2 = not_checked(ENGINE_KEYS_NOT_CHECKED, source=L2_SOURCE)
+            out[index] = out[index].model_copy(
+                update={"tiers": {**_vllm_tier(out[index]), "l2": l2}}
+            )
+            del targets[index]
     if not targets:
         return out
     async with open_kv_client(_engine_settings(conn, sources.settings)) as kv:
@@ -118,36 +137,48 @@ async def _tiers_one(
     request: Mapping[str, Any] | None,
     prompt: str | None,
 ) -> InstanceWhere:
-    vllm_tier = TierHeld(
-        tokens=item.held_tokens,
-        trusted=item.trusted,
-        source="KV-event index",
-        reason=None if item.held_tokens is not None else item.reason,
-    )
+    vllm_tier = _vllm_tier(item)["vllm"]
     async with LmcacheHttp(url) as server:
         keying = await server.keying()
     if isinstance(keying, Unavailable):
-        down = not_checked(f"unknown: {keying.reason}", source=L2_SOURCE)
-        tiers = {"vllm": vllm_tier, "l1": not_checked(L1_NOT_CHECKED, source=L1_SOURCE), "l2": down}
+        down = f"unknown: {keying.reason}"
+        tiers = {
+            "vllm": vllm_tier,
+            "l1": not_checked(down, source=L1_SOURCE),
+            "l2": not_checked(down, source=L2_SOURCE),
+        }
         return item.model_copy(update={"tiers": tiers})
     roots = await conn.clients[item.name].model_roots()
     tokens = await _tokens(conn, item.name, request, prompt)
-    if isinstance(roots, Unavailable):
-        l2 = not_checked(f"unknown: {roots.reason}", source=L2_SOURCE)
-    elif isinstance(tokens, Unavailable):
-        l2 = not_checked(f"unknown: {tokens.reason}", source=L2_SOURCE)
+    failed = next((r for r in (roots, tokens) if isinstance(r, Unavailable)), None)
+    if failed is not None or isinstance(roots, Unavailable) or isinstance(tokens, Unavailable):
+        why = f"unknown: {failed.reason if failed else 'no answer'}"
+        l1 = not_checked(why, source=L1_SOURCE)
+        l2 = not_checked(why, source=L2_SOURCE)
     else:
-        l2 = await l2_held(kv, tokens, keying, model=next(iter(roots.values()), ""))
-    tiers = {"vllm": vllm_tier, "l1": not_checked(L1_NOT_CHECKED, source=L1_SOURCE), "l2": l2}
+        model = next(iter(roots.values()), "")
+        coordinator = conn.fleet.coordinator_url or keying.coordinator_url
+        l2 = await l2_held(kv, tokens, keying, model=model)
+        l1 = await l1_held(coordinator, url, tokens, keying, model=model)
+    tiers = {"vllm": vllm_tier, "l1": l1, "l2": l2}
     total = total_cached(
         item.cached_tokens,
         tiers,
         prompt_tokens=item.prompt_tokens or 0,
         chunk_size=keying.chunk_size,
     )
-    return item.model_copy(
-        update={"tiers": tiers, "cached_tokens": total, "trusted": item.trusted and l2.trusted}
+    trusted = item.trusted and l2.trusted and (l1.trusted or l1.tokens is None)
+    return item.model_copy(update={"tiers": tiers, "cached_tokens": total, "trusted": trusted})
+
+
+def _vllm_tier(item: InstanceWhere) -> dict[str, TierHeld]:
+    held = TierHeld(
+        tokens=item.held_tokens,
+        trusted=item.trusted,
+        source="KV-event index",
+        reason=None if item.held_tokens is not None else item.reason,
     )
+    return {"vllm": held}
 
 
 async def _tokens(
@@ -188,3 +219,38 @@ async def l2_held(
         return not_checked(f"unknown: {down.reason}", source=L2_SOURCE)
     present = [isinstance(f, Presence) and f.present for f in found]
     return TierHeld(tokens=leading_tokens(keys, present), trusted=True, source=L2_SOURCE)
+
+
+async def l1_held(
+    coordinator_url: str | None,
+    server_url: str,
+    tokens: Sequence[int],
+    keying: ServerKeying,
+    *,
+    model: str,
+) -> TierHeld:
+    """The leading prompt tokens whose chunks the server holds in L1, from the coordinator's
+    directory (events flush about every second: a store in the last second may be missing)."""
+    if coordinator_url is None:
+        return not_checked(L1_NOT_CHECKED, source=L1_SOURCE)
+    parts = urlsplit(server_url)
+    async with CoordinatorHttp(coordinator_url) as coordinator:
+        instance = await coordinator.instance_id(parts.hostname or "", parts.port or 0)
+        if isinstance(instance, Unavailable):
+            return not_checked(f"unknown: {instance.reason}", source=L1_SOURCE)
+        if instance is None:
+            return not_checked(
+                f"not checked: the LMCache server at {server_url} is not registered with the "
+                f"coordinator at {coordinator.url} (start it with --coordinator-url and "
+                "--coordinator-event-reporting)",
+                source=L1_SOURCE,
+            )
+        chunks = await coordinator.l1_chunks(tokens, model=model, instance_id=instance)
+    if isinstance(chunks, Unavailable):
+        return not_checked(f"unknown: {chunks.reason}", source=L1_SOURCE)
+    held = 0
+    for here in chunks:
+        if not here:
+            break
+        held += keying.chunk_size
+    return TierHeld(tokens=held, trusted=True, source=L1_SOURCE)
