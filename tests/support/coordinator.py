@@ -11,20 +11,24 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import coordinator_spec, coordinator_url
 from tests.support.lmcache import require_lmcache
 
 READY_S = 120.0
 
 
 @contextmanager
-def running_coordinator(log_dir: Path, *, chunk_size: int = 256) -> Iterator[str]:
-    """Its URL while it runs; stopped (TERM, then KILL) on exit."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [str(require_lmcache()), "coordinator", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--chunk-size", str(chunk_size), "--hash-algorithm", "blake3"]
-    env = {**os.environ, "LMCACHE_DISABLE_BANNER": "1", "LMCACHE_TRACK_USAGE": "false"}
-    with (log_dir / "coordinator.log").open("wb") as log:
+def running_coordinator(
+    log_dir: Path, *, chunk_size: int = 256, port: int | None = None
+) -> Iterator[str]:
+    """The planned coordinator (`coordinator_spec`, state under `log_dir`), its URL while it
+    runs; stopped (TERM, then KILL) on exit."""
+    port = port or free_port()
+    url = coordinator_url(port)
+    spec = coordinator_spec(port=port, state_dir=log_dir, chunk_size=chunk_size)
+    command = [str(require_lmcache()), *spec.argv[1:]]
+    env = {**os.environ, **spec.env}
+    with (log_dir / "coordinator.log").open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + READY_S
