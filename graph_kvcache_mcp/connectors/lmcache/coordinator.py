@@ -67,6 +67,22 @@ class CoordinatorHttp:
             for result in body.get("results") or []
         ]
 
+    async def prefetch(self, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
+        """Submit a warm of the body's chunks into its instance's L1 (`POST /cache/prefetches`)."""
+        return await self._call("POST", "/cache/prefetches", body)
+
+    async def prefetch_state(
+        self, instance_id: str, request_id: str
+    ) -> dict[str, Any] | Unavailable:
+        """One poll of a prefetch job; the first `completed` answer consumes the job."""
+        return await self._call("GET", f"/cache/prefetches/{instance_id}/{request_id}")
+
+    async def delete(self, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
+        return await self._call("POST", "/cache/delete", body)
+
+    async def pins(self, body: dict[str, Any], *, pin: bool) -> dict[str, Any] | Unavailable:
+        return await self._call("POST" if pin else "DELETE", "/cache/pins", body)
+
     async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any] | Unavailable:
         try:
             reply = await self._http.request(method, self.url + path, json=body)
