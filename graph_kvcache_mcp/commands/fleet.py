@@ -165,6 +165,12 @@ def _describe_where(out: FleetWhereOut) -> str:
             lines.append(
                 f"{i.name}: {i.cached_tokens} of {i.prompt_tokens} prompt tokens cached{trust}"
             )
+        if i.tiers:
+            held = ", ".join(
+                f"{name} {'?' if tier.tokens is None else tier.tokens}"
+                for name, tier in i.tiers.items()
+            )
+            lines.append(f"  tiers: {held}")
     if out.best:
         lines.append(f"best: {out.best}: {out.why}")
     return "\n".join(lines)
