@@ -94,7 +94,7 @@ def check_agreement(server: ProcessSpec, coordinator: ProcessSpec) -> None:
         ("--chunk-size", str(DEFAULT_CHUNK_SIZE)),
         ("--hash-algorithm", "blake3"),
     ):
-        mine, theirs = _flag(server, flag, default), _flag(coordinator, flag, default)
+        mine, theirs = flag_value(server, flag, default), flag_value(coordinator, flag, default)
         if mine != theirs:
             raise ConfigError(
                 f"the coordinator's {flag} {theirs} differs from the lmcache server's {mine}: "
@@ -102,7 +102,8 @@ def check_agreement(server: ProcessSpec, coordinator: ProcessSpec) -> None:
             )
 
 
-def _flag(spec: ProcessSpec, flag: str, default: str) -> str:
+def flag_value(spec: ProcessSpec, flag: str, default: str) -> str:
+    """The value `spec` gives `flag`, or `default`."""
     argv = spec.argv
     for index, arg in enumerate(argv[:-1]):
         if arg == flag:
