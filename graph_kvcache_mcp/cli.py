@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from graph_kvcache_mcp import __version__
 from graph_kvcache_mcp.commands import (
     bundle,
+    cache,
     demo,
     diagnose,
     engine,
@@ -32,7 +33,7 @@ from graph_kvcache_mcp.errors import (
     ProcessError,
 )
 
-COMMAND_GROUPS = (serve, demo, engine, kv, bundle, vllm, lmcache, diagnose, fleet)
+COMMAND_GROUPS = (serve, demo, engine, kv, bundle, vllm, lmcache, diagnose, fleet, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

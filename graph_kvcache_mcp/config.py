@@ -34,7 +34,18 @@ from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = ("kv", "engine", "vllm", "lmcache", "bundle", "diagnose", "fleet", "compat", "toolsets")
+TOOLSETS = (
+    "kv",
+    "engine",
+    "vllm",
+    "lmcache",
+    "bundle",
+    "diagnose",
+    "fleet",
+    "cache",
+    "compat",
+    "toolsets",
+)
 DEFAULT_TOOLSETS = ("kv", "compat", "engine", "vllm", "bundle", "diagnose", "toolsets")
 """`toolsets` is the one tool that lists the others and enables an opt-in one at run time."""
 Endpoint = Literal["kv", "vllm"]

@@ -31,6 +31,7 @@ TOOLSET_MODULES: dict[str, str] = {
     "lmcache": "graph_kvcache_mcp.tools.lmcache",
     "diagnose": "graph_kvcache_mcp.tools.diagnose",
     "fleet": "graph_kvcache_mcp.tools.fleet",
+    "cache": "graph_kvcache_mcp.tools.cache",
     "compat": "graph_kvcache_mcp.tools.compat",
 }
 
@@ -69,6 +70,9 @@ session's calls or a JSONL trace file.""",
 Fleet (fleet_*, read-only): several vLLM instances seen through their KV event feeds:
 fleet_status (who can share, who is under pressure, the index), fleet_where_cached (where a
 prompt's prefix is cached), fleet_effectiveness (prompt tokens by source over a window).""",
+    "cache": """\
+Cache steering (cache_*, writes): cache_warm, cache_evict, cache_pin, cache_unpin act on one fleet
+instance's LMCache server through LMCache's coordinator; the engine (L2) never deletes.""",
     "lmcache": """\
 LMCache (lmcache_*): lmcache_config generates lmcache server / vLLM / YAML config with the
 engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.""",
@@ -89,6 +93,7 @@ TOOLSET_SUMMARIES: dict[str, str] = {
     "diagnose": "why a request missed, stack checks, KV budgets",
     "lmcache": "LMCache config for the engine as its remote tier, adapter check",
     "fleet": "several vLLMs through their KV event feeds",
+    "cache": "warm, evict, pin a prompt on an instance's LMCache server",
     "compat": "graph_kvcache, the single action tool older agents call",
 }
 """One line per toolset, for the `toolsets` tool (nothing is imported to list them)."""

@@ -21,6 +21,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.tiers import TierSources
 from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
     FleetStatusOut,
@@ -95,7 +96,9 @@ def run_where(args: argparse.Namespace, settings: Settings) -> int:
         access = FleetAccess(settings)
         try:
             conn = await access.connection(args.fleet)
-            out = await fleet_service.where_cached(conn, request=request, prompt=args.prompt)
+            out = await fleet_service.where_cached(
+                conn, request=request, prompt=args.prompt, tiers=TierSources(settings)
+            )
         except VllmRequestError as exc:
             raise ConfigError(str(exc)) from None
         finally:
@@ -163,6 +166,12 @@ def _describe_where(out: FleetWhereOut) -> str:
             lines.append(
                 f"{i.name}: {i.cached_tokens} of {i.prompt_tokens} prompt tokens cached{trust}"
             )
+        if i.tiers:
+            held = ", ".join(
+                f"{name} {'?' if tier.tokens is None else tier.tokens}"
+                for name, tier in i.tiers.items()
+            )
+            lines.append(f"  tiers: {held}")
     if out.best:
         lines.append(f"best: {out.best}: {out.why}")
     return "\n".join(lines)

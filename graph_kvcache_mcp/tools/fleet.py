@@ -14,6 +14,7 @@ from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.registrar import Registrar
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.tiers import TierSources
 from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
     FleetStatusOut,
@@ -66,7 +67,10 @@ async def fleet_where_cached(
     conn = await _connection(ctx, "fleet_where_cached")
     try:
         return await fleet_service.where_cached(
-            conn, request=None if messages is None else {"messages": messages}, prompt=prompt
+            conn,
+            request=None if messages is None else {"messages": messages},
+            prompt=prompt,
+            tiers=TierSources(state_of(ctx).settings),
         )
     except VllmRequestError as exc:
         raise ToolError(f"{exc}. Fix the messages and call fleet_where_cached again.") from None

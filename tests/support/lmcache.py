@@ -16,6 +16,7 @@ from typing import Any
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, plan_lmcache
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import join_coordinator
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from tests.support.engines import RunningEngine, require_in_ci
@@ -109,10 +110,15 @@ class LmcacheServer:
 
 @contextmanager
 def running_lmcache_server(
-    engine: RunningEngine, log_dir: Path, *, ready_timeout_s: float = 120
+    engine: RunningEngine,
+    log_dir: Path,
+    *,
+    ready_timeout_s: float = 120,
+    coordinator_url: str | None = None,
 ) -> Iterator[LmcacheServer]:
     """The generator's `lmcache server` command (mp_native plan), our adapter pointed at
-    `engine`, on free loopback ports with a small L1; stopped on exit."""
+    `engine`, on free loopback ports with a small L1 (joined to `coordinator_url` when given);
+    stopped on exit."""
     binary = require_lmcache()
     port, http_port, prometheus_port = free_port(), free_port(), free_port()
     log_path = log_dir / "lmcache-server.log"
@@ -127,9 +133,12 @@ def running_lmcache_server(
         ),
     )
     assert plan.lmcache_server is not None
+    spec = plan.lmcache_server
+    if coordinator_url is not None:
+        spec = join_coordinator(spec, coordinator_url)
     command = [
         str(binary),
-        *plan.lmcache_server.argv[1:],
+        *spec.argv[1:],
         # test-only: metrics on a free port, small eager L1, and the CPU transfer path
         "--prometheus-port",
         str(prometheus_port),

@@ -11,7 +11,17 @@ from pathlib import Path
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.registrar import Registrar, Toolset
 from graph_kvcache_mcp.server import TOOLSET_MODULES, RefusingRegistrar, build_server
-from graph_kvcache_mcp.tools import bundle, compat, diagnose, engine, fleet, kv, lmcache, vllm
+from graph_kvcache_mcp.tools import (
+    bundle,
+    cache,
+    compat,
+    diagnose,
+    engine,
+    fleet,
+    kv,
+    lmcache,
+    vllm,
+)
 
 TOOLSETS: dict[str, Toolset] = {
     "kv": kv,
@@ -21,6 +31,7 @@ TOOLSETS: dict[str, Toolset] = {
     "lmcache": lmcache,
     "diagnose": diagnose,
     "fleet": fleet,
+    "cache": cache,
     "compat": compat,
 }
 

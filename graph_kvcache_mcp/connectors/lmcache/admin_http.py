@@ -11,6 +11,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, keying_from_config
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
 from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -66,6 +67,13 @@ class LmcacheHttp:
             unhealthy_l2=unhealthy,
             report=report,
         )
+
+    async def keying(self) -> ServerKeying | Unavailable:
+        """How the server names chunks and where its engine L2 is (GET /config)."""
+        config = await self._get("/config")
+        if isinstance(config, Unavailable):
+            return config
+        return keying_from_config(config if isinstance(config, dict) else {})
 
     async def counters(self) -> LmcacheCounters | Unavailable:
         """The server's lookup and L2 counters from `/metrics`, or why it did not answer."""

@@ -38,6 +38,9 @@ class FleetInstance(BaseModel):
     kv_events: str | None = Field(None, description="Its KV event PUB endpoint (tcp:// or ipc://).")
     kv_events_replay: str | None = Field(None, description="Its replay ROUTER endpoint.")
     api_key_env: str | None = Field(None, description="Environment variable holding its API key.")
+    lmcache_http_url: str | None = Field(
+        None, description="Its LMCache server's HTTP API (L1/L2 tiers in fleet where)."
+    )
 
 
 class Fleet(BaseModel):
@@ -49,6 +52,9 @@ class Fleet(BaseModel):
     engine_url: str | None = None
     engine_token_env: str | None = None
     lmcache_url: str | None = None
+    coordinator_url: str | None = Field(
+        None, description="LMCache coordinator for L1 (default: the one each server joined)."
+    )
 
     def instance(self, name: str) -> FleetInstance:
         """The instance called `name`.
@@ -96,7 +102,17 @@ def parse_fleet(text: str, *, source: str, insecure_hosts: Sequence[str] = ()) -
         if item.kv_events_replay and not item.kv_events:
             raise ConfigError(f"{what}: kv_events_replay needs kv_events (the live feed) too")
         _check_env_name(item.api_key_env, f"{what} api_key_env")
-    for field, url in (("engine_url", fleet.engine_url), ("lmcache_url", fleet.lmcache_url)):
+        if item.lmcache_http_url is not None:
+            approve_http_url(
+                item.lmcache_http_url,
+                what=f"{what} lmcache_http_url",
+                insecure_hosts=insecure_hosts,
+            )
+    for field, url in (
+        ("engine_url", fleet.engine_url),
+        ("lmcache_url", fleet.lmcache_url),
+        ("coordinator_url", fleet.coordinator_url),
+    ):
         if url is not None:
             approve_http_url(url, what=f"{source}: {field}", insecure_hosts=insecure_hosts)
     _check_env_name(fleet.engine_token_env, f"{source}: engine_token_env")

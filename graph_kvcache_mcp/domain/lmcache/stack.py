@@ -37,6 +37,11 @@ class StackOptions(BaseModel):
     chunk_size: ChunkSize | None = Field(
         None, description="Tokens per chunk; default 256 (a whole number of vLLM blocks)."
     )
+    coordinator: str | None = Field(
+        None,
+        description="Join the server to an LMCache coordinator: 'managed' (started in the data "
+        "dir) or its URL; default none.",
+    )
 
 
 def plan_stack_server(

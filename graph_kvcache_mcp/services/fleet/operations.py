@@ -30,6 +30,7 @@ from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_cache
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
 from graph_kvcache_mcp.errors import VllmRequestError
+from graph_kvcache_mcp.services.fleet.tiers import TierSources, with_tiers
 from graph_kvcache_mcp.services.fleet.views import (
     CachedPrefix,
     FleetEffectivenessOut,
@@ -53,9 +54,11 @@ async def where_cached(
     *,
     request: Mapping[str, Any] | None = None,
     prompt: str | None = None,
+    tiers: TierSources | None = None,
 ) -> FleetWhereOut:
     """Per instance, the prompt tokens its next request for `request` (a chat-completions body)
-    or `prompt` (a completions prompt) would get from its prefix cache.
+    or `prompt` (a completions prompt) would get from its prefix cache; with `tiers`, also from
+    its LMCache server's tiers (`services.fleet.tiers`).
 
     Raises:
         ValueError: neither or both of request and prompt.
@@ -87,6 +90,8 @@ async def where_cached(
     if refusals and len(refusals) == sum(p.reachable for p in probes.values()):
         raise refusals[0]  # every instance that answers refused it: the request is bad
     instances = [answers[name] for name in conn.names]
+    if tiers is not None:
+        instances = await with_tiers(conn, tiers, instances, request=request, prompt=prompt)
     best, why = _best(instances, probes)
     return FleetWhereOut(
         reachable=any(i.reachable for i in instances),

@@ -11,6 +11,7 @@ from graph_kvcache_mcp.domain.fleet.findings import (
     SourceSplit,
 )
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
+from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
 
 
 class IndexInfo(BaseModel):
@@ -47,6 +48,10 @@ class InstanceWhere(BaseModel):
         "is known (reason says): treat as a guess."
     )
     freshness: Freshness
+    tiers: dict[str, TierHeld] = Field(
+        default_factory=dict,
+        description="With an LMCache server: leading prompt tokens per tier (vllm, l1, l2).",
+    )
 
 
 class FleetWhereOut(BaseModel):

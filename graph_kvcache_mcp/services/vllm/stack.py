@@ -14,7 +14,7 @@ names the difference, before anything new is started.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
+from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
@@ -40,6 +41,7 @@ from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, 
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from graph_kvcache_mcp.errors import ConfigError, FileRefused
+from graph_kvcache_mcp.services.lmcache.coordinator import joined_server
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 
@@ -76,6 +78,7 @@ async def start_mp_stack(
     target = resolve_kv_target(settings)
     await say(f"L2: the {target.source} engine at {target.base_url}")
     server = await _planned_server(launch, settings, where, target.base_url, options, say)
+    server = replace(server, spec=await _joined(server.spec, options, settings))
     lmcache = ManagedLmcache(settings.data_dir)
     await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
     await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
@@ -152,6 +155,14 @@ async def _planned_server(
 
 async def _model_config(model: str) -> dict[str, Any] | None:
     return await anyio.to_thread.run_sync(local_model_config, model)
+
+
+async def _joined(
+    spec: ProcessSpec, options: StackOptions | None, settings: Settings
+) -> ProcessSpec:
+    coordinator = options.coordinator if options else None
+    python = lmcache_python(settings)
+    return await joined_server(spec, coordinator, data_dir=settings.data_dir, python=python)
 
 
 def _detect() -> Platform:

@@ -1,0 +1,97 @@
+"""`graph-kvcache-mcp cache warm|evict|pin|unpin`: the cache_* tools, one shot, on one fleet
+instance's LMCache server through its coordinator."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from graph_kvcache_mcp.commands._common import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    chat_body,
+    common_options,
+    emit,
+    run_async,
+)
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
+from graph_kvcache_mcp.services.cache import operations as cache_service
+from graph_kvcache_mcp.services.cache.operations import CacheOut
+from graph_kvcache_mcp.services.fleet.tiers import TierSources
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser(
+        "cache", help="warm, evict or pin a prompt on an instance's LMCache server"
+    )
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="{warm,evict,pin,unpin}")
+    parent = common_options()
+    parent.add_argument(
+        "--fleet", type=Path, default=None, help="fleet file (default: $GRAPH_KVCACHE_FLEET)"
+    )
+    parent.add_argument("--instance", required=True, help="the fleet instance to act on")
+    what = parent.add_mutually_exclusive_group(required=True)
+    what.add_argument("--messages", type=Path, help="JSON chat-completions body")
+    what.add_argument("--prompt", help="a completions prompt")
+    warm = verbs.add_parser("warm", parents=[parent], help="copy the prompt from L2 into L1")
+    warm.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
+    evict = verbs.add_parser("evict", parents=[parent], help="drop the prompt from L1")
+    evict.add_argument("--tier", choices=("l1", "l2"), default="l1")
+    verbs.add_parser("pin", parents=[parent], help="pin the prompt's L2 keys (coordinator)")
+    verbs.add_parser("unpin", parents=[parent], help="remove one pin from them")
+    for verb in ("warm", "evict", "pin", "unpin"):
+        verbs.choices[verb].set_defaults(handler=run_cache)
+
+
+def run_cache(args: argparse.Namespace, settings: Settings) -> int:
+    request: dict[str, Any] | None = None
+    if args.messages is not None:
+        request = chat_body(args.messages)
+        if not isinstance(request.get("messages"), list):
+            raise ConfigError(f"{args.messages} has no messages list")
+    if args.verb == "warm" and not 0 < args.timeout <= 300:
+        raise ConfigError("--timeout must be more than 0 and at most 300 seconds")
+
+    async def main() -> int:
+        access = FleetAccess(settings)
+        try:
+            conn = await access.connection(args.fleet)
+            target = await cache_service.resolve_target(
+                conn, TierSources(settings), args.instance, request=request, prompt=args.prompt
+            )
+            if isinstance(target, Unavailable):
+                out = CacheOut(instance=args.instance, done=False, reason=target.reason)
+            elif args.verb == "warm":
+                out = await cache_service.warm(args.instance, target, timeout_s=args.timeout)
+            elif args.verb == "evict":
+                out = await cache_service.evict(args.instance, target, tier=args.tier)
+            else:
+                out = await cache_service.pin(args.instance, target, on=args.verb == "pin")
+        except VllmRequestError as exc:
+            raise ConfigError(str(exc)) from None
+        finally:
+            await access.aclose()
+        emit(out, as_json=args.json, human=_describe)
+        return EXIT_OK if out.done else EXIT_UNAVAILABLE
+
+    return run_async(main)
+
+
+def _describe(out: CacheOut) -> str:
+    head = f"{out.instance}: {'done' if out.done else 'not done'}"
+    facts = [
+        f"{label} {value}"
+        for label, value in (
+            ("chunks", out.chunks),
+            ("found", out.found),
+            ("affected", out.affected),
+        )
+        if value is not None
+    ]
+    lines = [head + (f" ({', '.join(facts)})" if facts else "")]
+    lines += [text for text in (out.reason, out.note) if text]
+    return "\n".join(lines)

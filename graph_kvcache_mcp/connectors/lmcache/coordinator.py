@@ -1,0 +1,104 @@
+"""LMCache's coordinator (`lmcache coordinator`, 0.5.6) over HTTP: which registered server holds
+which chunk in L1, from its directory. The API has no auth; only loopback or listed hosts are
+accepted (parse_http_url). Every call is bounded by the client's timeout: a coordinator that is
+down or hangs reads as `Unavailable(reason)`, never as "nothing cached".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Self
+
+import httpx2
+
+from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.outcomes import Unavailable
+
+DEFAULT_TIMEOUT_S = 5.0
+
+
+class CoordinatorHttp:
+    """One coordinator's HTTP API. Use as `async with`."""
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.url = parse_http_url(url, what="LMCache coordinator URL").url.rstrip("/")
+        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+
+    def __repr__(self) -> str:
+        return f"CoordinatorHttp({self.url!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self._http.aclose()
+
+    async def instance_id(self, ip: str, http_port: int) -> str | Unavailable | None:
+        """The id the server at `ip:http_port` registered under; None when it is not registered."""
+        body = await self._call("GET", "/instances")
+        if isinstance(body, Unavailable):
+            return body
+        for item in body.get("instances") or []:
+            if item.get("ip") == ip and int(item.get("http_port") or 0) == http_port:
+                return str(item.get("instance_id"))
+        return None
+
+    async def l1_chunks(
+        self, token_ids: Sequence[int], *, model: str, instance_id: str, cache_salt: str = ""
+    ) -> list[bool] | Unavailable:
+        """Per whole chunk of the prompt, in order: whether `instance_id` holds it in L1."""
+        body = await self._call(
+            "POST",
+            "/directory/lookup",
+            {
+                "token_ids": list(token_ids),
+                "model_name": model,
+                "world_size": 1,
+                "cache_salt": cache_salt,
+            },
+        )
+        if isinstance(body, Unavailable):
+            return body
+        return [
+            any(
+                p.get("tier") == "l1" and p.get("instance_id") == instance_id
+                for p in result.get("placements") or []
+            )
+            for result in body.get("results") or []
+        ]
+
+    async def prefetch(self, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
+        """Submit a warm of the body's chunks into its instance's L1 (`POST /cache/prefetches`)."""
+        return await self._call("POST", "/cache/prefetches", body)
+
+    async def prefetch_state(
+        self, instance_id: str, request_id: str
+    ) -> dict[str, Any] | Unavailable:
+        """One poll of a prefetch job; the first `completed` answer consumes the job."""
+        return await self._call("GET", f"/cache/prefetches/{instance_id}/{request_id}")
+
+    async def delete(self, body: dict[str, Any]) -> dict[str, Any] | Unavailable:
+        return await self._call("POST", "/cache/delete", body)
+
+    async def pins(self, body: dict[str, Any], *, pin: bool) -> dict[str, Any] | Unavailable:
+        return await self._call("POST" if pin else "DELETE", "/cache/pins", body)
+
+    async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any] | Unavailable:
+        try:
+            reply = await self._http.request(method, self.url + path, json=body)
+        except httpx2.HTTPError as exc:
+            return Unavailable(
+                f"LMCache coordinator not reachable at {self.url} ({type(exc).__name__})"
+            )
+        if reply.status_code != 200:
+            return Unavailable(
+                f"LMCache coordinator at {self.url} answered HTTP {reply.status_code} on {path}",
+                status=reply.status_code,
+            )
+        try:
+            payload = reply.json()
+        except ValueError:
+            return Unavailable(f"LMCache coordinator at {self.url} sent no JSON on {path}")
+        if not isinstance(payload, dict):
+            return Unavailable(f"LMCache coordinator at {self.url} sent an unexpected {path} body")
+        return payload

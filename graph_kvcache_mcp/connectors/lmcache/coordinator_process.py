@@ -1,0 +1,126 @@
+"""The managed `lmcache coordinator`: started on loopback from LMCache's venv with the servers'
+chunk size and hash, its checkpoint and metadata in our private data dir, reused while it runs,
+stopped only by us. The plan is `domain.lmcache.coordinator_plan`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from graph_kvcache_mcp.connectors.files.private import private_dir
+from graph_kvcache_mcp.connectors.processes.control import (
+    ML_STACK_INHERITED,
+    ML_STACK_INHERITED_PREFIXES,
+    inherited_environment,
+    spawn_logged,
+    stop_process,
+    tail,
+)
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.connectors.processes.state_file import ProcessState, StateFile
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import coordinator_spec, coordinator_url
+from graph_kvcache_mcp.errors import LmcacheProcessError
+
+ENTRY_MODULE = "lmcache.cli.main"
+READY_TIMEOUT_S = 60.0
+
+
+class CoordinatorState(ProcessState):
+    """`state.json`: the coordinator we started. Holds no secret (it has none)."""
+
+    port: int
+    url: str
+    chunk_size: int
+    hash_algorithm: str
+
+
+class ManagedCoordinator:
+    """The data dir's coordinator (under `<data_dir>/lmcache-coordinator`)."""
+
+    def __init__(self, data_dir: Path, *, python: Path | str | None = None) -> None:
+        self.home = data_dir.expanduser().resolve() / "lmcache-coordinator"
+        self.state_file = StateFile(self.home / "state.json", CoordinatorState)
+        self.log_path = self.home / "coordinator.log"
+        self.python = str(python) if python else sys.executable
+
+    def __repr__(self) -> str:
+        return f"ManagedCoordinator({str(self.home)!r})"
+
+    def running_state(self, *, tidy: bool = True) -> CoordinatorState | None:
+        return self.state_file.read_live(tidy=tidy)
+
+    def ensure(
+        self,
+        *,
+        chunk_size: int,
+        hash_algorithm: str,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+    ) -> CoordinatorState:
+        """The running coordinator, or a new one; it must hash as the servers do.
+
+        Raises:
+            LmcacheProcessError: the running one hashes differently, or a new one exited or did
+                not answer in time (with the log's last words).
+        """
+        if (state := self.running_state()) is not None:
+            if (state.chunk_size, state.hash_algorithm) != (chunk_size, hash_algorithm):
+                raise LmcacheProcessError(
+                    f"the managed lmcache coordinator (pid {state.process.pid}) hashes "
+                    f"{state.chunk_size}-token chunks with {state.hash_algorithm}, the servers "
+                    f"{chunk_size} with {hash_algorithm}: stop it (lmcache stop) and start again"
+                )
+            return state
+        private_dir(self.home)
+        port = free_port()
+        spec = coordinator_spec(
+            port=port, state_dir=self.home, chunk_size=chunk_size, hash_algorithm=hash_algorithm
+        )
+        command = (self.python, "-m", ENTRY_MODULE, *spec.argv[1:])
+        process, record = spawn_logged(
+            command,
+            env={
+                **inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES),
+                **spec.env,
+            },
+            log_path=self.log_path,
+            header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
+        )
+        state = CoordinatorState(
+            process=record,
+            port=port,
+            url=coordinator_url(port),
+            chunk_size=chunk_size,
+            hash_algorithm=hash_algorithm,
+        )
+        self.state_file.write(state)
+        deadline = time.monotonic() + ready_timeout_s
+        while not _answers(state.url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise LmcacheProcessError(
+                    f"lmcache coordinator did not answer on {state.url}; its log ends:\n"
+                    f"{tail(self.log_path)}"
+                )
+            time.sleep(0.2)  # polling a condition under a deadline
+        return state
+
+    def stop(self, *, term_wait_s: float = 10.0) -> bool:
+        """Stop the coordinator we started (it writes its checkpoint on a clean stop)."""
+        state = self.state_file.read_live()
+        if state is None:
+            return False
+        stop_process(state.process, term_wait_s=term_wait_s)
+        self.state_file.clear()
+        return True
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/instances", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

@@ -1,0 +1,1 @@
+"""Steering LMCache's tiers through its coordinator: warm, evict, pin (the `cache` toolset)."""

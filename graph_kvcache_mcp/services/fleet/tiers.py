@@ -1,0 +1,256 @@
+"""The tiers behind each instance for fleet where: its LMCache server's L2 (the engine), checked
+by the prompt's computed chunk keys and HEAD (exact, moves no counter), and what that adds to the
+instance's next request.
+
+An instance takes part when the fleet file names its LMCache server (`lmcache_http_url`) or it
+is the managed vLLM on the managed `lmcache server`; the others keep today's vLLM-only answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.client import KvClient
+from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
+from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, TierHeld, not_checked, total_cached
+from graph_kvcache_mcp.domain.lmcache.chunk_keys import (
+    ChunkScheme,
+    KeysUnknown,
+    leading_tokens,
+    prompt_chunk_keys,
+)
+from graph_kvcache_mcp.domain.outcomes import Presence, Unavailable
+from graph_kvcache_mcp.services.fleet.views import InstanceWhere
+
+L2_SOURCE = "engine HEAD on computed chunk keys"
+L1_SOURCE = "coordinator directory"
+L1_NOT_CHECKED = (
+    "not checked: L1 residency is read from an LMCache coordinator's directory; this server "
+    "joined none and the fleet file names none (coordinator_url)"
+)
+MP_CONNECTOR = "LMCacheMPConnector"
+ENGINE_CONNECTOR = "EngineKVConnector"
+ENGINE_KEYS_NOT_CHECKED = (
+    "not checked: EngineKVConnector keys its blocks by a digest of the model's KV identity "
+    "(dtype, KV geometry, layout) that only its vLLM process knows"
+)
+
+
+@dataclass(frozen=True)
+class TierSources:
+    """Where the tiers are: the engine and each instance's LMCache server."""
+
+    settings: Settings
+
+    def lmcache_url(self, conn: FleetConnection, name: str) -> str | None:
+        """Its LMCache server's HTTP URL, `ENGINE_CONNECTOR` when it is the managed vLLM on
+        EngineKVConnector, or None (no tier known: the answer stays vLLM's own)."""
+        item = conn.fleet.instance(name)
+        if item.lmcache_http_url is not None:
+            return item.lmcache_http_url
+        return _managed_target(self.settings, item.base_url)
+
+
+def _managed_target(settings: Settings, base_url: str) -> str | None:
+    """For the managed vLLM at `base_url`: the managed server's URL when it runs LMCache's MP
+    connector, `ENGINE_CONNECTOR` on ours (read-only look at the state files)."""
+    vllm = ManagedVllm(settings.data_dir, python=settings.vllm_python, tidy=False).running_state()
+    if vllm is None or vllm.base_url.rstrip("/") != base_url.rstrip("/"):
+        return None
+    command = " ".join(vllm.process.command)
+    if ENGINE_CONNECTOR in command:
+        return ENGINE_CONNECTOR
+    if MP_CONNECTOR not in command:
+        return None
+    server = ManagedLmcache(settings.data_dir).running_state(tidy=False)
+    return None if server is None else server.http_url
+
+
+async def with_tiers(
+    conn: FleetConnection,
+    sources: TierSources,
+    answers: Sequence[InstanceWhere],
+    *,
+    request: Mapping[str, Any] | None,
+    prompt: str | None,
+) -> list[InstanceWhere]:
+    """`answers` with `tiers` (vllm, l1, l2) and the total `cached_tokens` for every instance
+    that has an LMCache server; the others unchanged."""
+    out = list(answers)
+    targets = {
+        index: url
+        for index, item in enumerate(out)
+        if item.reachable
+        and (url := await anyio.to_thread.run_sync(sources.lmcache_url, conn, item.name))
+    }
+    for index, url in list(targets.items()):
+        if url == ENGINE_CONNECTOR:
+            l2 = not_checked(ENGINE_KEYS_NOT_CHECKED, source=L2_SOURCE)
+            out[index] = out[index].model_copy(
+                update={"tiers": {**_vllm_tier(out[index]), "l2": l2}}
+            )
+            del targets[index]
+    if not targets:
+        return out
+    async with open_kv_client(_engine_settings(conn, sources.settings)) as kv:
+
+        async def one(index: int, url: str) -> None:
+            out[index] = await _tiers_one(conn, kv, out[index], url, request, prompt)
+
+        async with anyio.create_task_group() as group:
+            for index, url in targets.items():
+                group.start_soon(one, index, url)
+    return out
+
+
+def _engine_settings(conn: FleetConnection, settings: Settings) -> Settings:
+    """The fleet file's engine when it names one, else the configured or managed engine."""
+    fleet = conn.fleet
+    if fleet.engine_url is None:
+        return settings
+    import os
+
+    from pydantic import SecretStr
+
+    token = os.environ.get(fleet.engine_token_env) if fleet.engine_token_env else None
+    return settings.model_copy(
+        update={"kv_url": fleet.engine_url, "kv_token": SecretStr(token) if token else None}
+    )
+
+
+async def _tiers_one(
+    conn: FleetConnection,
+    kv: KvClient,
+    item: InstanceWhere,
+    url: str,
+    request: Mapping[str, Any] | None,
+    prompt: str | None,
+) -> InstanceWhere:
+    vllm_tier = _vllm_tier(item)["vllm"]
+    async with LmcacheHttp(url) as server:
+        keying = await server.keying()
+    if isinstance(keying, Unavailable):
+        down = f"unknown: {keying.reason}"
+        tiers = {
+            "vllm": vllm_tier,
+            "l1": not_checked(down, source=L1_SOURCE),
+            "l2": not_checked(down, source=L2_SOURCE),
+        }
+        return item.model_copy(update={"tiers": tiers})
+    roots = await conn.clients[item.name].model_roots()
+    tokens = await _tokens(conn, item.name, request, prompt)
+    failed = next((r for r in (roots, tokens) if isinstance(r, Unavailable)), None)
+    if failed is not None or isinstance(roots, Unavailable) or isinstance(tokens, Unavailable):
+        why = f"unknown: {failed.reason if failed else 'no answer'}"
+        l1 = not_checked(why, source=L1_SOURCE)
+        l2 = not_checked(why, source=L2_SOURCE)
+    else:
+        model = next(iter(roots.values()), "")
+        coordinator = conn.fleet.coordinator_url or keying.coordinator_url
+        l2 = await l2_held(kv, tokens, keying, model=model)
+        l1 = await l1_held(coordinator, url, tokens, keying, model=model)
+    tiers = {"vllm": vllm_tier, "l1": l1, "l2": l2}
+    total = total_cached(
+        item.cached_tokens,
+        tiers,
+        prompt_tokens=item.prompt_tokens or 0,
+        chunk_size=keying.chunk_size,
+    )
+    trusted = item.trusted and l2.trusted and (l1.trusted or l1.tokens is None)
+    return item.model_copy(update={"tiers": tiers, "cached_tokens": total, "trusted": trusted})
+
+
+def _vllm_tier(item: InstanceWhere) -> dict[str, TierHeld]:
+    held = TierHeld(
+        tokens=item.held_tokens,
+        trusted=item.trusted,
+        source="KV-event index",
+        reason=None if item.held_tokens is not None else item.reason,
+    )
+    return {"vllm": held}
+
+
+async def _tokens(
+    conn: FleetConnection,
+    name: str,
+    request: Mapping[str, Any] | None,
+    prompt: str | None,
+) -> list[int] | Unavailable:
+    model = await conn.clients[name].resolve_model(None)
+    if isinstance(model, Unavailable):
+        return model
+    messages = None if request is None else list(request["messages"])
+    return await conn.prompt_tokens(name, model, messages=messages, prompt=prompt)
+
+
+async def l2_held(
+    kv: KvClient, tokens: Sequence[int], keying: ServerKeying, *, model: str
+) -> TierHeld:
+    """The leading prompt tokens whose chunks the engine holds under this server's keys."""
+    if keying.engine_namespace is None:
+        return TierHeld(
+            tokens=0,
+            trusted=True,
+            source=L2_SOURCE,
+            reason="the LMCache server has no engine L2 adapter",
+        )
+    scheme = ChunkScheme(
+        model=model,
+        chunk_size=keying.chunk_size,
+        hash_algorithm=keying.hash_algorithm,
+        namespace=keying.engine_namespace,
+    )
+    keys = prompt_chunk_keys(tokens, scheme)
+    if isinstance(keys, KeysUnknown):
+        return not_checked(f"unknown: {keys.reason}", source=L2_SOURCE)
+    found = await kv.contains_many([key.engine_key for key in keys]) if keys else []
+    if down := next((f for f in found if isinstance(f, Unavailable)), None):
+        return not_checked(f"unknown: {down.reason}", source=L2_SOURCE)
+    present = [isinstance(f, Presence) and f.present for f in found]
+    return TierHeld(tokens=leading_tokens(keys, present), trusted=True, source=L2_SOURCE)
+
+
+async def l1_held(
+    coordinator_url: str | None,
+    server_url: str,
+    tokens: Sequence[int],
+    keying: ServerKeying,
+    *,
+    model: str,
+) -> TierHeld:
+    """The leading prompt tokens whose chunks the server holds in L1, from the coordinator's
+    directory (events flush about every second: a store in the last second may be missing)."""
+    if coordinator_url is None:
+        return not_checked(L1_NOT_CHECKED, source=L1_SOURCE)
+    parts = urlsplit(server_url)
+    async with CoordinatorHttp(coordinator_url) as coordinator:
+        instance = await coordinator.instance_id(parts.hostname or "", parts.port or 0)
+        if isinstance(instance, Unavailable):
+            return not_checked(f"unknown: {instance.reason}", source=L1_SOURCE)
+        if instance is None:
+            return not_checked(
+                f"not checked: the LMCache server at {server_url} is not registered with the "
+                f"coordinator at {coordinator.url} (start it with --coordinator-url and "
+                "--coordinator-event-reporting)",
+                source=L1_SOURCE,
+            )
+        chunks = await coordinator.l1_chunks(tokens, model=model, instance_id=instance)
+    if isinstance(chunks, Unavailable):
+        return not_checked(f"unknown: {chunks.reason}", source=L1_SOURCE)
+    held = 0
+    for here in chunks:
+        if not here:
+            break
+        held += keying.chunk_size
+    return TierHeld(tokens=held, trusted=True, source=L1_SOURCE)
