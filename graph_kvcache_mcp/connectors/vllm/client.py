@@ -7,9 +7,9 @@ JSON shape is a bad answer, not a crash) and never retries by itself: a chat cal
 may have reached vLLM, and a repeat would be a second call.
 
 `timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
-failures become `Unavailable` values (`connectors.vllm_errors` says which of three reasons).
-The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm_accounting`): from
-the answer's usage, else from /metrics around the call, by the rule in `domain.vllm_chat`.
+failures become `Unavailable` values (`connectors.vllm.errors` says which of three reasons).
+The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm.accounting`): from
+the answer's usage, else from /metrics around the call, by the rule in `domain.vllm.chat`.
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ _R = TypeVar("_R")
 
 
 class TransferTally:
-    """Transfer counts (names from `domain.engine_kv_counters`) added by the forward pass and the
-    upload thread, taken once per vLLM step for its connector stats (`vllm_kv_stats`)."""
+    """Transfer counts (names from `domain.vllm.connector_counters`) added by the forward pass
+    and the upload thread, taken once per vLLM step for its connector stats
+    (`plugins.vllm_kv.stats`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

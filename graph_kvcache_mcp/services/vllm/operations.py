@@ -1,6 +1,6 @@
 """vLLM operations shared by the `vllm_*` tools and `graph-kvcache-mcp vllm ...`.
 
-Each returns the one model its tool returns and its command prints (`services.vllm_views`).
+Each returns the one model its tool returns and its command prints (`services.vllm.views`).
 The caller brings the client (the server's shared one, or the command's own) or the managed
 server; calls that block (process lifecycle, files) are plain functions a tool runs in a thread.
 The vLLM client is only a type here: openai loads when a client is first made, not with this module.
