@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 import anyio.from_thread
@@ -12,13 +12,13 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
-from graph_kvcache_mcp.connectors.vllm.process import Progress
+from graph_kvcache_mcp.connectors.vllm.process import WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
-from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
@@ -87,11 +87,6 @@ RESTARTS_SERVER = ToolAnnotations(
 Model = ServedModel
 
 
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"] = Field(description="Speaker.")
-    content: str = Field(description="The text.")
-
-
 async def vllm_chat(
     ctx: Context[Any],
     message: Annotated[str | None, Field(description="The user turn (or give messages).")] = None,
@@ -110,8 +105,7 @@ async def vllm_chat(
     streamed)."""
     access = state_of(ctx).vllm
     try:
-        turns = None if messages is None else [Turn(**m.model_dump()) for m in messages]
-        conversation = vllm_service.conversation(message, system, turns)
+        conversation = vllm_service.conversation(message, system, messages)
         async with access.borrowed() as client:
             out = await vllm_service.chat(
                 client,
@@ -322,7 +316,7 @@ async def vllm_trace_summary(
         raise ToolError(f"cannot read {path}: {exc}") from exc
 
 
-def _progress_reporter(ctx: Context[Any]) -> Progress:
+def _progress_reporter(ctx: Context[Any]) -> WaitProgress:
     """A progress callback for the worker thread that forwards to the MCP client, in order."""
     last = [-1.0]
 

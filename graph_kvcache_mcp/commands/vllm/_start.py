@@ -17,7 +17,7 @@ from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
@@ -130,7 +130,7 @@ async def _start_stack(
     launch: VllmLaunch,
     options: StackOptions,
     ready_timeout_s: float,
-    progress: Progress | None,
+    progress: WaitProgress | None,
 ) -> VllmStatusOut:
     """The stack from the CLI: each piece it starts runs until its own `stop` command."""
 

@@ -64,7 +64,7 @@ DEFAULT_READY_TIMEOUT_S = 600.0
 MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 # progress(elapsed_s, deadline_s, message)
-Progress = Callable[[float, float, str], None]
+WaitProgress = Callable[[float, float, str], None]
 
 
 class ManagedVllm:
@@ -103,7 +103,7 @@ class ManagedVllm:
         *,
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        progress: Progress | None = None,
+        progress: WaitProgress | None = None,
         platform: Platform | None = None,
     ) -> VllmStatus:
         """Ensure vLLM serves `launch.model` on `launch.port`; start nothing if one already does.
@@ -125,7 +125,7 @@ class ManagedVllm:
         launch: VllmLaunch,
         env: Mapping[str, str] | None,
         ready_timeout_s: float,
-        progress: Progress | None,
+        progress: WaitProgress | None,
         platform: Platform | None,
     ) -> VllmStatus:
         note = progress or (lambda _elapsed, _total, _message: None)
@@ -183,7 +183,7 @@ class ManagedVllm:
         *,
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        progress: Progress | None = None,
+        progress: WaitProgress | None = None,
         while_stopped: Callable[[], object] | None = None,
     ) -> VllmStatus:
         """Stop our server and start the very same command again (flags, port, data dir);
@@ -268,7 +268,7 @@ class ManagedVllm:
         launch: VllmLaunch,
         wanted: str,
         ready_timeout_s: float,
-        note: Progress,
+        note: WaitProgress,
     ) -> VllmStatus:
         if launch.kv_events and not state.kv_events:
             raise VllmProcessError(
@@ -347,7 +347,7 @@ class ManagedVllm:
         plan: LaunchPlan,
         extra_env: Mapping[str, str],
         ready_timeout_s: float,
-        note: Progress,
+        note: WaitProgress,
     ) -> VllmStatus:
         command = (self.python, "-m", ENTRY_MODULE, *plan.args)
         began = time.monotonic()

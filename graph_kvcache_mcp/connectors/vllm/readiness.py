@@ -26,7 +26,7 @@ from graph_kvcache_mcp.connectors.vllm.state import VllmState, VllmStatus
 from graph_kvcache_mcp.errors import VllmProcessError
 
 if TYPE_CHECKING:
-    from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+    from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 
 
 def wait_healthy(
@@ -34,7 +34,7 @@ def wait_healthy(
     process: subprocess.Popen[bytes] | None,
     state: VllmState,
     timeout_s: float,
-    note: Progress,
+    note: WaitProgress,
     began: float,
 ) -> None:
     """Return once the vLLM we started answers /health on a port its group holds; else stop it.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graph_kvcache_mcp.connectors.files.trace_log import read_traces
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -104,7 +104,7 @@ def start(
     launch: VllmLaunch,
     *,
     ready_timeout_s: float,
-    progress: Progress | None = None,
+    progress: WaitProgress | None = None,
     calls_base_url: str,
     env: Mapping[str, str] | None = None,
 ) -> VllmStatusOut:

@@ -37,7 +37,7 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import (
 from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
 from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
@@ -57,7 +57,7 @@ SAVE_SETTLE_S = 1.0
 SAVE_WAIT_S = 60.0
 
 
-class ReuseCall(BaseModel):
+class RestartReuseCall(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     ttft_s: float | None = Field(description="Time to first streamed token.")
@@ -93,8 +93,8 @@ class RestartReuseOut(BaseModel):
     prompt_tokens: int
     kv_connector: str = Field(description="EngineKVConnector or LMCacheMPConnector.")
     restarted_processes: list[str] = Field(description="What was restarted between the calls.")
-    cold: ReuseCall
-    restarted: ReuseCall
+    cold: RestartReuseCall
+    restarted: RestartReuseCall
     ttft_speedup: float | None = Field(description="Cold TTFT / restarted TTFT.")
     restart_s: float = Field(description="Stop plus start until vLLM was healthy again.")
     engine_blocks_stored: int | None = Field(
@@ -117,7 +117,7 @@ async def measure_restart_reuse(
     prompt_tokens: int,
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 600.0,
-    progress: Progress | None = None,
+    progress: WaitProgress | None = None,
     mode: RestartMode = "vllm",
 ) -> RestartReuseOut:
     """Cold call, restart (`mode`), warm call on the managed vLLM.
@@ -201,7 +201,7 @@ def _while_stopped(
 
 def _bytes_loaded(
     server: LmcacheState | None,
-    restarted: ReuseCall,
+    restarted: RestartReuseCall,
     blocks: int | None,
     stored: int | None,
     stored_l2: LmcacheCounters | None,
@@ -215,7 +215,7 @@ def _bytes_loaded(
     return None if chunk is None else restarted.engine_blocks_read * chunk
 
 
-def _speedup(cold: ReuseCall, restarted: ReuseCall) -> float | None:
+def _speedup(cold: RestartReuseCall, restarted: RestartReuseCall) -> float | None:
     if cold.ttft_s is None or not restarted.ttft_s:
         return None
     return round(cold.ttft_s / restarted.ttft_s, 2)
@@ -251,7 +251,7 @@ def _lmcache_of(
     return server
 
 
-def _notes(connector: str | None, restarted: ReuseCall, loaded: int | None) -> list[str]:
+def _notes(connector: str | None, restarted: RestartReuseCall, loaded: int | None) -> list[str]:
     notes: list[str] = []
     if connector == ENGINE_CONNECTOR_CLASS and restarted.external_hit_tokens and loaded is None:
         notes.append(
@@ -284,7 +284,7 @@ async def _call(
     kv: SyncKvClient,
     server: LmcacheState | None,
     data_dir: Path,
-) -> ReuseCall:
+) -> RestartReuseCall:
     """One streamed call; its trace splits the hit by tier (the client reads vLLM's /metrics
     around it while vLLM runs a KV connector, and on the MP stack the lmcache server's own
     counters split the external part into L1 and L2)."""
@@ -296,7 +296,7 @@ async def _call(
         raise VllmProcessError(f"vLLM does not answer: {result.reason}")
     engine_after = await anyio.to_thread.run_sync(kv.engine_stats)
     trace = result.trace
-    return ReuseCall(
+    return RestartReuseCall(
         ttft_s=trace.ttft_s,
         latency_s=trace.latency_s,
         prompt_tokens=trace.prompt_tokens,

@@ -32,7 +32,7 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import (
 )
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, plan_stack_server
@@ -54,7 +54,7 @@ async def start_mp_stack(
     start_lmcache: StartLmcache,
     options: StackOptions | None = None,
     ready_timeout_s: float,
-    progress: Progress | None = None,
+    progress: WaitProgress | None = None,
     env: Mapping[str, str] | None = None,
     platform: Platform | None = None,
 ) -> VllmStatusOut:
@@ -100,7 +100,7 @@ async def start_mp_stack(
 Say = Callable[[str], Awaitable[None]]
 
 
-def _announcer(progress: Progress | None) -> Say:
+def _announcer(progress: WaitProgress | None) -> Say:
     """A progress line sender (reporters expect a worker thread, so it is called from one)."""
     note = progress or (lambda _elapsed, _total, _message: None)
 
