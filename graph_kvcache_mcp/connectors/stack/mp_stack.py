@@ -20,6 +20,7 @@ from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import LmcacheProcessError, VllmProcessError
 
@@ -69,7 +70,7 @@ class ManagedServerCounters:
 
     def _http_url(self) -> str | None:
         vllm = ManagedVllm(self.data_dir, tidy=False).running_state()
-        if vllm is None or vllm.base_url.removesuffix("/v1") != self.vllm_root:
+        if vllm is None or VllmEndpoint.of(vllm.base_url).root != self.vllm_root:
             return None
         port = lmcache_port_of(vllm.process.command)
         server = ManagedLmcache(self.data_dir).running_state(tidy=False)

@@ -51,6 +51,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStatus,
     VllmStopResult,
 )
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.launch import (
     LaunchPlan,
     Platform,
@@ -292,7 +293,7 @@ class ManagedVllm:
         return status.model_copy(update={"reused": True})
 
     def _reuse_foreign(self, launch: VllmLaunch, wanted: str) -> VllmStatus:
-        base_url = f"http://{VLLM_HOST}:{launch.port}/v1"
+        base_url = VllmEndpoint.local(VLLM_HOST, launch.port).api_base
         healthy, served, _reason = probe_server(base_url)
         holder = describe_listener(launch.port)
         if not healthy:
@@ -366,7 +367,7 @@ class ManagedVllm:
             process=record,
             host=VLLM_HOST,
             port=launch.port,
-            base_url=f"http://{VLLM_HOST}:{launch.port}/v1",
+            base_url=VllmEndpoint.local(VLLM_HOST, launch.port).api_base,
             model=launch.model,
             served_model_name=launch.served_model_name or launch.model,
             platform=plan.platform,

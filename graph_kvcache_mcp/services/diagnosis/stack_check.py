@@ -25,7 +25,6 @@ from graph_kvcache_mcp.connectors.stack.runtime import (
     managed_lmcache_runtime,
     managed_vllm_runtime,
 )
-from graph_kvcache_mcp.connectors.vllm.metrics import server_root
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     EngineFacts,
@@ -36,6 +35,7 @@ from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
 )
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 
@@ -140,7 +140,7 @@ async def vllm_facts(
     )
     version = await client.routes.version()
     runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
-    if runtime is not None and server_root(runtime.base_url) != client.root_url:
+    if runtime is not None and VllmEndpoint.of(runtime.base_url) != client.endpoint:
         runtime = None  # the managed server is another one than the one checked
     return VllmFacts(
         target=target,
