@@ -57,6 +57,9 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plugins.vllm_kv", ("plugins.lmcache", "connectors.vllm", "connectors.lmcache")),
     ("plugins.lmcache", ("plugins.vllm_kv", "connectors.vllm", "connectors.lmcache")),
     ("services", ADAPTERS),
+    # model fixtures build from nothing of ours, and only the demo verb uses them in production
+    ("fixtures", ("domain", "connectors", "services", "plugins", "config", *ADAPTERS)),
+    *((layer, ("fixtures",)) for layer in ("domain", "connectors", "services", "plugins", "tools")),
 )
 
 
