@@ -23,7 +23,7 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta, stats_note
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, ProbeSamples, probe_kv
 from graph_kvcache_mcp.services.kv.views import (
     DEFAULT_INLINE_CAP_BYTES,

@@ -41,7 +41,7 @@ from graph_kvcache_mcp.errors import (
     VllmProcessError,
     VllmRequestError,
 )
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import (
     RestartMode,

@@ -31,10 +31,15 @@ ADAPTERS = (
     "server",
     "state",
     "cli",
-    "strict_server",
-    "stdio_guard",
+    "host",
     "__main__",
 )
+HOST_RUNTIME = tuple(
+    f"host.{path.stem}"
+    for path in (ROOT / "host").glob("*.py")
+    if path.stem not in {"__init__", "catalog"}
+)
+"""The MCP runtime, apart from the toolset table (a leaf that config reads)."""
 
 # (importer prefix, forbidden prefixes): a module under the first may import none of the second.
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -57,6 +62,10 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plugins.vllm_kv", ("plugins.lmcache", "connectors.vllm", "connectors.lmcache")),
     ("plugins.lmcache", ("plugins.vllm_kv", "connectors.vllm", "connectors.lmcache")),
     ("services", ADAPTERS),
+    # the MCP runtime knows no tool, verb, use case or I/O: server.py composes it with them
+    ("host", ("tools", "commands", "services", "connectors", "plugins", "server", "cli")),
+    ("config", ("connectors", "services", "plugins", "state", "tools", "commands", "server")),
+    ("config", ("cli", *HOST_RUNTIME)),
     # model fixtures build from nothing of ours, and only the demo verb uses them in production
     ("fixtures", ("domain", "connectors", "services", "plugins", "config", *ADAPTERS)),
     *((layer, ("fixtures",)) for layer in ("domain", "connectors", "services", "plugins", "tools")),
@@ -190,3 +199,8 @@ def test_the_package_exports_exactly_its_public_surface() -> None:
     ]
     for name in graph_kvcache_mcp.__all__:
         assert hasattr(graph_kvcache_mcp, name)
+
+
+def test_the_toolset_table_is_a_leaf_that_config_can_read() -> None:
+    source = (ROOT / "host" / "catalog.py").read_text()
+    assert imported_modules(source, f"{PACKAGE}.host.catalog") == set()
