@@ -1,29 +1,34 @@
-"""`vllm_start kv_connector=mp_native`: the whole stack in one call, in order.
+"""`vllm_start` / `vllm start`: vLLM, and for an MP LMCache connector the whole stack under it.
 
-1. The engine for L2: the configured one (`EPISTEMIC_GRAPH_KVCACHE_URL`), else the managed one
-   (the caller's `ensure_engine` starts or reuses it, holding its lease as usual).
+1. The engine for L2: the configured one (`EPISTEMIC_GRAPH_KVCACHE_URL`), else the managed one,
+   held as the `Lifetime` says (the session's KV access, or running until `engine stop`).
 2. The managed `lmcache server`, planned by the config generator from the vLLM launch (CPU
    transfer mode and shared memory, a chunk size that is a whole number of vLLM blocks, loopback,
-   the same hash seed), started or reused by the caller's `start_lmcache` (its lease).
+   the same hash seed), started or reused under the same lifetime (a lease, or until stop).
 3. vLLM with LMCache's MP connector pointed at that server.
 
 A piece that already runs is reused when it matches; otherwise the start stops with an error that
-names the difference, before anything new is started.
+names the difference, before anything new is started. A start that fails stops what it started
+itself: the lmcache server (its /dev/shm pool goes with it) and, running until stop, the engine;
+a session's engine serves its KV tools too and ends with the session. What it reused runs on.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import anyio
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
@@ -32,61 +37,120 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import (
 )
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.process import WaitProgress as WaitProgress  # for adapters
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config
-from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, plan_stack_server
+from graph_kvcache_mcp.domain.lmcache.stack import (
+    MP_CONNECTORS,
+    StackOptions,
+    generic_facts,
+    plan_stack_server,
+)
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
-from graph_kvcache_mcp.errors import ConfigError, FileRefused
+from graph_kvcache_mcp.errors import ConfigError, FileRefused, LmcacheProcessError
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
+from graph_kvcache_mcp.services.stack.lifetime import Lifetime, RunsUntilStop, SessionLease
+from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 
-StartLmcache = Callable[[ProcessSpec, Mapping[str, str], RespPeer | None], Awaitable[LmcacheStatus]]
-"""Starts (or reuses) the planned server with its environment; the peer for a resp adapter."""
+log = logging.getLogger(__name__)
 
 
-async def start_mp_stack(
-    managed: ManagedVllm,
-    launch: VllmLaunch,
+async def start_vllm(
     settings: Settings,
+    launch: VllmLaunch,
+    lifetime: Lifetime,
     *,
-    ensure_engine: Callable[[], Awaitable[None]],
-    start_lmcache: StartLmcache,
-    options: StackOptions | None = None,
     ready_timeout_s: float,
+    calls_base_url: str,
+    options: StackOptions | None = None,
     progress: WaitProgress | None = None,
+    managed: ManagedVllm | None = None,
     env: Mapping[str, str] | None = None,
     platform: Platform | None = None,
 ) -> VllmStatusOut:
-    """Engine, then `lmcache server`, then vLLM; returns vLLM's status with the server's.
+    """Start (or reuse) vLLM as `launch` asks; with an MP connector, the stack under it first.
+
+    `calls_base_url`: where calls went before (the result's `tools_base_url` when vLLM gives
+    none). `managed`: the session's handle on the managed vLLM, else one for the data dir.
+    `env` is added to vLLM's environment; `platform` skips detecting it (tests).
 
     Raises:
         ConfigError: the launch and the server cannot agree (ports, chunk size).
-        EngineProcessError: the managed engine could not start (from `ensure_engine`).
+        EngineProcessError: the managed engine could not start.
         LmcacheProcessError: the server is missing, runs with other settings, or did not start.
         VllmProcessError: vLLM runs with another tier, or did not start.
     """
-    say = _announcer(progress)
-    where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
-    await ensure_engine()
-    target = resolve_kv_target(settings)
-    await say(f"L2: the {target.source} engine at {target.base_url}")
-    server = await _planned_server(launch, settings, where, target.base_url, options, say)
-    lmcache = ManagedLmcache(settings.data_dir)
-    await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
-    await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
-    await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
-    server_status = await start_lmcache(server.spec, server.env, server.peer)
-    status = await anyio.to_thread.run_sync(
+    managed = managed or ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    if launch.kv_connector in MP_CONNECTORS:
+        return await _start_mp_stack(
+            managed,
+            launch,
+            settings,
+            lifetime,
+            options=options,
+            ready_timeout_s=ready_timeout_s,
+            progress=progress,
+            env=env,
+            platform=platform,
+        )
+    if launch.needs_engine_environment:
+        env = {**engine_environment(settings), **(env or {})}
+    return await anyio.to_thread.run_sync(
         partial(
-            managed.start,
+            vllm_service.start,
+            managed,
             launch,
             env=env,
             ready_timeout_s=ready_timeout_s,
             progress=progress,
-            platform=where,
+            calls_base_url=calls_base_url,
         )
     )
+
+
+async def _start_mp_stack(
+    managed: ManagedVllm,
+    launch: VllmLaunch,
+    settings: Settings,
+    lifetime: Lifetime,
+    *,
+    options: StackOptions | None,
+    ready_timeout_s: float,
+    progress: WaitProgress | None,
+    env: Mapping[str, str] | None,
+    platform: Platform | None,
+) -> VllmStatusOut:
+    """Engine, then `lmcache server`, then vLLM; returns vLLM's status with the server's."""
+    say = _announcer(progress)
+    where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
+    started = _Started(lifetime, settings)
+    try:
+        started.engine = await _ensure_engine(lifetime, settings, launch)
+        target = resolve_kv_target(settings)
+        await say(f"L2: the {target.source} engine at {target.base_url}")
+        server = await _planned_server(launch, settings, where, target.base_url, options, say)
+        lmcache = ManagedLmcache(settings.data_dir)
+        await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
+        await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
+        await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
+        server_status = await _start_lmcache(lifetime, settings, server)
+        started.lmcache = not server_status.reused
+        status = await anyio.to_thread.run_sync(
+            partial(
+                managed.start,
+                launch,
+                env=env,
+                ready_timeout_s=ready_timeout_s,
+                progress=progress,
+                platform=where,
+            )
+        )
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await started.stop()
+        raise
     out = VllmStatusOut.of(status, status.base_url or settings.vllm_base_url)
     return out.model_copy(
         update={
@@ -95,6 +159,70 @@ async def start_mp_stack(
             "stack_notes": server.notes,
         }
     )
+
+
+async def _ensure_engine(lifetime: Lifetime, settings: Settings, launch: VllmLaunch) -> bool:
+    """Make sure the L2 engine answers; True when this call started one that is ours to stop."""
+    match lifetime:
+        case SessionLease(kv=kv):
+            if launch.l2_over_resp and settings.kv_url is None:
+                await kv.start_engine(resp=True)  # the RESP wire is the managed engine's
+            else:
+                await kv.client()
+            return False  # the session's engine: its KV tools use it, it ends with the session
+        case RunsUntilStop():
+            if settings.kv_url is not None:
+                return False
+            engine = ManagedEngine(settings.data_dir)
+            status = await anyio.to_thread.run_sync(partial(engine.start, resp=launch.l2_over_resp))
+            return not status.reused
+
+
+async def _start_lmcache(
+    lifetime: Lifetime, settings: Settings, server: _ServerLaunch
+) -> LmcacheStatus:
+    match lifetime:
+        case SessionLease(lmcache=access):
+            return await access.start(server.spec, env=server.env, resp_peer=server.peer)
+        case RunsUntilStop():
+            lmcache = ManagedLmcache(settings.data_dir, python=lmcache_python(settings))
+            return await anyio.to_thread.run_sync(
+                partial(lmcache.start, server.spec, env=server.env, resp_peer=server.peer)
+            )
+
+
+@dataclass
+class _Started:
+    """What a stack start has started itself so far: what a failed start stops again."""
+
+    lifetime: Lifetime
+    settings: Settings
+    engine: bool = False
+    lmcache: bool = False
+
+    async def stop(self) -> None:
+        """The lmcache server first (it writes to the engine), then the engine."""
+        if self.lmcache:
+            await self._stop_lmcache()
+        if self.engine:
+            engine = ManagedEngine(self.settings.data_dir)
+            result = await anyio.to_thread.run_sync(engine.stop)
+            log.warning("the stack did not start: stopped the engine it started (%s)", result.how)
+
+    async def _stop_lmcache(self) -> None:
+        match self.lifetime:
+            case SessionLease(lmcache=access):
+                try:
+                    result = await access.stop()
+                except LmcacheProcessError as exc:  # another session took it up meanwhile
+                    log.warning("the stack did not start; left the lmcache server: %s", exc)
+                    return
+            case RunsUntilStop():
+                lmcache = ManagedLmcache(self.settings.data_dir)
+                result = await anyio.to_thread.run_sync(lmcache.stop)
+        log.warning(
+            "the stack did not start: stopped the lmcache server it started (%s)", result.how
+        )
 
 
 Say = Callable[[str], Awaitable[None]]
