@@ -59,6 +59,7 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     check_extra_args,
     plan_launch,
 )
+from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
@@ -377,6 +378,7 @@ class ManagedVllm:
             prompt_tokens_details=launch.prompt_tokens_details,
             kv_events=launch.kv_events_endpoint if launch.kv_events else None,
             kv_events_replay=launch.kv_events_replay_endpoint if launch.kv_events else None,
+            kv_wiring=wiring_of(command),
         )
         self.state_file.write(state)
         wait_healthy(self, process, state, ready_timeout_s, note, began)

@@ -35,13 +35,13 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import (
     attach_lmcache_tier,
 )
 from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.wiring import KvWiring
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 
@@ -127,8 +127,8 @@ async def measure_restart_reuse(
             `stack` without an lmcache server), it does not answer, or it does not come back.
     """
     state = _running(managed)
-    connector = kv_connector_of(state.process.command)
-    server = _lmcache_of(managed, state.process.command, connector, mode)
+    connector = state.wiring.connector
+    server = _lmcache_of(managed, state.wiring, mode)
     model = state.served_model_name
     kv = sync_client_for(resolve_kv_target(settings), settings)
     try:
@@ -221,30 +221,28 @@ def _speedup(cold: RestartReuseCall, restarted: RestartReuseCall) -> float | Non
     return round(cold.ttft_s / restarted.ttft_s, 2)
 
 
-def _lmcache_of(
-    managed: ManagedVllm, command: tuple[str, ...], connector: str | None, mode: RestartMode
-) -> LmcacheState | None:
+def _lmcache_of(managed: ManagedVllm, wiring: KvWiring, mode: RestartMode) -> LmcacheState | None:
     """The managed lmcache server an MP vLLM uses (None for EngineKVConnector).
 
     Raises:
         VllmProcessError: the vLLM has no KV tier that survives it, or its server is not ours.
     """
-    if connector == ENGINE_CONNECTOR_CLASS:
+    if wiring.connector == ENGINE_CONNECTOR_CLASS:
         if mode == "stack":
             raise VllmProcessError(
                 "restart='stack' restarts the lmcache server too, but the managed vLLM uses "
                 "EngineKVConnector (no lmcache server): use restart='vllm'"
             )
         return None
-    if connector != MP_CONNECTOR_CLASS:
+    if wiring.connector != MP_CONNECTOR_CLASS:
         raise VllmProcessError(
             "the managed vLLM was started without kv_connector 'engine' or 'mp_native': a "
             "restart would only lose its prefix cache. Stop it and start it with one of them"
         )
     server = ManagedLmcache(managed.data_dir).running_state()
-    if server is None or server.port != lmcache_port_of(command):
+    if server is None or server.port != wiring.lmcache_port:
         raise VllmProcessError(
-            f"the managed vLLM uses the lmcache server on port {lmcache_port_of(command)}, which "
+            f"the managed vLLM uses the lmcache server on port {wiring.lmcache_port}, which "
             f"is not the one started from {managed.data_dir}: start the stack with vllm_start "
             "kv_connector='mp_native'"
         )
