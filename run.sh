@@ -24,13 +24,19 @@ mark_ready() {
   echo "$2" > "$1/.ready.tmp" && mv -f "$1/.ready.tmp" "$1/.ready"
 }
 
-install_without_deps() {
-  # The package goes into the vLLM and LMCache venvs without its dependencies on purpose; pip
-  # then reports the server's own requirements (mcp, ...) as missing: expected, so not shown.
+install_beside_package() {
+  # The package sits in the vLLM and LMCache venvs without its dependencies on purpose; every
+  # later pip install there then reports the server's own requirements (mcp, ...) as missing in
+  # an ERROR block. Expected, so not shown; any other line pip prints still is.
   local python=$1 out
-  if ! out=$("$python" -m pip install -q --no-deps -e . 2>&1); then echo "$out" >&2; return 1; fi
-  echo "$out" | grep -v -e "dependency resolver does not currently" -e ", which is not installed" \
-    -e "^\s*$" >&2 || true
+  shift
+  if ! out=$("$python" -m pip install -q "$@" 2>&1); then echo "$out" >&2; return 1; fi
+  echo "$out" | grep -v -e "dependency resolver does not currently" \
+    -e "^graph-kvcache-mcp .* requires .*, which is not installed" -e "^\s*$" >&2 || true
+}
+
+install_without_deps() {
+  install_beside_package "$1" --no-deps -e .
 }
 
 install_expecting_conflicts() {
@@ -42,7 +48,7 @@ install_expecting_conflicts() {
   if ! out=$("$python" -m pip install -q "$@" 2>&1); then echo "$out" >&2; return 1; fi
   conflicts=$(echo "$out" | grep -c -e ", but you have " || true)
   echo "$out" | grep -v -e "dependency resolver does not currently" -e ", but you have " \
-    -e "^\s*$" >&2 || true
+    -e "^graph-kvcache-mcp .* requires .*, which is not installed" -e "^\s*$" >&2 || true
   [ "$conflicts" = 0 ] || echo "  pip listed $conflicts version conflicts between $* and vLLM's pins: expected (docs/lmcache.md)" >&2
 }
 
@@ -89,7 +95,7 @@ setup_lmcache() {
   # `lmcache server` imports our adapter, so the package goes in there as well (no deps: keep
   # LMCache's pins intact; the adapter needs only pydantic and anyio, which LMCache brings).
   install_without_deps .venv-lmcache/bin/python
-  .venv-lmcache/bin/python -m pip install -q sniffio   # the KV wire imports it; LMCache lacks it
+  install_beside_package .venv-lmcache/bin/python sniffio   # the KV wire imports it; LMCache lacks it
   step ".venv-lmcache ready"
 }
 

@@ -33,22 +33,12 @@ from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
+# The toolset table is declared once, in host/catalog.py; settings name and validate from it.
+from graph_kvcache_mcp.host.catalog import DEFAULT_TOOLSETS as DEFAULT_TOOLSETS
+from graph_kvcache_mcp.host.catalog import TOOLSETS as TOOLSETS
+from graph_kvcache_mcp.host.catalog import Endpoint as Endpoint
+
 APP_DIR_NAME = "graph-kvcache-mcp"
-TOOLSETS = (
-    "kv",
-    "engine",
-    "vllm",
-    "lmcache",
-    "bundle",
-    "diagnose",
-    "fleet",
-    "cache",
-    "compat",
-    "toolsets",
-)
-DEFAULT_TOOLSETS = ("kv", "compat", "engine", "vllm", "bundle", "diagnose", "toolsets")
-"""`toolsets` is the one tool that lists the others and enables an opt-in one at run time."""
-Endpoint = Literal["kv", "vllm"]
 # The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
 DISABLE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled", ""})
 

@@ -27,7 +27,7 @@ class GraphKvcacheError(Exception):
 
 
 class InvalidKey(GraphKvcacheError, ValueError):
-    """A key that breaks one of the engine's key rules (see `domain.keys`)."""
+    """A key that breaks one of the engine's key rules (see `domain.engine.keys`)."""
 
     def __init__(self, key: str, *, rule: str, hint: str) -> None:
         self.key = key

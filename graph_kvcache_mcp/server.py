@@ -14,96 +14,22 @@ import anyio
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from graph_kvcache_mcp import __version__
-from graph_kvcache_mcp.config import Endpoint, Settings
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.errors import quoted
-from graph_kvcache_mcp.registrar import Toolset
+from graph_kvcache_mcp.host.catalog import CATALOG, TOOLSET_MODULES, entry_of
+from graph_kvcache_mcp.host.registrar import Toolset
+from graph_kvcache_mcp.host.strict_server import StrictServer
 from graph_kvcache_mcp.state import AppState
-from graph_kvcache_mcp.strict_server import StrictServer
 from graph_kvcache_mcp.tools import toolsets as toolsets_tool
-
-# Imported only when a server offers the toolset: a host waits for start-up, and the opt-in
-# toolsets (lmcache) need not load for a server that does not list them.
-TOOLSET_MODULES: dict[str, str] = {
-    "kv": "graph_kvcache_mcp.tools.kv",
-    "engine": "graph_kvcache_mcp.tools.engine",
-    "bundle": "graph_kvcache_mcp.tools.bundle",
-    "vllm": "graph_kvcache_mcp.tools.vllm",
-    "lmcache": "graph_kvcache_mcp.tools.lmcache",
-    "diagnose": "graph_kvcache_mcp.tools.diagnose",
-    "fleet": "graph_kvcache_mcp.tools.fleet",
-    "cache": "graph_kvcache_mcp.tools.cache",
-    "compat": "graph_kvcache_mcp.tools.compat",
-}
-
-TOOLSET_ENDPOINTS: dict[str, tuple[Endpoint, ...]] = {
-    "kv": ("kv",),
-    "engine": ("kv",),
-    "lmcache": ("kv",),
-    "compat": ("kv",),
-    "bundle": ("kv", "vllm"),
-    "vllm": ("vllm",),
-}
-"""The endpoints each toolset talks to: a refused one disables the toolset, not the server."""
-
-INSTRUCTION_PARTS: dict[str, str] = {
-    "kv": """\
-KV store (kv_*): the epistemic-graph engine's content-addressed store. Start
-with kv_stats (read-only: counters; pass an earlier result's snapshot_id as `since` to see what
-moved); kv_probe also writes two canary keys. kv_get reads keys (size and sha256; bytes only
-when asked and small), kv_exists checks many keys at once, kv_save writes one value to a new
-file, kv_put stores bytes: the first value stored under a key wins, so a repeat PUT reports
-already_present and changes nothing.""",
-    "engine": """\
-Engine (engine_*): with nothing configured the server runs its own local engine, started on
-first KV use; engine_status shows it.""",
-    "bundle": """\
-Context bundles (bundle_*): bundle_compile selects evidence under a token budget and caches it
-by content (an edit gives a new key); bundle_render and bundle_chat reuse it as a byte-stable
-prefix.""",
-    "vllm": """\
-vLLM (vllm_*): vllm_chat returns the answer and a trace of prompt tokens served from vLLM's
-prefix cache (cached_tokens_source says where the count came from, never 0 for unknown);
-vllm_metrics reads /metrics (pass an earlier snapshot_id as `since` for a delta);
-vllm_start/vllm_status/vllm_stop manage a local server; vllm_trace_summary sums up this
-session's calls or a JSONL trace file.""",
-    "fleet": """\
-Fleet (fleet_*, read-only): several vLLM instances seen through their KV event feeds:
-fleet_status (who can share, who is under pressure, the index), fleet_where_cached (where a
-prompt's prefix is cached), fleet_effectiveness (prompt tokens by source over a window).""",
-    "cache": """\
-Cache steering (cache_*, writes): cache_warm, cache_evict, cache_pin, cache_unpin act on one fleet
-instance's LMCache server through LMCache's coordinator; the engine (L2) never deletes.""",
-    "lmcache": """\
-LMCache (lmcache_*): lmcache_config generates lmcache server / vLLM / YAML config with the
-engine as LMCache's remote tier; lmcache_check validates the adapter against the engine.""",
-    "diagnose": """\
-Diagnosis (diagnose_*, read-only): diagnose_stack checks engine, vLLM and LMCache settings in
-one call and says what is missing; diagnose_miss says why a request missed vLLM's prefix cache;
-diagnose_budget sizes a model's KV cache from its config.json.""",
-    "compat": """\
-graph_kvcache: the single action tool older agents call (get, put, contains/exists, stats).""",
-}
-"""What the server tells a model about each toolset; only the toolsets it registers are named."""
-
-TOOLSET_SUMMARIES: dict[str, str] = {
-    "kv": "the engine's KV store: stats, probe, get, exists, save, put",
-    "engine": "the managed local engine: status, start, stop",
-    "vllm": "chat with cache accounting, /metrics, a managed vLLM",
-    "bundle": "context bundles: compile, render, chat, measure reuse",
-    "diagnose": "why a request missed, stack checks, KV budgets",
-    "lmcache": "LMCache config for the engine as its remote tier, adapter check",
-    "fleet": "several vLLMs through their KV event feeds",
-    "cache": "warm, evict, pin a prompt on an instance's LMCache server",
-    "compat": "graph_kvcache, the single action tool older agents call",
-}
-"""One line per toolset, for the `toolsets` tool (nothing is imported to list them)."""
 
 REACHABLE = {"kv": "the engine for the KV, engine and bundle cache calls", "vllm": "vLLM for chats"}
 
 
 def instructions_for(toolsets: Sequence[str], *, read_only: bool = False) -> str:
     """The server's instructions for a model that has the tools of `toolsets` (and no others)."""
-    parts = [INSTRUCTION_PARTS[name] for name in INSTRUCTION_PARTS if name in toolsets]
+    parts = [
+        entry.instructions for entry in CATALOG if entry.name in toolsets and entry.instructions
+    ]
     if read_only:
         parts.append(
             "This server is read-only: the tools that write, start or stop anything named above "
@@ -125,7 +51,7 @@ def instructions_for(toolsets: Sequence[str], *, read_only: bool = False) -> str
 
 
 def _names_endpoint(endpoint: str, toolsets: Sequence[str]) -> bool:
-    return any(endpoint in TOOLSET_ENDPOINTS.get(name, ()) for name in toolsets)
+    return any(endpoint in entry.endpoints for entry in CATALOG if entry.name in toolsets)
 
 
 def build_server(settings: Settings) -> StrictServer[AppState]:
@@ -195,7 +121,11 @@ class RuntimeToolsets:
         return [name for name in TOOLSET_MODULES if name not in self._enabled]
 
     def catalog(self) -> list[tuple[str, bool, str]]:
-        return [(name, name in self._enabled, TOOLSET_SUMMARIES[name]) for name in TOOLSET_MODULES]
+        return [
+            (entry.name, entry.name in self._enabled, entry.summary)
+            for entry in CATALOG
+            if entry.module is not None
+        ]
 
     def enable(self, name: str) -> tuple[list[str], str]:
         if name in self._enabled:
@@ -212,12 +142,14 @@ class RuntimeToolsets:
         self.register(name)
         logging.getLogger(__name__).info("enabled the %s toolset at run time", name)
         added = [tool for tool in self._server.tool_names() if tool not in before]
-        return added, INSTRUCTION_PARTS.get(name, "")
+        entry = entry_of(name)
+        return added, entry.instructions if entry else ""
 
 
 def toolset_refusal(toolset: str, settings: Settings) -> str | None:
     """Why `toolset` cannot serve (an endpoint it needs was refused at startup), else None."""
-    for endpoint in TOOLSET_ENDPOINTS.get(toolset, ()):
+    entry = entry_of(toolset)
+    for endpoint in entry.endpoints if entry else ():
         if problem := settings.endpoint_problem(endpoint):
             return f"the {toolset} tools are disabled on this server: {problem}"
     return None

@@ -5,7 +5,9 @@ side with ratios. Usage: `.venv/bin/python tools/bench_kv.py [--ops N] [--rounds
 `engine` and `bench` extras (epistemic-graph-server, epistemic-graph 2.27.7).
 
 Rows:
-  sequential  one operation at a time: bare http.client, our sync core, our async client, the peer
+  sequential  one operation at a time: bare http.client, our sync core, our async client, the peer,
+              and httpx (and httpx2, when installed) with a pooled Client / AsyncClient: the
+              general HTTP clients we would use instead of writing the HTTP/1.1 exchange ourselves
   batch       64 blocks: our put_many/get_many (bounded concurrency) vs the peer's one-by-one loop
 Each figure is the best of R rounds (ops/s), to damp noise on a shared 2-core machine.
 """
@@ -19,8 +21,10 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
+import httpx
 from epistemic_graph.kvcache import KvCacheConfig, RemoteKVConnector
 from pydantic import SecretStr
 
@@ -56,6 +60,30 @@ def bare_http_client(host: str, port: int, token: str) -> tuple[Callable[..., No
         conn.close()
 
     return put, get
+
+
+HTTP_LIBRARIES: dict[str, Any] = {"httpx": httpx}
+try:  # the fork the package uses for vLLM and LMCache's admin API
+    import httpx2
+
+    HTTP_LIBRARIES["httpx2"] = httpx2
+except ImportError:  # pragma: no cover - the bench runs without it
+    pass
+
+
+def library_client(library: Any, base_url: str, token: str) -> tuple[Callable[..., None], ...]:
+    """put, get and close over one pooled (keep-alive) `Client` of an httpx-like library."""
+    client = library.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+
+    def put(key: str, value: bytes) -> None:
+        client.put(f"/kv/{key}", content=value).read()
+
+    def get(key: str) -> None:
+        client.get(f"/kv/{key}").read()
+
+    return put, get, client.close
 
 
 def main() -> None:
@@ -109,9 +137,16 @@ def run_all(base_url: str, port: int, token: str, ops: int, rounds: int) -> dict
     results["get bare http.client"] = ops_per_s(ops, gets(bare_get, read_keys), rounds)
     results["get ours (sync core)"] = ops_per_s(ops, gets(sync.get, read_keys), rounds)
     results["get peer RemoteKVConnector"] = ops_per_s(ops, gets(peer.get, read_keys), rounds)
+    for name, library in HTTP_LIBRARIES.items():
+        put, get, close = library_client(library, base_url, token)
+        results[f"put {name} (sync)"] = ops_per_s(ops, fresh_puts(put, ops), rounds)
+        results[f"get {name} (sync)"] = ops_per_s(ops, gets(get, read_keys), rounds)
+        close()
     # The async rows run inside one event loop, as in a server: anyio.run per round would add
     # asyncio's repr of the finished task's result (64 x 256 KiB) to every batch.
-    results.update(anyio.run(async_rows, sync, values, read_keys, batch_keys, rounds))
+    results.update(
+        anyio.run(async_rows, sync, values, read_keys, batch_keys, rounds, base_url, token)
+    )
     many_rounds = max(rounds, 5)
     results["put x64 peer loop"] = ops_per_s(BATCH, fresh_puts(peer.put, BATCH), many_rounds)
     results["get x64 peer loop"] = ops_per_s(BATCH, gets(peer.get, batch_keys), many_rounds)
@@ -126,6 +161,8 @@ async def async_rows(
     read_keys: list[str],
     batch_keys: list[str],
     rounds: int,
+    base_url: str,
+    token: str,
 ) -> dict[str, float]:
     client = KvClient(sync)
 
@@ -154,12 +191,28 @@ async def async_rows(
         await client.get_many(batch_keys)
 
     many_rounds = max(rounds, 5)
-    return {
+    rows = {
         "put ours (async)": await best(len(read_keys), puts, rounds),
         "get ours (async)": await best(len(read_keys), gets, rounds),
         "put_many(64) ours": await best(BATCH, put_batch, many_rounds),
         "get_many(64) ours": await best(BATCH, get_batch, many_rounds),
     }
+    for name, library in HTTP_LIBRARIES.items():
+        headers = {"Authorization": f"Bearer {token}"}
+        async with library.AsyncClient(base_url=base_url, headers=headers, timeout=10) as http:
+
+            async def library_puts() -> None:
+                tag = secrets.token_hex(4)
+                for i in range(len(read_keys)):
+                    await http.put(f"/kv/hp:{tag}:{i}", content=values[i % 8])
+
+            async def library_gets() -> None:
+                for key in read_keys:
+                    await http.get(f"/kv/{key}")
+
+            rows[f"put {name} (async)"] = await best(len(read_keys), library_puts, rounds)
+            rows[f"get {name} (async)"] = await best(len(read_keys), library_gets, rounds)
+    return rows
 
 
 def print_table(r: dict[str, float], ops: int, rounds: int) -> None:
@@ -179,6 +232,12 @@ def print_table(r: dict[str, float], ops: int, rounds: int) -> None:
         ("put_many(64) / peer loop", "put_many(64) ours", "put x64 peer loop", 2.0),
         ("get_many(64) / peer loop", "get_many(64) ours", "get x64 peer loop", 2.0),
     ]
+    for name in HTTP_LIBRARIES:
+        for verb in ("put", "get"):
+            for face in ("async", "sync"):
+                ours = f"{verb} ours ({'async' if face == 'async' else 'sync core'})"
+                label = f"{verb}: ours {face} / {name} {face}"
+                checks.append((label, ours, f"{verb} {name} ({face})", 1.0))
     for label, mine, base, goal in checks:
         ratio = r[mine] / r[base]
         print(f"{label:<52}{ratio:>7.2f}x{goal:>7.1f}x {'ok' if ratio >= goal else 'BELOW GOAL'}")

@@ -41,10 +41,10 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.domain.latency import percentile
-from graph_kvcache_mcp.domain.tool_schemas import lean_output_schema
+from graph_kvcache_mcp.host.strict_server import compact
+from graph_kvcache_mcp.host.tool_schemas import lean_output_schema
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv.views import KvGetManyOut, KvGetOut
-from graph_kvcache_mcp.strict_server import compact
 
 VALUE_BYTES = 4096
 GOAL_OVERHEAD_MS = 2.0

@@ -5,7 +5,7 @@
 Starts `graph-kvcache-mcp` over stdio (the SDK's `Client`, as a host would) with a fresh data
 dir, then calls vllm_start -> bundle_compile -> bundle_chat -> bundle_chat -> diagnose_stack and
 prints each call's seconds and what it showed, as a Markdown table; vllm_stop cleans up. On a CPU
-box pass a small local model (graph_kvcache_mcp/connectors/vllm/tiny_model.py builds one) and
+box pass a small local model (graph_kvcache_mcp/fixtures/tiny_model.py builds one) and
 CPU flags are chosen for it.
 """
 

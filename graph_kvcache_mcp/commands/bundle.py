@@ -26,7 +26,6 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.commands._flags import add_flag, add_model_flags
-from graph_kvcache_mcp.commands.serve import MAX_HTTP_BODY_BYTES
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.vllm.access import open_client
@@ -36,6 +35,7 @@ from graph_kvcache_mcp.domain.bundle.models import BundleParams, ChatAnswerToken
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidValue, VllmRequestError
+from graph_kvcache_mcp.host.http_app import MAX_HTTP_BODY_BYTES
 from graph_kvcache_mcp.services.bundle.bundles import (
     ExactTokenCounter,
     bundle_chat,

@@ -31,8 +31,8 @@ from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_as
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.processes.ports import free_port
-from graph_kvcache_mcp.connectors.vllm.tiny_model import build_tiny_model
 from graph_kvcache_mcp.errors import shortened
+from graph_kvcache_mcp.fixtures.tiny_model import build_tiny_model
 
 if TYPE_CHECKING:
     from mcp import Client

@@ -18,10 +18,10 @@ from graph_kvcache_mcp.commands._common import (
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
-from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.outcomes import Hit
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeSamples, probe_kv
+from graph_kvcache_mcp.services.kv.stats import kv_stats
 from graph_kvcache_mcp.services.kv.views import KvExistsOut, KvGetOut, KvPutOut, KvStatsOut
 
 
@@ -60,9 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_stats(args: argparse.Namespace, settings: Settings) -> int:
     async def go() -> int:
         async with open_kv_client(settings) as kv:
-            out = KvStatsOut.from_outcome(kv.base_url, await kv.stats())
-        lmcache = await engine_l2_counters(settings.data_dir, kv.base_url)
-        out = out.model_copy(update={"lmcache": lmcache}) if lmcache is not None else out
+            out = await kv_stats(kv, settings.data_dir)
         emit(out, as_json=args.json, human=_describe_stats)
         return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 

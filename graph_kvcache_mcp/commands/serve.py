@@ -1,23 +1,16 @@
 """`graph-kvcache-mcp serve`: the MCP server over stdio (default) or streamable HTTP on loopback.
 
 Running `graph-kvcache-mcp` with no subcommand (flags allowed) is `serve` over stdio: that is what
-hosts such as Claude Code and opencode launch. On stdio, SIGTERM/SIGHUP/SIGINT end the server
-through its lifespan, so a managed engine it started is stopped (or kept with --keep-engine).
+hosts such as Claude Code and opencode launch. The verb reads its flags and the HTTP token; the
+transports themselves (signals, the HTTP app and its gates) live in `host/stdio.py` and
+`host/http_app.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import hmac
-import json
-import logging
-import os
-import signal
-import stat
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import SecretStr
@@ -26,34 +19,9 @@ from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
-from graph_kvcache_mcp.domain.jsonrpc import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    Refusal,
-    RequestId,
-    readable_id,
-    refuse_text,
-    refuse_value,
-)
+from graph_kvcache_mcp.host.http_app import HTTP_HOST, http_url
 
-if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-    from graph_kvcache_mcp.state import AppState
-    from graph_kvcache_mcp.strict_server import StrictServer
-
-HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
-HTTP_PATH = "/mcp"
-KEPT_REQUEST_BYTES = 1024 * 1024
-"""How much of a request body the HTTP error rewriter keeps to read a refused message's id."""
-MAX_HTTP_BODY_BYTES = 96 * 1024 * 1024
-"""Room for a 64 MiB value as base64 (~85.4 MiB) inside a JSON-RPC request; the SDK's 4 MiB
-default refused values over ~3 MiB that the tools accept."""
-SIGNAL_CLEANUP_S = 30.0
-"""How long a signalled stdio server waits for its cleanup (stopping its engine) before exiting."""
 _TOP_LEVEL_FLAGS = frozenset({"-h", "--help", "--version"})
 
 
@@ -131,6 +99,8 @@ def default_to_serve(argv: Sequence[str]) -> list[str]:
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: the SDK and server stack cost ~0.5 s, which every other CLI command skips.
+    from graph_kvcache_mcp.host.http_app import serve_http
+    from graph_kvcache_mcp.host.stdio import serve_stdio
     from graph_kvcache_mcp.server import build_server
 
     server = build_server(settings)
@@ -157,245 +127,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         else:
             made = "generated into" if found.created else "read from"
             note(f"HTTP bearer token {made} {found.source} (send 'Authorization: Bearer <token>')")
+    gate = " (bearer token required)" if token is not None else ""
+    note(f"serving MCP over streamable HTTP at {http_url(args.port)}{gate}")
     anyio.run(serve_http, server, args.port, token)
     return EXIT_OK
-
-
-CLIENT_GONE = "the client closed its end of stdout; shutting down"
-
-
-async def serve_stdio(server: StrictServer[AppState]) -> None:
-    """Serve until stdin closes, a signal arrives or the client stops reading stdout (it was
-    killed); each way the lifespan cleans up (a managed engine is stopped) and the exit is 0."""
-    watched = _client_pipe()
-    leaving: list[str] = []
-    async with anyio.create_task_group() as group:
-
-        async def leave(why: str | None) -> None:
-            if leaving:
-                return
-            leaving.append(why or "signal")
-            if why is not None:
-                logging.getLogger(__name__).warning("%s", why)
-            group.cancel_scope.cancel()
-            # The SDK reads stdin in a worker thread that only a line or EOF can wake, so the
-            # task group would wait for it forever. Wait for the lifespan's cleanup (engine
-            # stopped), then leave without that thread.
-            state = server.live_state()
-            if state is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(SIGNAL_CLEANUP_S):
-                    await state.closed.wait()
-            sys.stderr.flush()
-            os._exit(0)
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as sigs:
-                async for _ in sigs:
-                    break
-            await leave(None)
-
-        async def stop_when_the_client_is_gone(fd: int) -> None:
-            # A pipe's write end turns "readable" only when its reader has closed it.
-            await anyio.wait_readable(fd)
-            await leave(CLIENT_GONE)
-
-        group.start_soon(stop_on_signal)
-        if watched is not None:
-            group.start_soon(stop_when_the_client_is_gone, watched)
-        try:
-            await server.run_stdio_async()
-        except* (BrokenPipeError, ConnectionResetError):
-            await leave(CLIENT_GONE)  # an answer found the pipe closed first
-        group.cancel_scope.cancel()
-
-
-def _client_pipe() -> int | None:
-    """A duplicate of stdout to watch, when it is a pipe (what hosts give), taken before the SDK
-    points fd 1 elsewhere; None for a file or terminal, which has no reader to lose."""
-    try:
-        if not stat.S_ISFIFO(os.fstat(1).st_mode):
-            return None
-        return os.dup(1)
-    except OSError:
-        return None
-
-
-async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None) -> None:
-    import uvicorn
-
-    app: ASGIApp = server.streamable_http_app(
-        host=HTTP_HOST, max_request_body_size=MAX_HTTP_BODY_BYTES
-    )
-    app = ReadableRpcErrors(app)
-    app = BearerTokenGate(app, token) if token is not None else NoOAuthDiscovery(app)
-    url = f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
-    gate = " (bearer token required)" if token is not None else ""
-    note(f"serving MCP over streamable HTTP at {url}{gate}")
-    from graph_kvcache_mcp.commands.http_guard import GuardedH11Protocol
-
-    # A header deadline and a per-user connection cap (see http_guard): no slow-loris.
-    config = uvicorn.Config(
-        app, host=HTTP_HOST, port=port, log_level="warning", http=GuardedH11Protocol
-    )
-    await uvicorn.Server(config).serve()
-
-
-class ReadableRpcErrors:
-    """ASGI middleware: a 400 the SDK answers for a body that is not one JSON-RPC message gets
-    the JSON-RPC error the spec names (`domain/jsonrpc.py`: -32700 or -32600, with the id where
-    one can be read) instead of -32602 and pydantic's report, and no `mcp-session-id` (a session
-    minted for a refused message would only answer 404 next)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        kept = [0]  # bytes of the request kept to read its id from; past the cap, none
-        held: list[Message] = []
-
-        async def receive_body() -> Message:
-            message = await receive()
-            if message["type"] == "http.request" and kept[0] <= KEPT_REQUEST_BYTES:
-                chunk = message.get("body", b"")
-                kept[0] += len(chunk)
-                chunks.append(chunk)
-                if kept[0] > KEPT_REQUEST_BYTES:
-                    chunks.clear()  # a large body is a value, not a malformed message
-            return message
-
-        async def send_answer(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 400:
-                held.append(message)
-                return
-            if not held:
-                await send(message)
-                return
-            held.append(message)
-            if not message.get("more_body", False):
-                start, *bodies = held
-                body = b"".join(part.get("body", b"") for part in bodies)
-                request = b"".join(chunks) if kept[0] <= KEPT_REQUEST_BYTES else None
-                await _send_400(send, start, readable_rpc_error(body, request))
-
-        await self.app(scope, receive_body, send_answer)
-
-
-def readable_rpc_error(answer: bytes, request: bytes | None) -> bytes:
-    """`answer` (the SDK's 400 body), or the spec's error for `request` when the SDK refused a
-    body that is not one JSON-RPC message or came without a session (`request` None: a body too
-    large to keep, answered without its id)."""
-    try:
-        error = json.loads(answer)["error"]
-        code, message = error["code"], str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        return answer
-    text = "" if request is None else request.decode("utf-8", errors="replace")
-    if code == PARSE_ERROR:
-        refusal = refuse_text(text)[0]
-    elif code == INVALID_PARAMS and message.startswith("Validation error"):
-        try:
-            refusal = refuse_value(json.loads(text))[0]
-        except ValueError:
-            refusal = Refusal(None, INVALID_REQUEST, "Invalid request: not one JSON-RPC message")
-    elif message == "Bad Request: Missing session ID":
-        why = (
-            "no mcp-session-id header: send initialize first, then send the mcp-session-id "
-            "header its answer carries with every later request"
-        )
-        refusal = Refusal(_request_id(text), code, why)
-    else:
-        return answer
-    fixed = {"code": refusal.code, "message": refusal.message}
-    return json.dumps({"jsonrpc": "2.0", "id": refusal.id, "error": fixed}).encode()
-
-
-def _request_id(text: str) -> RequestId | None:
-    try:
-        return readable_id(json.loads(text))
-    except ValueError:
-        return None
-
-
-async def _send_400(send: Send, start: Message, body: bytes) -> None:
-    drop = {b"mcp-session-id", b"content-length"}
-    headers = [
-        (name, value) for name, value in start.get("headers", []) if name.lower() not in drop
-    ]
-    headers.append((b"content-length", str(len(body)).encode()))
-    await send({**start, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class NoOAuthDiscovery:
-    """ASGI middleware: OAuth discovery paths answer 404, so an OAuth-aware client sends its
-    configured header instead of starting an authorization flow this server cannot finish."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _is_oauth_discovery(scope.get("path", "")):
-            await _answer(send, 404, b'{"error": "this server does not use OAuth"}', [])
-            return
-        await self.app(scope, receive, send)
-
-
-class BearerTokenGate:
-    """ASGI middleware: HTTP requests need `Authorization: Bearer <token>` (the scheme in any
-    case), compared in constant time; else 401 with a hint. OAuth discovery paths answer 404."""
-
-    def __init__(self, app: ASGIApp, token: SecretStr) -> None:
-        self.app = NoOAuthDiscovery(app)
-        self._expected = token.get_secret_value().encode()
-
-    def __repr__(self) -> str:
-        return "BearerTokenGate(token=**********)"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and not _is_oauth_discovery(scope.get("path", ""))
-            and not self._authorized(scope)
-        ):
-            headers = [(b"www-authenticate", b'Bearer realm="graph-kvcache-mcp"')]
-            await _answer(send, 401, UNAUTHORIZED_BODY, headers)
-            return
-        await self.app(scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        for name, value in scope.get("headers", ()):
-            if name.lower() == b"authorization":
-                scheme, _, credentials = bytes(value).strip().partition(b" ")
-                given = credentials.strip()
-                # compare_digest always runs, so timing does not tell a bad scheme from a bad token.
-                matches = hmac.compare_digest(given, self._expected)
-                return matches and scheme.lower() == b"bearer"
-        return False
-
-
-UNAUTHORIZED_BODY = json.dumps(
-    {
-        "error": "missing or wrong bearer token",
-        "hint": "send 'Authorization: Bearer <token>' with the token from "
-        "GRAPH_KVCACHE_HTTP_TOKEN, or from <data dir>/http-token (named on the server's stderr)",
-    }
-).encode()
-
-
-def _is_oauth_discovery(path: str) -> bool:
-    return path.startswith(("/.well-known/oauth-", "/.well-known/openid-configuration"))
-
-
-async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*headers, (b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

@@ -36,7 +36,7 @@ from graph_kvcache_mcp.domain.bundle.models import (
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue, VllmRequestError
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.bundle import bundles as bundle_service
 from graph_kvcache_mcp.services.bundle.bundles import (
     compile_cached,

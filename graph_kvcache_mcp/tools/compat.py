@@ -19,7 +19,7 @@ from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.kv.views import DEFAULT_INLINE_CAP_BYTES, KEPT_FIRST_NOTE
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,

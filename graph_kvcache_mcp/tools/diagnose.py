@@ -13,7 +13,7 @@ from pydantic import Field
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
 from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, explain_miss
 from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack

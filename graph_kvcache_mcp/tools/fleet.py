@@ -12,7 +12,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
 from graph_kvcache_mcp.services.fleet.views import (

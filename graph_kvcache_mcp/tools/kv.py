@@ -19,12 +19,12 @@ from pydantic import Field
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.files.access import create_exclusive
-from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats, stats_delta, stats_note
 from graph_kvcache_mcp.domain.outcomes import Hit, Unavailable
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeCheck, ProbeSamples, probe_kv
+from graph_kvcache_mcp.services.kv.stats import kv_stats as kv_stats_service
 from graph_kvcache_mcp.services.kv.views import (
     DEFAULT_INLINE_CAP_BYTES,
     KvExistsOut,
@@ -71,9 +71,7 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
     kv = await access.connect()
     if isinstance(kv, Unavailable):
         return KvStatsOut(reachable=False, base_url=access.label, reason=kv.reason)
-    out = KvStatsOut.from_outcome(kv.base_url, await kv.stats())
-    lmcache = await engine_l2_counters(access.settings.data_dir, kv.base_url)
-    out = out.model_copy(update={"lmcache": lmcache}) if lmcache is not None else out
+    out = await kv_stats_service(kv, access.settings.data_dir)
     if since is None or out.engine is None:
         return out
     if since.backend != out.engine.backend:

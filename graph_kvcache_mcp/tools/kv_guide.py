@@ -10,7 +10,7 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
 
 # Static resources get no Context in SDK 2.3, so the resource finds the live state by server.

@@ -32,7 +32,7 @@ from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
 from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
     CheckStep,

@@ -17,7 +17,7 @@ from mcp.types import ToolAnnotations, ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
-from graph_kvcache_mcp.registrar import Registrar, ToolsetSwitch
+from graph_kvcache_mcp.host.registrar import Registrar, ToolsetSwitch
 
 # It changes nothing outside this server and adds only tools the server's mode allows; a second
 # enable of the same toolset is refused, so it is not idempotent.

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 import anyio.from_thread
@@ -12,16 +11,13 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
-from graph_kvcache_mcp.connectors.vllm.process import Progress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
-from graph_kvcache_mcp.domain.bundle import ChatMessage as Turn
+from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
-from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
+from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.domain.vllm.chat import AnswerTokens, Temperature
 from graph_kvcache_mcp.domain.vllm.launch import (
     BlockSize,
@@ -41,7 +37,9 @@ from graph_kvcache_mcp.errors import (
     VllmProcessError,
     VllmRequestError,
 )
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
+from graph_kvcache_mcp.services.stack.lifetime import SessionLease
+from graph_kvcache_mcp.services.stack.start import WaitProgress, start_vllm
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import (
     RestartMode,
@@ -49,7 +47,6 @@ from graph_kvcache_mcp.services.vllm.restart_reuse import (
     ReusePromptTokens,
     measure_restart_reuse,
 )
-from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
 from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -87,11 +84,6 @@ RESTARTS_SERVER = ToolAnnotations(
 Model = ServedModel
 
 
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"] = Field(description="Speaker.")
-    content: str = Field(description="The text.")
-
-
 async def vllm_chat(
     ctx: Context[Any],
     message: Annotated[str | None, Field(description="The user turn (or give messages).")] = None,
@@ -110,8 +102,7 @@ async def vllm_chat(
     streamed)."""
     access = state_of(ctx).vllm
     try:
-        turns = None if messages is None else [Turn(**m.model_dump()) for m in messages]
-        conversation = vllm_service.conversation(message, system, turns)
+        conversation = vllm_service.conversation(message, system, messages)
         async with access.borrowed() as client:
             out = await vllm_service.chat(
                 client,
@@ -213,51 +204,18 @@ async def vllm_start(
 
 
 async def _launch(ctx: Context[Any], launch: VllmLaunch, ready_timeout_s: float) -> VllmStatusOut:
-    """vLLM alone, or (an MP LMCache connector) the stack under it first."""
-    access = state_of(ctx).vllm
-    if launch.kv_connector in MP_CONNECTORS:
-        options = StackOptions(http_port=access.settings.lmcache_http_port)
-        return await _start_stack(ctx, launch, options, ready_timeout_s)
-    env = engine_environment(access.settings) if launch.needs_engine_environment else None
-    return await anyio.to_thread.run_sync(
-        partial(
-            vllm_service.start,
-            access.managed,
-            launch,
-            env=env,
-            ready_timeout_s=ready_timeout_s,
-            progress=_progress_reporter(ctx),
-            calls_base_url=access.base_url,
-        )
-    )
-
-
-async def _start_stack(
-    ctx: Context[Any], launch: VllmLaunch, options: StackOptions, ready_timeout_s: float
-) -> VllmStatusOut:
-    """Engine (this session's), lmcache server (its lease), then vLLM."""
+    """vLLM alone, or (an MP LMCache connector) the stack under it first, leased by this
+    session."""
     state = state_of(ctx)
-
-    async def ensure_engine() -> None:
-        if launch.l2_over_resp and state.settings.kv_url is None:
-            await state.kv.start_engine(resp=True)  # the RESP wire is the managed engine's
-        else:
-            await state.kv.client()
-
-    async def start_lmcache(
-        server: ProcessSpec, env: Mapping[str, str], peer: RespPeer | None
-    ) -> LmcacheStatus:
-        return await state.lmcache.start(server, env=env, resp_peer=peer)
-
-    return await start_mp_stack(
-        state.vllm.managed,
-        launch,
+    return await start_vllm(
         state.settings,
-        ensure_engine=ensure_engine,
-        start_lmcache=start_lmcache,
-        options=options,
+        launch,
+        SessionLease(kv=state.kv, lmcache=state.lmcache),
+        options=StackOptions(http_port=state.settings.lmcache_http_port),
         ready_timeout_s=ready_timeout_s,
         progress=_progress_reporter(ctx),
+        calls_base_url=state.vllm.base_url,
+        managed=state.vllm.managed,
     )
 
 
@@ -322,7 +280,7 @@ async def vllm_trace_summary(
         raise ToolError(f"cannot read {path}: {exc}") from exc
 
 
-def _progress_reporter(ctx: Context[Any]) -> Progress:
+def _progress_reporter(ctx: Context[Any]) -> WaitProgress:
     """A progress callback for the worker thread that forwards to the MCP client, in order."""
     last = [-1.0]
 

@@ -14,7 +14,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from graph_kvcache_mcp.commands.http_guard import HEADER_TIMEOUT_S, PER_USER_CONNECTIONS
+from graph_kvcache_mcp.host.http_guard import HEADER_TIMEOUT_S, PER_USER_CONNECTIONS
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.http_server import http_server

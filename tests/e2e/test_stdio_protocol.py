@@ -163,7 +163,6 @@ def test_a_client_that_vanishes_mid_call_ends_the_server_quietly(tmp_path: Path)
         log = fresh.log()
     assert "Traceback" not in log
     assert [line for line in log.splitlines() if line.strip()] == [
-        "WARNING graph_kvcache_mcp.commands.serve: the client closed its end of stdout; "
-        "shutting down"
+        "WARNING graph_kvcache_mcp.host.stdio: the client closed its end of stdout; shutting down"
     ]
     assert not (tmp_path / "engine" / "engine.sock").exists()

@@ -1,6 +1,6 @@
 """The design's own stack for tests: a real engine, a real `lmcache server` (our native_plugin
 adapter as L2) and a real CPU vLLM with LMCache's MP connector, started by the project's own stack
-start (`start_mp_stack`) from `.venv-vllm`, which holds vLLM and LMCache together.
+start (`services/stack/start.py`) from `.venv-vllm`, which holds vLLM and LMCache together.
 
 `MpStack.ensure()` brings every piece up that is not running (a test that stopped one leaves the
 next test a stack to start from); `close()` stops vLLM first, then the server, then the engine.
@@ -20,17 +20,16 @@ import httpx
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, parse_snapshot
-from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
+from graph_kvcache_mcp.services.stack.lifetime import RunsUntilStop
+from graph_kvcache_mcp.services.stack.start import start_vllm
 from tests.support.vllm import (
     MODEL_NAME,
     READY_TIMEOUT_S,
@@ -117,21 +116,15 @@ class MpStack:
         """Engine, server and vLLM up (each reused when it already runs)."""
         self.engine.start(backend="durable", port=self.engine_port)
 
-        async def no_engine_to_start() -> None:  # the configured engine, started above
-            return None
-
-        async def start_lmcache(server: ProcessSpec, env: Any, peer: Any) -> LmcacheStatus:
-            return self.lmcache.start(server, env=env, resp_peer=peer)
-
         os.environ.update(self.env)  # vLLM inherits HF_*/VLLM_* from this process
-        await start_mp_stack(
-            self.vllm,
-            self.launch(),
+        await start_vllm(  # the configured engine, started above; the server until stop
             self.settings,
-            ensure_engine=no_engine_to_start,
-            start_lmcache=start_lmcache,
+            self.launch(),
+            RunsUntilStop(),
+            managed=self.vllm,
             options=self.options,
             ready_timeout_s=READY_TIMEOUT_S,
+            calls_base_url=self.settings.vllm_base_url,
             platform=VLLM_CPU,
         )
 

@@ -9,7 +9,7 @@ Run it with the vLLM venv's interpreter (torch, transformers and tokenizers live
 - `nemotron`: NemotronH, four mamba layers and two attention layers: vLLM splits the mamba layers
   into two groups of two, so three KV cache groups (mamba, mamba, attention).
 
-Both use the tiny Llama's tokenizer and chat template (`connectors/vllm/tiny_model.py`), 64-wide
+Both use the tiny Llama's tokenizer and chat template (`fixtures/tiny_model.py`), 64-wide
 attention heads (a size CPU attention accepts) and a Mamba2 mixer of 4 heads of 32 with a
 16-wide state. `mamba_chunk_size` is 64: smaller than the block vLLM picks for these models on
 CPU, so the recipe's chunk override (`--hf-overrides`) is exercised (../shared hybrid-cpu facts).
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph_kvcache_mcp.connectors.vllm.tiny_model import build_tokenizer
+from graph_kvcache_mcp.fixtures.tiny_model import build_tokenizer
 
 FAMILIES = ("granite", "nemotron")
 HIDDEN = 128

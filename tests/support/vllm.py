@@ -26,14 +26,14 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
-from graph_kvcache_mcp.connectors.vllm.tiny_model import build_tiny_model
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
+from graph_kvcache_mcp.fixtures.tiny_model import build_tiny_model
 from tests.support.engines import require_in_ci
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 ARTIFACTS = REPO / ".test-artifacts"
-BUILDER = REPO / "graph_kvcache_mcp" / "connectors" / "vllm" / "tiny_model.py"
+BUILDER = REPO / "graph_kvcache_mcp" / "fixtures" / "tiny_model.py"
 MODEL_NAME = "tiny-llama"
 BLOCK_SIZE = 32
 READY_TIMEOUT_S = 480.0  # a start on 2 busy cores took over 240 s (load average 24)

@@ -31,10 +31,32 @@ ADAPTERS = (
     "server",
     "state",
     "cli",
-    "strict_server",
-    "stdio_guard",
+    "host",
     "__main__",
 )
+STACK_CONNECTORS = (
+    "connectors.engine.process",
+    "connectors.lmcache.process",
+    "connectors.vllm.process",
+    "connectors.stack",
+    "connectors.processes",
+)
+"""What starts, stops or wires processes: adapters go through services/stack instead."""
+STACK_DEBT = {
+    "tools.lmcache",  # lmcache_start/stop: still start the server and stop its vLLM themselves
+    "commands.lmcache",
+    "commands.engine",  # engine start/stop
+    "commands.demo",  # starts its own engine and vLLM for the scripted tour
+    "commands.serve",  # port_in_use before binding the HTTP port
+    "commands.vllm._handlers",  # vllm status/stop/logs/chat on the managed vLLM
+}
+"""Adapters that still reach a process connector: to move behind services/stack (issue #29)."""
+HOST_RUNTIME = tuple(
+    f"host.{path.stem}"
+    for path in (ROOT / "host").glob("*.py")
+    if path.stem not in {"__init__", "catalog"}
+)
+"""The MCP runtime, apart from the toolset table (a leaf that config reads)."""
 
 # (importer prefix, forbidden prefixes): a module under the first may import none of the second.
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -57,6 +79,13 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plugins.vllm_kv", ("plugins.lmcache", "connectors.vllm", "connectors.lmcache")),
     ("plugins.lmcache", ("plugins.vllm_kv", "connectors.vllm", "connectors.lmcache")),
     ("services", ADAPTERS),
+    # the MCP runtime knows no tool, verb, use case or I/O: server.py composes it with them
+    ("host", ("tools", "commands", "services", "connectors", "plugins", "server", "cli")),
+    ("config", ("connectors", "services", "plugins", "state", "tools", "commands", "server")),
+    ("config", ("cli", *HOST_RUNTIME)),
+    # model fixtures build from nothing of ours, and only the demo verb uses them in production
+    ("fixtures", ("domain", "connectors", "services", "plugins", "config", *ADAPTERS)),
+    *((layer, ("fixtures",)) for layer in ("domain", "connectors", "services", "plugins", "tools")),
 )
 
 
@@ -123,6 +152,9 @@ def test_no_module_breaks_a_layer_or_ties_two_subsystems_together() -> None:
         ("graph_kvcache_mcp.services.x", "from graph_kvcache_mcp import tools"),
         ("graph_kvcache_mcp.connectors.vllm.x", "from ..fleet import feed"),
         ("graph_kvcache_mcp.domain.fleet.x", "import zmq, graph_kvcache_mcp.connectors.fleet"),
+        ("graph_kvcache_mcp.host.x", "from graph_kvcache_mcp.tools import kv"),
+        ("graph_kvcache_mcp.config", "from graph_kvcache_mcp.host.strict_server import X"),
+        ("graph_kvcache_mcp.connectors.vllm.x", "from graph_kvcache_mcp.host import jsonrpc"),
     ],
 )
 def test_the_check_catches_a_violating_import(module: str, source: str) -> None:
@@ -187,3 +219,27 @@ def test_the_package_exports_exactly_its_public_surface() -> None:
     ]
     for name in graph_kvcache_mcp.__all__:
         assert hasattr(graph_kvcache_mcp, name)
+
+
+def test_the_toolset_table_is_a_leaf_that_config_can_read() -> None:
+    source = (ROOT / "host" / "catalog.py").read_text()
+    assert imported_modules(source, f"{PACKAGE}.host.catalog") == set()
+
+
+def test_adapters_reach_the_managed_processes_only_through_the_stack_service() -> None:
+    reaching = {
+        module.removeprefix(PACKAGE + "."): sorted(
+            name.removeprefix(PACKAGE + ".")
+            for name in imported_modules(source, module)
+            if any(
+                name.removeprefix(PACKAGE + ".") == prefix
+                or name.removeprefix(PACKAGE + ".").startswith(prefix + ".")
+                for prefix in STACK_CONNECTORS
+            )
+        )
+        for module, source in package_modules().items()
+        if module.removeprefix(PACKAGE + ".").startswith(("tools.", "commands."))
+    }
+    offenders = {module for module, names in reaching.items() if names}
+    assert offenders - STACK_DEBT == set(), {m: reaching[m] for m in offenders - STACK_DEBT}
+    assert STACK_DEBT - offenders == set(), "moved behind the stack service: drop from STACK_DEBT"

@@ -13,7 +13,7 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, ValidationError
 
-from graph_kvcache_mcp.strict_server import StrictServer
+from graph_kvcache_mcp.host.strict_server import StrictServer
 
 PINNED_MINOR = "2.3."
 

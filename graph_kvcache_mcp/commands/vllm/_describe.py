@@ -5,7 +5,7 @@ from __future__ import annotations
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
 from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
-from graph_kvcache_mcp.services.vllm.restart_reuse import RestartReuseOut, ReuseCall
+from graph_kvcache_mcp.services.vllm.restart_reuse import RestartReuseCall, RestartReuseOut
 from graph_kvcache_mcp.services.vllm.views import VllmMetricsOut, VllmStatusOut
 
 
@@ -129,7 +129,7 @@ def describe_logs(logs: VllmLogs) -> str:
 
 
 def describe_reuse(out: RestartReuseOut) -> str:
-    def ttft(call: ReuseCall) -> str:
+    def ttft(call: RestartReuseCall) -> str:
         return f"{call.ttft_s:.3f} s" if call.ttft_s is not None else "unknown"
 
     warm = out.restarted

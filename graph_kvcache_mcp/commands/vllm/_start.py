@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from functools import partial
 
 import anyio
@@ -12,19 +11,11 @@ from graph_kvcache_mcp.commands._common import EXIT_OK, emit, note
 from graph_kvcache_mcp.commands._flags import add_launch_flags, add_model_flags, model_from_args
 from graph_kvcache_mcp.commands.vllm._describe import describe_status
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import engine_environment
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
-from graph_kvcache_mcp.domain.lmcache.stack import MP_CONNECTORS, StackOptions
+from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
-from graph_kvcache_mcp.services.vllm import operations as vllm_service
-from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
-from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
+from graph_kvcache_mcp.services.stack.lifetime import RunsUntilStop
+from graph_kvcache_mcp.services.stack.start import start_vllm
 
 LAUNCH_FLAGS = (
     "model",
@@ -96,65 +87,24 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         prompt_tokens_details=not args.no_prompt_tokens_details,
         extra_args=tuple(args.extra_arg),
     )
-    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
-    progress = None if args.json else _note_progress
-    if launch.kv_connector in MP_CONNECTORS:
-        options = StackOptions(
-            http_port=args.http_port or settings.lmcache_http_port, chunk_size=args.chunk_size
-        )
-        out = anyio.run(
-            partial(
-                _start_stack, settings, managed, launch, options, args.ready_timeout_s, progress
-            )
-        )
-    else:
-        out = vllm_service.start(
-            managed,
+    options = StackOptions(
+        http_port=args.http_port or settings.lmcache_http_port, chunk_size=args.chunk_size
+    )
+    out = anyio.run(
+        partial(
+            start_vllm,
+            settings,
             launch,
-            env=engine_environment(settings) if launch.needs_engine_environment else None,
+            RunsUntilStop(),  # each piece runs until its own stop command
+            options=options,
             ready_timeout_s=args.ready_timeout_s,
-            progress=progress,
+            progress=None if args.json else _note_progress,
             calls_base_url=settings.vllm_base_url,
         )
+    )
     emit(out, as_json=args.json, human=describe_status)
     return EXIT_OK
 
 
 def _note_progress(_elapsed_s: float, _total_s: float, message: str) -> None:
     note(message)
-
-
-async def _start_stack(
-    settings: Settings,
-    managed: ManagedVllm,
-    launch: VllmLaunch,
-    options: StackOptions,
-    ready_timeout_s: float,
-    progress: Progress | None,
-) -> VllmStatusOut:
-    """The stack from the CLI: each piece it starts runs until its own `stop` command."""
-
-    async def ensure_engine() -> None:
-        if settings.kv_url is None:
-            await anyio.to_thread.run_sync(
-                partial(ManagedEngine(settings.data_dir).start, resp=launch.l2_over_resp)
-            )
-
-    async def start_lmcache(
-        server: ProcessSpec, env: Mapping[str, str], peer: RespPeer | None
-    ) -> LmcacheStatus:
-        lmcache = ManagedLmcache(settings.data_dir, python=lmcache_python(settings))
-        return await anyio.to_thread.run_sync(
-            partial(lmcache.start, server, env=env, resp_peer=peer)
-        )
-
-    return await start_mp_stack(
-        managed,
-        launch,
-        settings,
-        ensure_engine=ensure_engine,
-        start_lmcache=start_lmcache,
-        options=options,
-        ready_timeout_s=ready_timeout_s,
-        progress=progress,
-    )

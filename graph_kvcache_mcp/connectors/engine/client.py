@@ -2,16 +2,16 @@
 
 `SyncKvClient` is the blocking client (LMCache's threads call it; batches fan out on a thread
 pool). `KvClient` is what tools and services await: it sends on the event loop itself. Both read
-responses through the same code. Keys are checked by `domain.keys` before any I/O and sent raw;
-values over the cap are refused unsent.
+responses through the same code. Keys are checked by `domain.engine.keys` before any I/O and
+sent raw; values over the cap are refused unsent.
 
 One deadline per call: every public method, a batch included, makes one `Deadline` of
-`timeout_s` (plus upload time for request bodies, `engine_limits.call_budget_s`) that bounds all it
-does: connecting, sending, reading, waiting for a lane of its batch, and retrying. Only a
-connection refused or reset before a byte was sent is retried; a timeout never is. Each call fans
-out on lanes of its own (at most `concurrency` requests in flight per call) and never waits behind
-another call's requests, so one caller stuck on a hung engine holds no other caller past its own
-deadline.
+`timeout_s` (plus upload time for request bodies, `domain.engine.limits.call_budget_s`) that
+bounds all it does: connecting, sending, reading, waiting for a lane of its batch, and
+retrying. Only a connection refused or reset before a byte was sent is retried; a timeout never
+is. Each call fans out on lanes of its own (at most `concurrency` requests in flight per call)
+and never waits behind another call's requests, so one caller stuck on a hung engine holds no
+other caller past its own deadline.
 """
 
 from __future__ import annotations

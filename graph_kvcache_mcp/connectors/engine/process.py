@@ -33,7 +33,7 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.readiness import (
     ENGINE_HOST,
-    Progress,
+    StartNote,
     listener_refusal,
     log_size,
     wait_ready,
@@ -179,7 +179,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         port: int | None = None,
         backend: Backend = "durable",
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        progress: Progress | None = None,
+        progress: StartNote | None = None,
         runs_until_stop: bool = True,
         resp: bool = False,
     ) -> EngineStatus:
@@ -203,7 +203,7 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         port: int | None,
         backend: Backend,
         ready_timeout_s: float,
-        progress: Progress | None,
+        progress: StartNote | None,
         runs_until_stop: bool,
         resp: bool,
     ) -> EngineStatus:

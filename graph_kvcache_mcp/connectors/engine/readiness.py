@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 ENGINE_HOST = "127.0.0.1"
 BIND_FAILED = "Address already in use"
-Progress = Callable[[str], None]
+StartNote = Callable[[str], None]
 
 
 def wait_ready(
@@ -47,7 +47,7 @@ def wait_ready(
     process: subprocess.Popen[bytes],
     state: EngineState,
     timeout_s: float,
-    note: Progress,
+    note: StartNote,
     log_offset: int,
 ) -> None:
     """Return once the engine we started answers on its own port; else stop it and raise.

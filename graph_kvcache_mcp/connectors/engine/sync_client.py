@@ -1,4 +1,4 @@
-"""The blocking `/kv/<key>` client, and the core `KvClient` is built on.
+"""The blocking `/kv/<key>` client: the core that `KvClient` is built on.
 
 `SyncKvClient` is what LMCache's threads call (batches fan out on a thread pool of its own). It
 owns the wire, the key checks, the retry rule and the reading of every response, so the async

@@ -17,7 +17,7 @@ from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 
-class LmcacheStatus(BaseModel):
+class LmcacheHealth(BaseModel):
     """What the server says about itself."""
 
     model_config = ConfigDict(frozen=True)
@@ -48,7 +48,7 @@ class LmcacheHttp:
     async def __aexit__(self, *_exc: object) -> None:
         await self._http.aclose()
 
-    async def status(self) -> LmcacheStatus | Unavailable:
+    async def status(self) -> LmcacheHealth | Unavailable:
         """Health, version and unhealthy L2 adapters, or why the server did not answer."""
         health = await self._get("/healthcheck")
         if isinstance(health, Unavailable):
@@ -61,7 +61,7 @@ class LmcacheHttp:
             for adapter in report.l2_adapters
             if adapter.healthy is False
         ]
-        return LmcacheStatus(
+        return LmcacheHealth(
             healthy=isinstance(health, dict) and health.get("status") == "healthy",
             version=None if isinstance(version, Unavailable) else str(version),
             unhealthy_l2=unhealthy,

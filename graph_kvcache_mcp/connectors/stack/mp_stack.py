@@ -14,12 +14,12 @@ import anyio.to_thread
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import LmcacheProcessError, VllmProcessError
 
@@ -32,9 +32,9 @@ MP_CONNECTOR_CLASS = "LMCacheMPConnector"
 def dependent_vllm(data_dir: Path, lmcache_port: int) -> VllmState | None:
     """The running vLLM of `data_dir` whose MP connector talks to the server on `lmcache_port`."""
     state = ManagedVllm(data_dir, tidy=False).running_state()
-    if state is None or kv_connector_of(state.process.command) != MP_CONNECTOR_CLASS:
+    if state is None or state.wiring.connector != MP_CONNECTOR_CLASS:
         return None
-    return state if lmcache_port_of(state.process.command) == lmcache_port else None
+    return state if state.wiring.lmcache_port == lmcache_port else None
 
 
 def dependency_reason(data_dir: Path, server: LmcacheState) -> str | None:
@@ -69,9 +69,9 @@ class ManagedServerCounters:
 
     def _http_url(self) -> str | None:
         vllm = ManagedVllm(self.data_dir, tidy=False).running_state()
-        if vllm is None or vllm.base_url.removesuffix("/v1") != self.vllm_root:
+        if vllm is None or VllmEndpoint.of(vllm.base_url).root != self.vllm_root:
             return None
-        port = lmcache_port_of(vllm.process.command)
+        port = vllm.wiring.lmcache_port
         server = ManagedLmcache(self.data_dir).running_state(tidy=False)
         return server.http_url if server is not None and server.port == port else None
 
@@ -111,8 +111,7 @@ def check_vllm_reusable(managed: ManagedVllm, launch: VllmLaunch) -> None:
     state = managed.running_state()
     if state is None:
         return
-    connector = kv_connector_of(state.process.command)
-    port = lmcache_port_of(state.process.command)
+    connector, port = state.wiring.connector, state.wiring.lmcache_port
     if connector == MP_CONNECTOR_CLASS and port == launch.lmcache_port:
         return
     runs = f"KV connector {connector}" if connector else "no KV connector"

@@ -1,5 +1,5 @@
 """How the vLLM this data dir manages was started: its KV connector and the lmcache server its MP
-connector talks to (from the recorded command), its platform, and its PYTHONHASHSEED and
+connector talks to (its recorded `KvWiring`), its platform, and its PYTHONHASHSEED and
 LMCACHE_MP_TRANSFER_MODE (from the process's environment, read for those names only); and how
 the managed `lmcache server` runs: its seed, transfer mode, port, whether its log shows a
 registration it cannot serve, and whether its resp adapter lost its engine. Plus the
@@ -7,7 +7,6 @@ registration it cannot serve, and whether its resp adapter lost its engine. Plus
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -21,7 +20,6 @@ from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 
-KV_TRANSFER_FLAG = "--kv-transfer-config"
 TRANSFER_MODE_FLAG = "--supported-transfer-mode"
 LMCACHE_DEFAULT_TRANSFER_MODE = "lmcache_driven"
 """`lmcache server`'s default (lmcache/v1/multiprocess/config.py, 0.5.6)."""
@@ -57,14 +55,14 @@ def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
     state = ManagedVllm(data_dir, tidy=False).running_state()  # a diagnosis changes nothing
     if state is None:
         return None
-    target = lmcache_target_of(state.process.command)
+    target = state.wiring.lmcache_target
     answers = None
     if target is not None:
         host, _, port = target.rpartition(":")
         answers = port.isdigit() and port_in_use(host, int(port))
     return ManagedRuntime(
         base_url=state.base_url,
-        kv_connector=kv_connector_of(state.process.command),
+        kv_connector=state.wiring.connector,
         hash_seed=environment_value(state.process.pid, "PYTHONHASHSEED"),
         platform=state.platform.kind,
         lmcache_target=target,
@@ -113,46 +111,3 @@ def leaked_lmcache_segments(shm_dir: Path = SHM_DIR) -> list[str]:
         for name in names
         if (match := _SEGMENT.match(name)) and not psutil.pid_exists(int(match.group(1)))
     ]
-
-
-def kv_connector_of(command: tuple[str, ...]) -> str | None:
-    """The `kv_connector` named by a command's --kv-transfer-config, None without one."""
-    value = transfer_config_text(command)
-    if value is None:
-        return None
-    try:
-        config = json.loads(value)
-    except ValueError:
-        return "unparsed --kv-transfer-config"
-    return str(config.get("kv_connector")) if isinstance(config, dict) else None
-
-
-def lmcache_port_of(command: tuple[str, ...]) -> int | None:
-    """The `lmcache.mp.port` a command's --kv-transfer-config points LMCache's MP connector at."""
-    value = transfer_config_text(command)
-    if value is None:
-        return None
-    try:
-        return int(json.loads(value)["kv_connector_extra_config"]["lmcache.mp.port"])
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
-def lmcache_target_of(command: tuple[str, ...]) -> str | None:
-    """host:port of the lmcache server an MP connector's --kv-transfer-config names."""
-    port = lmcache_port_of(command)
-    if port is None:
-        return None
-    config = json.loads(transfer_config_text(command) or "{}")  # parsed by lmcache_port_of
-    host = str(config["kv_connector_extra_config"].get("lmcache.mp.host", "tcp://127.0.0.1"))
-    return f"{host.removeprefix('tcp://')}:{port}"
-
-
-def transfer_config_text(command: tuple[str, ...]) -> str | None:
-    """The raw value of a command's --kv-transfer-config (either spelling), None without one."""
-    for index, arg in enumerate(command):
-        if arg == KV_TRANSFER_FLAG and index + 1 < len(command):
-            return command[index + 1]
-        if arg.startswith(KV_TRANSFER_FLAG + "="):
-            return arg.split("=", 1)[1]
-    return None

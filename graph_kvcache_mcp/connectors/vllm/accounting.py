@@ -7,7 +7,7 @@ to measure: the answer's count is local plus external, and only /metrics tells t
 vLLM publishes a request's stats a moment after it answers, so the snapshot after a call is
 polled until `vllm:prompt_tokens_total` has moved by at least the call's prompt tokens, or
 `SETTLE_S` has passed. Chat and the bundle reuse measurement both use this one wait;
-`domain.vllm_chat` decides what the window may be credited with.
+`domain.vllm.chat` decides what the window may be credited with.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ JSON shape is a bad answer, not a crash) and never retries by itself: a chat cal
 may have reached vLLM, and a repeat would be a second call.
 
 `timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
-failures become `Unavailable` values (`connectors.vllm_errors` says which of three reasons).
-The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm_accounting`): from
-the answer's usage, else from /metrics around the call, by the rule in `domain.vllm_chat`.
+failures become `Unavailable` values (`connectors.vllm.errors` says which of three reasons).
+The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm.accounting`): from
+the answer's usage, else from /metrics around the call, by the rule in `domain.vllm.chat`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from graph_kvcache_mcp.connectors.vllm.chat_requests import (
     failure_of,
     pieces,
 )
-from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient, server_root
+from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient
 from graph_kvcache_mcp.connectors.vllm.routes import VllmRoutes
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -48,6 +48,7 @@ from graph_kvcache_mcp.domain.vllm.chat import (
     ChatResult,
     PrefixCacheReset,
 )
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.traces import Trace, cache_split
 from graph_kvcache_mcp.errors import VllmRequestError
 
@@ -68,8 +69,9 @@ class VllmClient:
         metrics_fallback: bool = True,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
-        self.root_url = server_root(base_url)  # validates: loopback http or https
-        self.base_url = self.root_url + "/v1"
+        self.endpoint = VllmEndpoint.of(base_url)  # validates: http or https
+        self.root_url = self.endpoint.root
+        self.base_url = self.endpoint.api_base
         self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
         self._http = httpx2.AsyncClient(
@@ -85,9 +87,7 @@ class VllmClient:
             http_client=self._http,
             _strict_response_validation=True,
         )
-        self.metrics = VllmMetricsClient(
-            self._http, self.root_url + "/metrics", timeout_s=timeout_s
-        )
+        self.metrics = VllmMetricsClient(self._http, self.endpoint.metrics_url, timeout_s=timeout_s)
         self.meter = CacheMeter(self.metrics, fallback=metrics_fallback)
         self.routes = VllmRoutes(self._http, self.root_url, timeout_s=timeout_s)
         self._models: list[str] | None = None

@@ -8,7 +8,7 @@ Three ways vLLM can fail to answer, each an `Unavailable` with its own reason:
   page from a proxy, a 5xx with vLLM's own message).
 A request vLLM refuses (4xx other than auth) is the caller's mistake: `VllmRequestError`.
 This module does not import openai (the /metrics reader uses it too); the openai SDK's own
-failures are mapped onto these reasons in `connectors.vllm_requests`.
+failures are mapped onto these reasons in `connectors.vllm.chat_requests`.
 """
 
 from __future__ import annotations

@@ -7,11 +7,12 @@ from pathlib import Path
 import httpx2
 
 from graph_kvcache_mcp.connectors.processes.control import tail
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 
 
 def probe_server(base_url: str, *, timeout_s: float = 3.0) -> tuple[bool, list[str], str | None]:
     """(healthy, served model names, reason when not healthy) for a vLLM base URL."""
-    root = base_url.removesuffix("/v1")
+    root = VllmEndpoint.of(base_url).root
     try:
         with httpx2.Client(timeout=timeout_s) as http:
             health = http.get(root + "/health")

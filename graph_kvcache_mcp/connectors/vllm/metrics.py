@@ -23,27 +23,6 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 120.0  # the whole scrape; GRAPH_KVCACHE_VLLM_TIMEOUT_S through VllmClient
 
 
-def server_root(base_url: str) -> str:
-    """The server's root URL for an (already approved) OpenAI base URL: a trailing `/v1` is
-    dropped.
-
-    Raises:
-        ConfigError: not an http(s) URL.
-    """
-    endpoint = parse_http_url(base_url, what="VLLM_BASE_URL")
-    root = endpoint.url
-    return root.removesuffix("/v1")
-
-
-def metrics_url_for(base_url: str) -> str:
-    """`/metrics` beside the OpenAI routes of `base_url`.
-
-    Raises:
-        ConfigError: not an http(s) URL.
-    """
-    return server_root(base_url) + "/metrics"
-
-
 class VllmMetricsClient:
     """Reads one server's `/metrics` through a shared `httpx2.AsyncClient` (not owned here)."""
 

@@ -52,6 +52,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStatus,
     VllmStopResult,
 )
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.launch import (
     LaunchPlan,
     Platform,
@@ -59,13 +60,14 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     check_extra_args,
     plan_launch,
 )
+from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
 MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 # progress(elapsed_s, deadline_s, message)
-Progress = Callable[[float, float, str], None]
+WaitProgress = Callable[[float, float, str], None]
 
 
 class ManagedVllm:
@@ -104,7 +106,7 @@ class ManagedVllm:
         *,
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        progress: Progress | None = None,
+        progress: WaitProgress | None = None,
         platform: Platform | None = None,
     ) -> VllmStatus:
         """Ensure vLLM serves `launch.model` on `launch.port`; start nothing if one already does.
@@ -126,7 +128,7 @@ class ManagedVllm:
         launch: VllmLaunch,
         env: Mapping[str, str] | None,
         ready_timeout_s: float,
-        progress: Progress | None,
+        progress: WaitProgress | None,
         platform: Platform | None,
     ) -> VllmStatus:
         note = progress or (lambda _elapsed, _total, _message: None)
@@ -189,7 +191,7 @@ class ManagedVllm:
         *,
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        progress: Progress | None = None,
+        progress: WaitProgress | None = None,
         while_stopped: Callable[[], object] | None = None,
     ) -> VllmStatus:
         """Stop our server and start the very same command again (flags, port, data dir);
@@ -274,7 +276,7 @@ class ManagedVllm:
         launch: VllmLaunch,
         wanted: str,
         ready_timeout_s: float,
-        note: Progress,
+        note: WaitProgress,
     ) -> VllmStatus:
         if launch.kv_events and not state.kv_events:
             raise VllmProcessError(
@@ -298,7 +300,7 @@ class ManagedVllm:
         return status.model_copy(update={"reused": True})
 
     def _reuse_foreign(self, launch: VllmLaunch, wanted: str) -> VllmStatus:
-        base_url = f"http://{VLLM_HOST}:{launch.port}/v1"
+        base_url = VllmEndpoint.local(VLLM_HOST, launch.port).api_base
         healthy, served, _reason = probe_server(base_url)
         holder = describe_listener(launch.port)
         if not healthy:
@@ -353,7 +355,7 @@ class ManagedVllm:
         plan: LaunchPlan,
         extra_env: Mapping[str, str],
         ready_timeout_s: float,
-        note: Progress,
+        note: WaitProgress,
     ) -> VllmStatus:
         command = (self.python, "-m", ENTRY_MODULE, *plan.args)
         began = time.monotonic()
@@ -372,7 +374,7 @@ class ManagedVllm:
             process=record,
             host=VLLM_HOST,
             port=launch.port,
-            base_url=f"http://{VLLM_HOST}:{launch.port}/v1",
+            base_url=VllmEndpoint.local(VLLM_HOST, launch.port).api_base,
             model=launch.model,
             served_model_name=launch.served_model_name or launch.model,
             platform=plan.platform,
@@ -382,6 +384,7 @@ class ManagedVllm:
             prompt_tokens_details=launch.prompt_tokens_details,
             kv_events=launch.kv_events_endpoint if launch.kv_events else None,
             kv_events_replay=launch.kv_events_replay_endpoint if launch.kv_events else None,
+            kv_wiring=wiring_of(command),
         )
         self.state_file.write(state)
         wait_healthy(self, process, state, ready_timeout_s, note, began)

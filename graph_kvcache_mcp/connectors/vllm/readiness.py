@@ -23,10 +23,11 @@ from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, probe_server, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
 from graph_kvcache_mcp.connectors.vllm.state import VllmState, VllmStatus
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.errors import VllmProcessError
 
 if TYPE_CHECKING:
-    from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+    from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 
 
 def wait_healthy(
@@ -34,7 +35,7 @@ def wait_healthy(
     process: subprocess.Popen[bytes] | None,
     state: VllmState,
     timeout_s: float,
-    note: Progress,
+    note: WaitProgress,
     began: float,
 ) -> None:
     """Return once the vLLM we started answers /health on a port its group holds; else stop it.
@@ -44,7 +45,7 @@ def wait_healthy(
             within `timeout_s` of `began`.
     """
     deadline = began + timeout_s
-    health_url = state.base_url.removesuffix("/v1") + "/health"
+    health_url = VllmEndpoint.of(state.base_url).root + "/health"
     next_note = time.monotonic() + 5.0
     with httpx2.Client(timeout=2.0) as http:
         while time.monotonic() < deadline:
@@ -110,7 +111,7 @@ def status_of(
 
 def foreign_status(port: int, data_dir: Path) -> VllmStatus:
     """The status of a server on `port` that this tool did not start (never signalled)."""
-    base_url = f"http://{VLLM_HOST}:{port}/v1"
+    base_url = VllmEndpoint.local(VLLM_HOST, port).api_base
     healthy, served, reason = probe_server(base_url)
     holder = describe_listener(port)
     return VllmStatus(

@@ -5,7 +5,7 @@ A chat request is tokenized through the served model's chat template with the ge
 added, as a chat completion does, so the ids are the ones the prefix cache hashes.
 
 Plain httpx calls on the client's shared `httpx2.AsyncClient`; every answer is checked before it
-is read (`connectors.vllm_errors`), so a proxy's page or a foreign shape is a bad answer.
+is read (`connectors.vllm.errors`), so a proxy's page or a foreign shape is a bad answer.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.connectors.processes.state_file import ProcessState
 from graph_kvcache_mcp.connectors.processes.status import ProcessStatus, StopResult
 from graph_kvcache_mcp.domain.vllm.launch import Platform
+from graph_kvcache_mcp.domain.vllm.wiring import KvWiring, wiring_of
 
 
 class VllmState(ProcessState):
@@ -30,6 +31,15 @@ class VllmState(ProcessState):
         description="The launch plan's own environment (never a secret), which a restart must "
         "give the new process again, e.g. PYTHONHASHSEED for the LMCache connectors.",
     )
+    kv_wiring: KvWiring | None = Field(
+        None, description="Its KV connector and lmcache server, read from the command we built."
+    )
+
+    @property
+    def wiring(self) -> KvWiring:
+        """How its KV tier is wired; a record written before `kv_wiring` existed is read from
+        its recorded command instead."""
+        return self.kv_wiring or wiring_of(self.process.command)
 
 
 class VllmStatus(ProcessStatus):

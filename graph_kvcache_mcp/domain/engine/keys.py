@@ -2,7 +2,7 @@
 
 Keys travel raw in the request target (`/kv/<key>`): the engine never percent-decodes, so a key is
 valid only when every byte survives verbatim. Rules as observed on engine 2.27.7 (docs/kv-store.md,
-"Key rules"); the length limits come from `domain.engine_limits` and depend on the backend.
+"Key rules"); the length limits come from `domain.engine.limits` and depend on the backend.
 """
 
 from __future__ import annotations

@@ -65,6 +65,10 @@ def _readme() -> str:
     return f"""<!-- {HEADER} -->
 # Deploy files: the engine as LMCache's remote tier
 
+This folder holds deploy files for running the stack in containers; it is not code. The package's
+own `graph_kvcache_mcp/connectors/` is a different thing of the same name: the layer that does
+all I/O (HTTP to the engine and vLLM, processes, files), see docs/architecture.md.
+
 | File | What it is |
 |---|---|
 | `compose.engine.yaml` | the epistemic-graph engine (durable KV store on 127.0.0.1:{ENGINE_PORT}) |

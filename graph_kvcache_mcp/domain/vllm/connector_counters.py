@@ -1,7 +1,7 @@
 """The counters EngineKVConnector adds to vLLM's /metrics: their names and what they count.
 
-Shared by the connector, which registers them inside vLLM (`connectors.vllm_kv_stats`), and the
-/metrics parser (`domain.vllm_metrics`), which reads them back. Pure: names only.
+Shared by the connector, which registers them inside vLLM (`plugins.vllm_kv.stats`), and the
+/metrics parser (`domain.vllm.metrics`), which reads them back. Pure: names only.
 """
 
 from __future__ import annotations

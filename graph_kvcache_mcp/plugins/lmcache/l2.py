@@ -18,7 +18,7 @@ Rules this client keeps, because LMCache trusts it with locked L1 memory:
   batch's `WriteWindow` closes first (LMCache frees the buffers of a failed load at once).
 - After `close()` a submit is answered with a failed completion, never an exception.
 
-Pure Python, importable without lmcache installed. Engine keys come from `domain.lmcache_keys`.
+Pure Python, importable without lmcache installed. Engine keys come from `domain.lmcache.keys`.
 There is no `submit_batch_delete`: the engine has no DELETE route (leave `max_capacity_gb` at 0).
 """
 

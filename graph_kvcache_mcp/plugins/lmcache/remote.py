@@ -6,7 +6,7 @@ its `RemoteBackend` wraps it (serde, timeouts, failure counting, ref counts afte
 
 Each chunk is one engine block: LMCache's self-describing `RemoteMetadata` header (length,
 shapes, dtypes, format; 28 bytes per KV group) followed by the chunk bytes, so partial chunks and
-multi-group layouts come back with their own shape. Keys map through `domain.lmcache_keys` like
+multi-group layouts come back with their own shape. Keys map through `domain.lmcache.keys` like
 the MP client. The async methods use the package's async KV client on LMCache's own event loop;
 `exists_sync` uses the blocking core. Failures are logged and read as misses; nothing raises
 into LMCache.

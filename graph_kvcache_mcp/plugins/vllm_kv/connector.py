@@ -10,8 +10,8 @@ and the engine's URL and token in vLLM's environment (`EPISTEMIC_GRAPH_KVCACHE_U
 `EPISTEMIC_GRAPH_KVCACHE_TOKEN`; never in `kv_connector_extra_config`, which vLLM logs).
 
 - Scheduler side (vLLM's EngineCore process): names each full block of a request by a chained
-  content key (`domain.vllm_kv_blocks`), asks the engine for the longest present run of them after
-  vLLM's own prefix-cache hit, and plans loads and saves (`domain.vllm_kv_plan`).
+  content key (`domain.vllm.kv_blocks`), asks the engine for the longest present run of them after
+  vLLM's own prefix-cache hit, and plans loads and saves (`domain.vllm.kv_plan`).
 - Worker side: before the forward pass, reads the planned blocks, checks each value's header and
   checksum, and writes them into the paged KV cache; after the pass (`wait_for_save`), copies the
   newly full blocks out and queues them for upload.

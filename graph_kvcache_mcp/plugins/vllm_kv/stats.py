@@ -9,7 +9,7 @@ line. So `/metrics` carries, beside vLLM's own series, counters such as
     graph_kvcache:engine_kv_loaded_bytes_total{engine="0",model_name="..."}
 
 which is what lets a chat trace say how many engine bytes its external hit read
-(`domain.vllm_metrics` parses them). A save is counted when the engine acknowledged it, on the
+(`domain.vllm.metrics` parses them). A save is counted when the engine acknowledged it, on the
 upload thread, and therefore shows at the step after; a load is counted in the step that used it.
 
 Runs inside vLLM's processes: imports vLLM, the standard library and this package only.

@@ -86,8 +86,9 @@ def give_workers_time_to_drain(environ: MutableMapping[str, str], drain_s: float
 
 
 class TransferTally:
-    """Transfer counts (names from `domain.engine_kv_counters`) added by the forward pass and the
-    upload thread, taken once per vLLM step for its connector stats (`vllm_kv_stats`)."""
+    """Transfer counts (names from `domain.vllm.connector_counters`) added by the forward pass
+    and the upload thread, taken once per vLLM step for its connector stats
+    (`plugins.vllm_kv.stats`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

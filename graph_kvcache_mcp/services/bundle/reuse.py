@@ -36,7 +36,7 @@ from graph_kvcache_mcp.domain.vllm.chat import ChatResult, MetricsWindow
 if TYPE_CHECKING:  # the client (and openai) load on the first call, not with the server
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
-Progress = Callable[[int, int, str], Awaitable[None]]
+StepProgress = Callable[[int, int, str], Awaitable[None]]
 ReuseBundles = Annotated[int, Field(ge=1, le=20)]
 ReuseItems = Annotated[int, Field(ge=2, le=200)]
 ReuseBudget = Annotated[int, Field(ge=64, le=100_000)]
@@ -49,7 +49,7 @@ WARM_QUESTION = "Which findings contradict each other? Answer in one line."
 _AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-class ReuseCall(BaseModel):
+class BundleReuseCall(BaseModel):
     """One measured call."""
 
     model_config = ConfigDict(frozen=True)
@@ -110,7 +110,7 @@ class ReuseReport(BaseModel):
     bundle_tokens: list[int] = Field(
         default_factory=list, description="Each bundle's text tokens as the budget counted them."
     )
-    calls: list[ReuseCall] = Field(default_factory=list)
+    calls: list[BundleReuseCall] = Field(default_factory=list)
     summary: ReuseSummary | None = None
 
 
@@ -138,7 +138,7 @@ async def measure_bundle_reuse(
     token_budget: int = 1200,
     max_tokens: int = 4,
     nonce: str | None = None,
-    progress: Progress | None = None,
+    progress: StepProgress | None = None,
 ) -> ReuseReport:
     """Run the cold/warm pairs and summarize them.
 
@@ -193,7 +193,7 @@ class _Run:
     model: str
     nonce: str
     bundle_tokens: list[int] = field(default_factory=list)
-    calls: list[ReuseCall] = field(default_factory=list)
+    calls: list[BundleReuseCall] = field(default_factory=list)
     block_size: int | None = None
 
     def record(
@@ -202,10 +202,10 @@ class _Run:
         phase: Literal["cold", "warm"],
         result: ChatResult,
         window: MetricsWindow | None,
-    ) -> ReuseCall:
+    ) -> BundleReuseCall:
         trace = result.trace
         self.block_size = self.block_size or (window.block_size if window else None)
-        call = ReuseCall(
+        call = BundleReuseCall(
             bundle=index,
             phase=phase,
             latency_s=trace.latency_s,
@@ -255,7 +255,7 @@ def _whole_blocks(tokens: int | None, block_size: int | None) -> bool | None:
 
 
 def summarize_reuse(
-    calls: Sequence[ReuseCall], *, block_size: int | None, bundles: int
+    calls: Sequence[BundleReuseCall], *, block_size: int | None, bundles: int
 ) -> ReuseSummary:
     """Latency ratio, hit rates and the usage/metrics agreement over a run's calls."""
     cold = [c for c in calls if c.phase == "cold"]

@@ -28,7 +28,6 @@ from graph_kvcache_mcp.connectors.stack.runtime import (
     managed_vllm_runtime,
 )
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
-from graph_kvcache_mcp.connectors.vllm.metrics import server_root
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
@@ -40,6 +39,7 @@ from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
 )
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
@@ -145,7 +145,7 @@ async def vllm_facts(
     )
     version = await client.routes.version()
     runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
-    if runtime is not None and server_root(runtime.base_url) != client.root_url:
+    if runtime is not None and VllmEndpoint.of(runtime.base_url) != client.endpoint:
         runtime = None  # the managed server is another one than the one checked
     hybrid = await anyio.to_thread.run_sync(_hybrid_served, settings.data_dir, runtime, chosen)
     return VllmFacts(

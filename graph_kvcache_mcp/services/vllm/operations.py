@@ -1,6 +1,6 @@
 """vLLM operations shared by the `vllm_*` tools and `graph-kvcache-mcp vllm ...`.
 
-Each returns the one model its tool returns and its command prints (`services.vllm_views`).
+Each returns the one model its tool returns and its command prints (`services.vllm.views`).
 The caller brings the client (the server's shared one, or the command's own) or the managed
 server; calls that block (process lifecycle, files) are plain functions a tool runs in a thread.
 The vLLM client is only a type here: openai loads when a client is first made, not with this module.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graph_kvcache_mcp.connectors.files.trace_log import read_traces
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -104,7 +104,7 @@ def start(
     launch: VllmLaunch,
     *,
     ready_timeout_s: float,
-    progress: Progress | None = None,
+    progress: WaitProgress | None = None,
     calls_base_url: str,
     env: Mapping[str, str] | None = None,
 ) -> VllmStatusOut:

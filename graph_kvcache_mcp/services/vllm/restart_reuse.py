@@ -35,13 +35,13 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import (
     attach_lmcache_tier,
 )
 from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
-from graph_kvcache_mcp.connectors.stack.runtime import kv_connector_of, lmcache_port_of
 from graph_kvcache_mcp.connectors.vllm.access import open_client
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.wiring import KvWiring
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 
@@ -57,7 +57,7 @@ SAVE_SETTLE_S = 1.0
 SAVE_WAIT_S = 60.0
 
 
-class ReuseCall(BaseModel):
+class RestartReuseCall(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     ttft_s: float | None = Field(description="Time to first streamed token.")
@@ -93,8 +93,8 @@ class RestartReuseOut(BaseModel):
     prompt_tokens: int
     kv_connector: str = Field(description="EngineKVConnector or LMCacheMPConnector.")
     restarted_processes: list[str] = Field(description="What was restarted between the calls.")
-    cold: ReuseCall
-    restarted: ReuseCall
+    cold: RestartReuseCall
+    restarted: RestartReuseCall
     ttft_speedup: float | None = Field(description="Cold TTFT / restarted TTFT.")
     restart_s: float = Field(description="Stop plus start until vLLM was healthy again.")
     engine_blocks_stored: int | None = Field(
@@ -117,7 +117,7 @@ async def measure_restart_reuse(
     prompt_tokens: int,
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 600.0,
-    progress: Progress | None = None,
+    progress: WaitProgress | None = None,
     mode: RestartMode = "vllm",
 ) -> RestartReuseOut:
     """Cold call, restart (`mode`), warm call on the managed vLLM.
@@ -127,8 +127,8 @@ async def measure_restart_reuse(
             `stack` without an lmcache server), it does not answer, or it does not come back.
     """
     state = _running(managed)
-    connector = kv_connector_of(state.process.command)
-    server = _lmcache_of(managed, state.process.command, connector, mode)
+    connector = state.wiring.connector
+    server = _lmcache_of(managed, state.wiring, mode)
     model = state.served_model_name
     kv = sync_client_for(resolve_kv_target(settings), settings)
     try:
@@ -201,7 +201,7 @@ def _while_stopped(
 
 def _bytes_loaded(
     server: LmcacheState | None,
-    restarted: ReuseCall,
+    restarted: RestartReuseCall,
     blocks: int | None,
     stored: int | None,
     stored_l2: LmcacheCounters | None,
@@ -215,43 +215,41 @@ def _bytes_loaded(
     return None if chunk is None else restarted.engine_blocks_read * chunk
 
 
-def _speedup(cold: ReuseCall, restarted: ReuseCall) -> float | None:
+def _speedup(cold: RestartReuseCall, restarted: RestartReuseCall) -> float | None:
     if cold.ttft_s is None or not restarted.ttft_s:
         return None
     return round(cold.ttft_s / restarted.ttft_s, 2)
 
 
-def _lmcache_of(
-    managed: ManagedVllm, command: tuple[str, ...], connector: str | None, mode: RestartMode
-) -> LmcacheState | None:
+def _lmcache_of(managed: ManagedVllm, wiring: KvWiring, mode: RestartMode) -> LmcacheState | None:
     """The managed lmcache server an MP vLLM uses (None for EngineKVConnector).
 
     Raises:
         VllmProcessError: the vLLM has no KV tier that survives it, or its server is not ours.
     """
-    if connector == ENGINE_CONNECTOR_CLASS:
+    if wiring.connector == ENGINE_CONNECTOR_CLASS:
         if mode == "stack":
             raise VllmProcessError(
                 "restart='stack' restarts the lmcache server too, but the managed vLLM uses "
                 "EngineKVConnector (no lmcache server): use restart='vllm'"
             )
         return None
-    if connector != MP_CONNECTOR_CLASS:
+    if wiring.connector != MP_CONNECTOR_CLASS:
         raise VllmProcessError(
             "the managed vLLM was started without kv_connector 'engine' or 'mp_native': a "
             "restart would only lose its prefix cache. Stop it and start it with one of them"
         )
     server = ManagedLmcache(managed.data_dir).running_state()
-    if server is None or server.port != lmcache_port_of(command):
+    if server is None or server.port != wiring.lmcache_port:
         raise VllmProcessError(
-            f"the managed vLLM uses the lmcache server on port {lmcache_port_of(command)}, which "
+            f"the managed vLLM uses the lmcache server on port {wiring.lmcache_port}, which "
             f"is not the one started from {managed.data_dir}: start the stack with vllm_start "
             "kv_connector='mp_native'"
         )
     return server
 
 
-def _notes(connector: str | None, restarted: ReuseCall, loaded: int | None) -> list[str]:
+def _notes(connector: str | None, restarted: RestartReuseCall, loaded: int | None) -> list[str]:
     notes: list[str] = []
     if connector == ENGINE_CONNECTOR_CLASS and restarted.external_hit_tokens and loaded is None:
         notes.append(
@@ -284,7 +282,7 @@ async def _call(
     kv: SyncKvClient,
     server: LmcacheState | None,
     data_dir: Path,
-) -> ReuseCall:
+) -> RestartReuseCall:
     """One streamed call; its trace splits the hit by tier (the client reads vLLM's /metrics
     around it while vLLM runs a KV connector, and on the MP stack the lmcache server's own
     counters split the external part into L1 and L2)."""
@@ -296,7 +294,7 @@ async def _call(
         raise VllmProcessError(f"vLLM does not answer: {result.reason}")
     engine_after = await anyio.to_thread.run_sync(kv.engine_stats)
     trace = result.trace
-    return ReuseCall(
+    return RestartReuseCall(
         ttft_s=trace.ttft_s,
         latency_s=trace.latency_s,
         prompt_tokens=trace.prompt_tokens,

@@ -1,7 +1,7 @@
 """The restart proof on the `redis_resp` path, and the two L2 paths side by side: real CPU vLLM
 with LMCache's MP connector, real `lmcache server`, real engine with its RESP wire.
 
-The stack comes up as `vllm start --kv-connector redis_resp` brings it up (`start_mp_stack`): the
+The stack comes up as `vllm start --kv-connector redis_resp` brings it up (`start_vllm`): the
 managed engine with its RESP wire, the wire proven, the resp server, then vLLM. Cold -> vLLM and
 server restarted (`restart_resp_lmcache` while vLLM is down) -> the prompt comes back from L2
 through the RESP wire with the cold run's logprobs, while the engine's `/kv/stats` does not move
@@ -12,8 +12,6 @@ same prompt is cold there (the keyspaces do not meet) and `/kv/stats` moves as i
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 
 import anyio
@@ -24,15 +22,15 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.model import facts_from_hf_config
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
-from graph_kvcache_mcp.services.vllm.stack import start_mp_stack
+from graph_kvcache_mcp.services.stack.lifetime import RunsUntilStop
+from graph_kvcache_mcp.services.stack.start import start_vllm
 from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.l2_paths import (
@@ -81,25 +79,15 @@ def test_redis_resp_survives_a_server_and_vllm_restart_and_leaves_kv_stats_alone
     cache_root = Path(tempfile.mkdtemp(prefix="vllm-cache-", dir=tmp_path))
     vllm_env = {**offline_environment(cache_root), "GLOO_SOCKET_IFNAME": "lo"}
 
-    async def ensure_engine() -> None:
-        await anyio.to_thread.run_sync(partial(engine.start, backend="durable", resp=True))
-
-    async def start_lmcache(
-        server: ProcessSpec, env: Mapping[str, str], peer: RespPeer | None
-    ) -> LmcacheStatus:
-        return await anyio.to_thread.run_sync(
-            partial(lmcache.start, server, env=env, resp_peer=peer)
-        )
-
-    async def start() -> VllmStatusOut:
-        return await start_mp_stack(
-            vllm,
-            launch,
+    async def start() -> VllmStatusOut:  # the engine (RESP wire) and server run until stop
+        return await start_vllm(
             settings,
-            ensure_engine=ensure_engine,
-            start_lmcache=start_lmcache,
+            launch,
+            RunsUntilStop(),
+            managed=vllm,
             options=StackOptions(http_port=free_port(), chunk_size=CHUNK_TOKENS, l1_size_gb=0.25),
             ready_timeout_s=READY_TIMEOUT_S,
+            calls_base_url=settings.vllm_base_url,
             env=vllm_env,
             platform=VLLM_CPU,
         )

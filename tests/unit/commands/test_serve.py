@@ -11,7 +11,8 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.cli import build_parser
 from graph_kvcache_mcp.commands._common import settings_from_args
-from graph_kvcache_mcp.commands.serve import BearerTokenGate, default_to_serve
+from graph_kvcache_mcp.commands.serve import default_to_serve
+from graph_kvcache_mcp.host.http_app import BearerTokenGate
 
 TOKEN = "t0ps3cret-token-value"
 

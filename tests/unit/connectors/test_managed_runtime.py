@@ -10,12 +10,9 @@ import sys
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.processes.identity import environment_value
-from graph_kvcache_mcp.connectors.stack.runtime import (
-    kv_connector_of,
-    leaked_lmcache_segments,
-    lmcache_target_of,
-)
+from graph_kvcache_mcp.connectors.stack.runtime import leaked_lmcache_segments
 from graph_kvcache_mcp.domain.lmcache.config import mp_kv_transfer_config
+from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 
 
 def test_one_variable_of_a_live_process_environment_is_read_and_nothing_else() -> None:
@@ -43,19 +40,19 @@ def test_one_variable_of_a_live_process_environment_is_read_and_nothing_else() -
 
 def test_the_kv_connector_comes_from_the_recorded_command() -> None:
     config = '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}'
-    assert kv_connector_of(("python", "-m", "x", "--kv-transfer-config", config)) == (
+    assert wiring_of(("python", "-m", "x", "--kv-transfer-config", config)).connector == (
         "LMCacheMPConnector"
     )
-    assert kv_connector_of(("python", f"--kv-transfer-config={config}")) == "LMCacheMPConnector"
-    assert kv_connector_of(("python", "-m", "x", "--port", "8000")) is None
+    assert wiring_of(("python", f"--kv-transfer-config={config}")).connector == "LMCacheMPConnector"
+    assert wiring_of(("python", "-m", "x", "--port", "8000")).connector is None
 
 
 def test_the_mp_connectors_server_address_is_read_from_the_recorded_command() -> None:
     transfer = mp_kv_transfer_config("127.0.0.1", 5601)
     command = ("python", "-m", "vllm", "--kv-transfer-config", json.dumps(transfer))
-    assert lmcache_target_of(command) == "127.0.0.1:5601"
-    assert kv_connector_of(command) == "LMCacheMPConnector"
-    assert lmcache_target_of(("python", "-m", "vllm")) is None
+    assert wiring_of(command).lmcache_target == "127.0.0.1:5601"
+    assert wiring_of(command).connector == "LMCacheMPConnector"
+    assert wiring_of(("python", "-m", "vllm")).lmcache_target is None
 
 
 def test_only_segments_whose_process_is_gone_count_as_leaked(tmp_path: Path) -> None:

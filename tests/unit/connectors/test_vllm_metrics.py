@@ -7,10 +7,9 @@ import pytest
 
 from graph_kvcache_mcp.connectors.vllm.metrics import (
     VllmMetricsClient,
-    metrics_url_for,
-    server_root,
 )
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, UnknownModel
 from graph_kvcache_mcp.errors import ConfigError
 from tests.support.expositions import CAPTURED_MODEL, captured
@@ -28,16 +27,19 @@ def peer(status: int, body: str) -> httpx2.AsyncClient:
 
 
 def test_metrics_url_sits_beside_the_openai_routes() -> None:
-    assert metrics_url_for("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/metrics"
-    assert metrics_url_for("http://localhost:9000") == "http://localhost:9000/metrics"
-    assert server_root("https://vllm.example.com/v1/") == "https://vllm.example.com:443"
+    assert (
+        VllmEndpoint.of("http://127.0.0.1:8000/v1").metrics_url == "http://127.0.0.1:8000/metrics"
+    )
+    assert VllmEndpoint.of("http://localhost:9000").metrics_url == "http://localhost:9000/metrics"
+    assert VllmEndpoint.of("https://vllm.example.com/v1/").root == "https://vllm.example.com:443"
+    assert VllmEndpoint.of("http://localhost:9000").api_base == "http://localhost:9000/v1"
 
 
 def test_the_metrics_url_keeps_an_approved_base_urls_scheme_and_refuses_a_malformed_one() -> None:
     # Settings approve the transport (plain http only to loopback or listed hosts).
-    assert metrics_url_for("http://10.1.2.3:8000/v1") == "http://10.1.2.3:8000/metrics"
+    assert VllmEndpoint.of("http://10.1.2.3:8000/v1").metrics_url == "http://10.1.2.3:8000/metrics"
     with pytest.raises(ConfigError, match="http"):
-        metrics_url_for("ftp://10.1.2.3/v1")
+        VllmEndpoint.of("ftp://10.1.2.3/v1")
 
 
 async def test_a_capture_served_by_a_peer_becomes_a_timestamped_snapshot() -> None:

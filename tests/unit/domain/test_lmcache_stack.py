@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from graph_kvcache_mcp.connectors.stack.runtime import lmcache_port_of
 from graph_kvcache_mcp.domain.lmcache.metrics import (
     LmcacheCounters,
     counters_moved,
@@ -15,6 +14,7 @@ from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, 
 from graph_kvcache_mcp.domain.vllm.chat import CachedTokens, split_lmcache_tiers
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch, plan_launch
 from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
+from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError
 
 CPU = Platform(kind="cpu", detail="test")
@@ -53,7 +53,7 @@ def test_on_cpu_the_server_takes_the_shared_memory_path_and_a_whole_number_of_bl
     # vLLM is planned with the same seed and the same server port
     vllm = plan_launch(launch(block_size=64), CPU, host="127.0.0.1")
     assert vllm.env["PYTHONHASHSEED"] == "0" and vllm.env["GLOO_SOCKET_IFNAME"] == "lo"
-    assert lmcache_port_of(vllm.args) == 6100
+    assert wiring_of(vllm.args).lmcache_port == 6100
 
 
 def test_a_chunk_that_is_not_a_whole_number_of_vllm_blocks_is_refused() -> None:

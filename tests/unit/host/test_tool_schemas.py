@@ -7,7 +7,7 @@ from typing import Any
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 from pydantic import BaseModel, Field
 
-from graph_kvcache_mcp.domain.tool_schemas import lean_output_schema
+from graph_kvcache_mcp.host.tool_schemas import lean_output_schema
 
 
 class Item(BaseModel):

@@ -3,7 +3,7 @@
 A line that is not JSON, holds a lone surrogate escape, is a batch, has params that are not an
 object or an id without a method reaches the SDK's stdio transport as an exception, which it
 drops: the client then waits for its timeout. `answering_malformed` takes those out of the read
-stream and answers each at once with the JSON-RPC error `domain/jsonrpc.py` names (and a log line).
+stream and answers each at once with the JSON-RPC error `host/jsonrpc.py` names (and a log line).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from mcp.shared.message import SessionMessage
 from mcp.types import ErrorData, JSONRPCError
 from pydantic import ValidationError
 
-from graph_kvcache_mcp.domain.jsonrpc import Refusal, refuse_text, refuse_value
 from graph_kvcache_mcp.errors import quoted
+from graph_kvcache_mcp.host.jsonrpc import Refusal, refuse_text, refuse_value
 
 logger = logging.getLogger(__name__)
 

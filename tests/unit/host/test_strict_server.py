@@ -16,7 +16,7 @@ from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS
 
 from graph_kvcache_mcp.config import TOOLSETS, Settings
-from graph_kvcache_mcp.domain.tool_schemas import lean_schema
+from graph_kvcache_mcp.host.tool_schemas import lean_schema
 from graph_kvcache_mcp.server import build_server
 from tests.support.mcp_calls import MODES, call_error, call_ok
 from tests.support.surfaces import tools_of
@@ -259,7 +259,7 @@ async def test_an_unknown_prompt_argument_answers_32602_naming_it(
 
 def test_clip_arguments_quotes_each_long_argument_briefly_with_its_length() -> None:
     from graph_kvcache_mcp.errors import QUOTE_LIMIT
-    from graph_kvcache_mcp.strict_server import clip_arguments
+    from graph_kvcache_mcp.host.strict_server import clip_arguments
 
     long = "y" * 5000
     message = f"path {long!r} is outside; also {long}; short 'ok' stays"

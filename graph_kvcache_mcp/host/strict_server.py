@@ -20,7 +20,7 @@
   the method are -32602 naming the field (the SDK answers "Invalid request parameters" alone).
 - A result's text block is its structured content as compact JSON (the SDK indents it, which
   costs a model ~25% more tokens for the same facts); its output schema is lean too
-  (`domain/tool_schemas.lean_output_schema`), which halves a client's check of every result.
+  (`tool_schemas.lean_output_schema`), which halves a client's check of every result.
 - Over stdio, a line that is not one JSON-RPC message is answered at once (`stdio_guard`); the
   SDK alone drops it, and the client waits for its timeout.
 """
@@ -53,9 +53,9 @@ from mcp.types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from graph_kvcache_mcp.domain.tool_schemas import lean_output_schema, lean_schema
 from graph_kvcache_mcp.errors import QUOTE_LIMIT, describe_validation, quoted, shortened
-from graph_kvcache_mcp.stdio_guard import answering_malformed
+from graph_kvcache_mcp.host.stdio_guard import answering_malformed
+from graph_kvcache_mcp.host.tool_schemas import lean_output_schema, lean_schema
 
 LifespanT = TypeVar("LifespanT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -243,7 +243,7 @@ class StrictServer(MCPServer[LifespanT]):
 
     def _tool(self, name: str) -> Tool | None:
         # SDK 2.3 offers no public lookup of a registered Tool (nor a hook for its argument
-        # model); tests/unit/test_strict_server.py fails if this private seam moves.
+        # model); tests/unit/host/test_strict_server.py fails if this private seam moves.
         return self._tool_manager.get_tool(name)
 
 

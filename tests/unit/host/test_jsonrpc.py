@@ -1,8 +1,8 @@
-"""What a JSON-RPC message that cannot be read is answered with (domain/jsonrpc.py)."""
+"""What a JSON-RPC message that cannot be read is answered with (host/jsonrpc.py)."""
 
 from __future__ import annotations
 
-from graph_kvcache_mcp.domain.jsonrpc import (
+from graph_kvcache_mcp.host.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
     Refusal,

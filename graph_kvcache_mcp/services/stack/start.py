@@ -1,0 +1,307 @@
+"""`vllm_start` / `vllm start`: vLLM, and for an MP LMCache connector the whole stack under it.
+
+1. The engine for L2: the configured one (`EPISTEMIC_GRAPH_KVCACHE_URL`), else the managed one,
+   held as the `Lifetime` says (the session's KV access, or running until `engine stop`).
+2. The managed `lmcache server`, planned by the config generator from the vLLM launch (CPU
+   transfer mode and shared memory, a chunk size that is a whole number of vLLM blocks, loopback,
+   the same hash seed), started or reused under the same lifetime (a lease, or until stop).
+3. vLLM with LMCache's MP connector pointed at that server.
+
+A piece that already runs is reused when it matches; otherwise the start stops with an error that
+names the difference, before anything new is started. A start that fails stops what it started
+itself: the lmcache server (its /dev/shm pool goes with it) and, running until stop, the engine;
+a session's engine serves its KV tools too and ends with the session. What it reused runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
+from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
+from graph_kvcache_mcp.connectors.stack.mp_stack import (
+    check_lmcache_reusable,
+    check_vllm_reusable,
+)
+from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
+from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.process import WaitProgress as WaitProgress  # for adapters
+from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config
+from graph_kvcache_mcp.domain.lmcache.stack import (
+    MP_CONNECTORS,
+    StackOptions,
+    generic_facts,
+    plan_stack_server,
+)
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
+from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
+from graph_kvcache_mcp.errors import ConfigError, FileRefused, LmcacheProcessError
+from graph_kvcache_mcp.services.lmcache.coordinator import joined_server
+from graph_kvcache_mcp.services.lmcache.plan import server_environment
+from graph_kvcache_mcp.services.stack.lifetime import Lifetime, RunsUntilStop, SessionLease
+from graph_kvcache_mcp.services.vllm import operations as vllm_service
+from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
+
+log = logging.getLogger(__name__)
+
+
+async def start_vllm(
+    settings: Settings,
+    launch: VllmLaunch,
+    lifetime: Lifetime,
+    *,
+    ready_timeout_s: float,
+    calls_base_url: str,
+    options: StackOptions | None = None,
+    progress: WaitProgress | None = None,
+    managed: ManagedVllm | None = None,
+    env: Mapping[str, str] | None = None,
+    platform: Platform | None = None,
+) -> VllmStatusOut:
+    """Start (or reuse) vLLM as `launch` asks; with an MP connector, the stack under it first.
+
+    `calls_base_url`: where calls went before (the result's `tools_base_url` when vLLM gives
+    none). `managed`: the session's handle on the managed vLLM, else one for the data dir.
+    `env` is added to vLLM's environment; `platform` skips detecting it (tests).
+
+    Raises:
+        ConfigError: the launch and the server cannot agree (ports, chunk size).
+        EngineProcessError: the managed engine could not start.
+        LmcacheProcessError: the server is missing, runs with other settings, or did not start.
+        VllmProcessError: vLLM runs with another tier, or did not start.
+    """
+    managed = managed or ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    if launch.kv_connector in MP_CONNECTORS:
+        return await _start_mp_stack(
+            managed,
+            launch,
+            settings,
+            lifetime,
+            options=options,
+            ready_timeout_s=ready_timeout_s,
+            progress=progress,
+            env=env,
+            platform=platform,
+        )
+    if launch.needs_engine_environment:
+        env = {**engine_environment(settings), **(env or {})}
+    return await anyio.to_thread.run_sync(
+        partial(
+            vllm_service.start,
+            managed,
+            launch,
+            env=env,
+            ready_timeout_s=ready_timeout_s,
+            progress=progress,
+            calls_base_url=calls_base_url,
+        )
+    )
+
+
+async def _start_mp_stack(
+    managed: ManagedVllm,
+    launch: VllmLaunch,
+    settings: Settings,
+    lifetime: Lifetime,
+    *,
+    options: StackOptions | None,
+    ready_timeout_s: float,
+    progress: WaitProgress | None,
+    env: Mapping[str, str] | None,
+    platform: Platform | None,
+) -> VllmStatusOut:
+    """Engine, then `lmcache server`, then vLLM; returns vLLM's status with the server's."""
+    say = _announcer(progress)
+    where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
+    # A hybrid LMCache cannot serve here is refused before the engine or server starts.
+    refuse_unservable(await _model_config(launch.model), where.kind, lmcache_mp=True)
+    started = _Started(lifetime, settings)
+    try:
+        started.engine = await _ensure_engine(lifetime, settings, launch)
+        target = resolve_kv_target(settings)
+        await say(f"L2: the {target.source} engine at {target.base_url}")
+        server = await _planned_server(launch, settings, where, target.base_url, options, say)
+        server = replace(server, spec=await _joined(server.spec, options, settings))
+        lmcache = ManagedLmcache(settings.data_dir)
+        await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
+        await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
+        await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
+        server_status = await _start_lmcache(lifetime, settings, server)
+        started.lmcache = not server_status.reused
+        status = await anyio.to_thread.run_sync(
+            partial(
+                managed.start,
+                launch,
+                env=env,
+                ready_timeout_s=ready_timeout_s,
+                progress=progress,
+                platform=where,
+            )
+        )
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await started.stop()
+        raise
+    out = VllmStatusOut.of(status, status.base_url or settings.vllm_base_url)
+    return out.model_copy(
+        update={
+            "lmcache": server_status,
+            "l2_engine_url": target.base_url,
+            "stack_notes": server.notes,
+        }
+    )
+
+
+async def _ensure_engine(lifetime: Lifetime, settings: Settings, launch: VllmLaunch) -> bool:
+    """Make sure the L2 engine answers; True when this call started one that is ours to stop."""
+    match lifetime:
+        case SessionLease(kv=kv):
+            if launch.l2_over_resp and settings.kv_url is None:
+                await kv.start_engine(resp=True)  # the RESP wire is the managed engine's
+            else:
+                await kv.client()
+            return False  # the session's engine: its KV tools use it, it ends with the session
+        case RunsUntilStop():
+            if settings.kv_url is not None:
+                return False
+            engine = ManagedEngine(settings.data_dir)
+            status = await anyio.to_thread.run_sync(partial(engine.start, resp=launch.l2_over_resp))
+            return not status.reused
+
+
+async def _start_lmcache(
+    lifetime: Lifetime, settings: Settings, server: _ServerLaunch
+) -> LmcacheStatus:
+    match lifetime:
+        case SessionLease(lmcache=access):
+            return await access.start(server.spec, env=server.env, resp_peer=server.peer)
+        case RunsUntilStop():
+            lmcache = ManagedLmcache(settings.data_dir, python=lmcache_python(settings))
+            return await anyio.to_thread.run_sync(
+                partial(lmcache.start, server.spec, env=server.env, resp_peer=server.peer)
+            )
+
+
+@dataclass
+class _Started:
+    """What a stack start has started itself so far: what a failed start stops again."""
+
+    lifetime: Lifetime
+    settings: Settings
+    engine: bool = False
+    lmcache: bool = False
+
+    async def stop(self) -> None:
+        """The lmcache server first (it writes to the engine), then the engine."""
+        if self.lmcache:
+            await self._stop_lmcache()
+        if self.engine:
+            engine = ManagedEngine(self.settings.data_dir)
+            result = await anyio.to_thread.run_sync(engine.stop)
+            log.warning("the stack did not start: stopped the engine it started (%s)", result.how)
+
+    async def _stop_lmcache(self) -> None:
+        match self.lifetime:
+            case SessionLease(lmcache=access):
+                try:
+                    result = await access.stop()
+                except LmcacheProcessError as exc:  # another session took it up meanwhile
+                    log.warning("the stack did not start; left the lmcache server: %s", exc)
+                    return
+            case RunsUntilStop():
+                lmcache = ManagedLmcache(self.settings.data_dir)
+                result = await anyio.to_thread.run_sync(lmcache.stop)
+        log.warning(
+            "the stack did not start: stopped the lmcache server it started (%s)", result.how
+        )
+
+
+Say = Callable[[str], Awaitable[None]]
+
+
+def _announcer(progress: WaitProgress | None) -> Say:
+    """A progress line sender (reporters expect a worker thread, so it is called from one)."""
+    note = progress or (lambda _elapsed, _total, _message: None)
+
+    async def say(message: str) -> None:
+        await anyio.to_thread.run_sync(note, 0.0, 0.0, message)
+
+    return say
+
+
+@dataclass(frozen=True)
+class _ServerLaunch:
+    """The lmcache server to start: its spec and environment, the RESP peer when its L2 goes
+    over the engine's RESP wire, and the plan's notes."""
+
+    spec: ProcessSpec
+    env: dict[str, str] = field(repr=False)  # holds the engine token or the RESP password
+    peer: RespPeer | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+async def _planned_server(
+    launch: VllmLaunch,
+    settings: Settings,
+    where: Platform,
+    engine_url: str,
+    options: StackOptions | None,
+    say: Say,
+) -> _ServerLaunch:
+    """The server the config generator plans for `launch`, its `${NAME}`s filled in, moved
+    onto the engine's RESP wire when the launch asks for it."""
+    facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
+    plan = plan_stack_server(
+        launch, facts, where, engine_url=engine_url, options=options or StackOptions()
+    )
+    server = plan.lmcache_server
+    assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
+    server_env = server_environment(server.env, settings)
+    if not launch.l2_over_resp:
+        return _ServerLaunch(server, server_env, None, list(plan.notes))
+    engine = ManagedEngine(settings.data_dir)
+    resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
+    await say(f"L2: LMCache's resp adapter on the engine's RESP wire {resp.peer.address}")
+    return _ServerLaunch(resp.server, resp.env, resp.peer, list(plan.notes))
+
+
+async def _model_config(model: str) -> dict[str, Any] | None:
+    return await anyio.to_thread.run_sync(local_model_config, model)
+
+
+async def _joined(
+    spec: ProcessSpec, options: StackOptions | None, settings: Settings
+) -> ProcessSpec:
+    coordinator = options.coordinator if options else None
+    python = lmcache_python(settings)
+    return await joined_server(spec, coordinator, data_dir=settings.data_dir, python=python)
+
+
+def _detect() -> Platform:
+    return detect_platform()
+
+
+def _facts_of(model: str) -> ModelFacts:
+    """The model's facts from its local config.json; stand-ins for a hub id."""
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        return generic_facts(model)
+    try:
+        return facts_from_hf_config(read_hf_config(path), name=model)
+    except (ConfigError, FileRefused, OSError):
+        return generic_facts(model)
