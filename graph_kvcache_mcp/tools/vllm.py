@@ -146,7 +146,12 @@ async def vllm_metrics(
     access = state.vllm
     try:
         async with access.borrowed() as client:
-            out = await vllm_service.metrics(client, model or access.settings.vllm_model, before)
+            out = await vllm_service.metrics(
+                client,
+                model or access.settings.vllm_model,
+                before,
+                data_dir=access.settings.data_dir,
+            )
     except UnknownModel as exc:
         raise ToolError(f"{exc}. Call vllm_metrics again with one of those models.") from exc
     if out.snapshot is None:

@@ -34,6 +34,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
 )
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
+from graph_kvcache_mcp.connectors.vllm.final_counters import record_final_counters
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
@@ -167,6 +168,7 @@ class ManagedVllm:
         state = self.running_state()
         if state is None:
             return self._nothing_to_stop()
+        record_final_counters(self.home, state.port)  # a window across the stop counts it all
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
