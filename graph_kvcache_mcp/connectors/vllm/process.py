@@ -34,7 +34,6 @@ from graph_kvcache_mcp.connectors.processes.identity import (
 )
 from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
-from graph_kvcache_mcp.connectors.vllm.final_counters import record_final_counters
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
@@ -45,6 +44,7 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     child_environment,
     detect_platform,
 )
+from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
 from graph_kvcache_mcp.connectors.vllm.readiness import foreign_status, status_of, wait_healthy
 from graph_kvcache_mcp.connectors.vllm.state import (
     VllmLogs,

@@ -194,7 +194,7 @@ def _general_warnings(
 def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any]:
     """vLLM's `--kv-transfer-config` for LMCache's MP connector to an `lmcache server`."""
     return {
-        "kv_connector": "LMCacheMPConnector",
+        "kv_connector": MP_CONNECTOR_CLASS,
         "kv_connector_module_path": MP_CONNECTOR_MODULE,
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
@@ -203,6 +203,10 @@ def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any
             "lmcache.mp.hash_algorithm": "blake3",
         },
     }
+
+
+MP_CONNECTOR_CLASS = "LMCacheMPConnector"
+"""vLLM's connector for an `lmcache server` (the `kv_connector` of mp_native and redis_resp)."""
 
 
 def _cpu_transfer_flags(choices: LmcacheChoices, notes: list[str]) -> list[str]:

@@ -18,7 +18,7 @@ import anyio.to_thread
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection, InstanceProbe
-from graph_kvcache_mcp.connectors.vllm.final_counters import final_snapshots
+from graph_kvcache_mcp.connectors.vllm.metrics import final_snapshots
 from graph_kvcache_mcp.domain.fleet.findings import (
     InstanceFacts,
     SourceSplit,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import anyio.to_thread
 
 from graph_kvcache_mcp.connectors.files.trace_log import read_traces
-from graph_kvcache_mcp.connectors.vllm.final_counters import final_snapshots
+from graph_kvcache_mcp.connectors.vllm.metrics import final_snapshots
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, Progress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
