@@ -20,6 +20,7 @@ from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.stack.mp_stack import ManagedServerCounters, dependency_reason
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.snapshot_ids import SnapshotIdError, seal, unseal
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
 from graph_kvcache_mcp.errors import ConfigError
@@ -72,6 +73,29 @@ class Snapshots(Generic[T]):
             ) from exc
 
 
+@dataclass(frozen=True)
+class VllmBaseline:
+    """What a vllm_metrics id carries: vLLM's counters and the lmcache server's (None: none)."""
+
+    vllm: MetricsSnapshot
+    lmcache: LmcacheCounters | None = None
+
+    def dump(self) -> dict[str, Any]:
+        lmcache = None if self.lmcache is None else self.lmcache.model_dump(exclude_none=True)
+        return {"vllm": self.vllm.baseline(), "lmcache": lmcache}
+
+    @classmethod
+    def load(cls, data: Any) -> VllmBaseline:
+        """Raises: ValueError or ValidationError: not what `dump` wrote."""
+        if not isinstance(data, dict):
+            raise ValueError("not a vllm baseline")
+        lmcache = data.get("lmcache")
+        return cls(
+            MetricsSnapshot.model_validate(data.get("vllm")),
+            None if lmcache is None else LmcacheCounters.model_validate(lmcache),
+        )
+
+
 @dataclass
 class AppState:
     """Shared clients, created once per server (per stdio process, HTTP server or test Client)."""
@@ -83,7 +107,7 @@ class AppState:
     fleet: FleetAccess = field(init=False)
     bundles: BundleCounters = field(default_factory=BundleCounters)
     kv_snapshots: Snapshots[EngineStats] = field(init=False)
-    vllm_snapshots: Snapshots[MetricsSnapshot] = field(init=False)
+    vllm_snapshots: Snapshots[VllmBaseline] = field(init=False)
     fleet_snapshots: Snapshots[FleetCounters] = field(init=False)
 
     closed: anyio.Event = field(init=False, repr=False)
@@ -108,9 +132,7 @@ class AppState:
         self.kv_snapshots = Snapshots(
             "kv", key, lambda s: s.model_dump(mode="json"), EngineStats.model_validate
         )
-        self.vllm_snapshots = Snapshots(
-            "vllm", key, lambda s: s.baseline(), MetricsSnapshot.model_validate
-        )
+        self.vllm_snapshots = Snapshots("vllm", key, VllmBaseline.dump, VllmBaseline.load)
         self.fleet_snapshots = Snapshots(
             "fleet", key, lambda c: c.baseline(), FleetCounters.from_baseline
         )

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot, delta
 from graph_kvcache_mcp.domain.vllm.traces import CachedTokensSource, Trace
 
 DEFAULT_MAX_TOKENS = 64
@@ -222,6 +222,23 @@ def tiers_taken(l1_found: int, l2_found: int, external: int | None) -> tuple[int
         return None
     l2 = min(l2_found, external)
     return external - l2, l2
+
+
+def window_tiers(window: MetricsDelta, lmcache: LmcacheCounters | None) -> dict[str, int] | None:
+    """A window's cached prompt tokens by tier: `local` (vLLM's own cache) and `external` (the
+    connector), and with the lmcache server's counters moved over the same window the external
+    part as `lmcache_l1` + `lmcache_l2` (capped as `tiers_taken` says, over the window's sums).
+    The parts sum to the whole; None when vLLM's counters of the window are unknown."""
+    local, external = window.prefix_cache_hits_tokens, window.external_prefix_cache_hits_tokens
+    if local is None or external is None:
+        return None
+    tiers = {"local": local, "external": external}
+    if lmcache is None or lmcache.l1_hit_tokens is None or lmcache.l2_hit_tokens is None:
+        return tiers
+    taken = tiers_taken(lmcache.l1_hit_tokens, lmcache.l2_hit_tokens, external)
+    if taken is not None:
+        tiers["lmcache_l1"], tiers["lmcache_l2"] = taken
+    return tiers
 
 
 def _joined(note: str | None, more: str) -> str:

@@ -1,6 +1,6 @@
-"""LMCache's L1/L2 split of a call counts only what vLLM took from the connector: LMCache counts
-every chunk it holds, also those vLLM already had locally, so its hits are capped at vLLM's
-external hit and the parts always sum to it."""
+"""LMCache's L1/L2 split of a call (and of a vllm_metrics window) counts only what vLLM took from
+the connector: LMCache counts every chunk it holds, also those vLLM already had locally, so its
+hits are capped at vLLM's external hit and the parts always sum to it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
-from graph_kvcache_mcp.domain.vllm.chat import CachedTokens, split_lmcache_tiers, tiers_taken
+from graph_kvcache_mcp.domain.vllm.chat import (
+    CachedTokens,
+    split_lmcache_tiers,
+    tiers_taken,
+    window_tiers,
+)
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
+from graph_kvcache_mcp.state import Snapshots, VllmBaseline
 
 
 def call(external: int) -> CachedTokens:
@@ -44,3 +51,28 @@ def test_the_parts_always_sum_to_vllms_external_hit(l1: int, l2: int, external: 
     else:
         assert taken is not None and sum(taken) == external and min(taken) >= 0
         assert taken[1] <= l2 and taken[0] <= l1
+
+
+def test_a_windows_tiers_sum_to_its_hits_with_lmcache_capped_at_the_external_part() -> None:
+    window = MetricsDelta(
+        model_name="m", prefix_cache_hits_tokens=97_248, external_prefix_cache_hits_tokens=25_596
+    )
+    moved = LmcacheCounters(lookups=80, l1_hit_tokens=110_000, l2_hit_tokens=12_000)
+    tiers = window_tiers(window, moved)
+    assert tiers == {
+        "local": 97_248,
+        "external": 25_596,
+        "lmcache_l1": 25_596 - 12_000,
+        "lmcache_l2": 12_000,
+    }
+    assert window_tiers(window, None) == {"local": 97_248, "external": 25_596}
+    reset = MetricsDelta(model_name="m", counter_reset=True)
+    assert window_tiers(reset, moved) is None
+
+
+def test_a_vllm_id_carries_the_lmcache_counters_too() -> None:
+    snapshot = MetricsSnapshot(model_name="m", prompt_tokens=5, ttft_buckets=[(0.1, 2)])
+    kept = VllmBaseline(snapshot, LmcacheCounters(lookups=3, l1_hit_tokens=64))
+    store = Snapshots("vllm", lambda: b"k" * 32, VllmBaseline.dump, VllmBaseline.load)
+    snapshot_id = store.keep(kept)
+    assert snapshot_id is not None and store.find(snapshot_id, "vllm_metrics") == kept
