@@ -5,6 +5,7 @@ never a negative number."""
 from __future__ import annotations
 
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, parse_snapshot, window
+from graph_kvcache_mcp.services.fleet.operations import FleetCounters
 from graph_kvcache_mcp.state import Snapshots
 from tests.support.expositions import captured, widen
 
@@ -76,3 +77,17 @@ def test_a_baseline_carried_in_a_since_id_gives_the_same_window() -> None:
     snapshot_id = store.keep(before)
     assert snapshot_id is not None and len(snapshot_id) < 2_000
     assert window(store.find(snapshot_id, "vllm_metrics"), after) == window(before, after)
+
+
+def test_a_fleet_id_carries_every_instances_counters() -> None:
+    counters = FleetCounters(12.5, {"a": scrape(1, 100.0), "b": None})
+    store = Snapshots(
+        "fleet", lambda: b"k" * 32, FleetCounters.baseline, FleetCounters.from_baseline
+    )
+    snapshot_id = store.keep(counters)
+    assert snapshot_id is not None
+    back = store.find(snapshot_id, "fleet_effectiveness")
+    assert back.taken_at == 12.5 and back.snapshots["b"] is None
+    after = scrape(2, 100.0)
+    a = back.snapshots["a"]
+    assert a is not None and window(a, after) == window(scrape(1, 100.0), after)
