@@ -14,7 +14,7 @@ from graph_kvcache_mcp.domain.vllm.chat import (
     tiers_taken,
     window_tiers,
 )
-from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot, TtftSummary
 from graph_kvcache_mcp.state import Snapshots, VllmBaseline
 
 
@@ -71,7 +71,8 @@ def test_a_windows_tiers_sum_to_its_hits_with_lmcache_capped_at_the_external_par
 
 
 def test_a_vllm_id_carries_the_lmcache_counters_too() -> None:
-    snapshot = MetricsSnapshot(model_name="m", prompt_tokens=5, ttft_buckets=[(0.1, 2)])
+    ttft = TtftSummary(count=0, sum_s=0.0, mean_s=None, p50_s=None, p95_s=None)  # no request yet
+    snapshot = MetricsSnapshot(model_name="m", prompt_tokens=5, ttft=ttft, ttft_buckets=[(0.1, 2)])
     kept = VllmBaseline(snapshot, LmcacheCounters(lookups=3, l1_hit_tokens=64))
     store = Snapshots("vllm", lambda: b"k" * 32, VllmBaseline.dump, VllmBaseline.load)
     snapshot_id = store.keep(kept)

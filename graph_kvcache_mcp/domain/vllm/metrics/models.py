@@ -104,7 +104,8 @@ class MetricsSnapshot(BaseModel):
     def baseline(self) -> dict[str, Any]:
         """What a later window needs of this snapshot, as JSON data (with the TTFT buckets that
         tool output leaves out); `MetricsSnapshot.model_validate` reads it back."""
-        data = self.model_dump(mode="json", exclude_none=True, exclude={"cache_config"})
+        # Not exclude_none: TtftSummary's quantiles are required (None before any request).
+        data = self.model_dump(mode="json", exclude={"cache_config"})
         if self.ttft_buckets is not None:
             data["ttft_buckets"] = self.ttft_buckets
         return data
