@@ -20,6 +20,12 @@ work, what MCP costs this process (client and server both run here) without the 
 `--breakdown` also times the pieces of one call on their own (best of 5 rounds, microseconds),
 ours (strict argument check, compact text) against the SDK's (output conversion, the client's
 output-schema check with the schema as the SDK writes it and as this server publishes it).
+
+`--vllm-chat` instead starts the MP stack of the tests (engine, `lmcache server`, CPU vLLM with
+LMCache's MP connector; needs `.venv-vllm` with lmcache) and times, side by side, the same chat
+(a shared ~700-token system prompt, a new question, 2 tokens out) sent straight to vLLM with the
+openai SDK and through the `vllm_chat` tool (which also reads vLLM's and LMCache's counters to
+credit the call's cached tokens by tier). Goal: the tool adds at most 20 ms p50.
 """
 
 from __future__ import annotations
@@ -221,6 +227,90 @@ def breakdown(settings: Settings) -> None:
         print(f"{whose:<11} {piece:<45} {best_us(call, count):>8.1f}")
 
 
+GOAL_CHAT_OVERHEAD_MS = 20.0
+CHAT_RULES = "You answer in one word. " * 120
+
+
+async def measure_chat(settings: Settings, calls: int, rounds: int) -> dict[str, list[float]]:
+    """The same chat straight to vLLM and through vllm_chat, interleaved call by call."""
+    import openai
+
+    direct = openai.AsyncOpenAI(base_url=settings.vllm_base_url, api_key="unused")
+    samples: dict[str, list[float]] = {"direct chat": [], "vllm_chat tool": []}
+    asked = 0
+
+    def question() -> str:
+        nonlocal asked
+        asked += 1
+        return f"question {asked}"
+
+    async def straight() -> object:
+        return await direct.chat.completions.create(
+            model=settings.vllm_model or "",
+            messages=[
+                {"role": "system", "content": CHAT_RULES},
+                {"role": "user", "content": question()},
+            ],
+            max_tokens=2,
+            temperature=0.0,
+        )
+
+    async with Client(build_server(settings)) as client:
+
+        async def tool() -> object:
+            result = await client.call_tool(
+                "vllm_chat", {"system": CHAT_RULES, "message": question(), "max_tokens": 2}
+            )
+            assert not result.is_error, result
+            return result
+
+        await tool()  # warm both paths: the client, the model lookup, the prefix cache
+        await straight()
+        for _ in range(rounds):
+            for _ in range(calls // rounds):
+                await timed(straight, 1, samples["direct chat"])
+                await timed(tool, 1, samples["vllm_chat tool"])
+    await direct.close()
+    return samples
+
+
+def report_chat(samples: dict[str, list[float]]) -> bool:
+    base = percentile(samples["direct chat"], 50) or 0.0
+    tool = percentile(samples["vllm_chat tool"], 50) or 0.0
+    print(
+        f"chat, {len(samples['direct chat'])} calls per row (per-call ms), load {os.getloadavg()}"
+    )
+    print(f"{'path':<16} {'p50':>8} {'p95':>8} {'x direct p50':>13} {'overhead p50':>13}")
+    for name, values in samples.items():
+        p50 = percentile(values, 50) or 0.0
+        p95 = percentile(values, 95) or 0.0
+        print(f"{name:<16} {p50:>8.2f} {p95:>8.2f} {p50 / base:>12.2f}x {p50 - base:>12.2f}")
+    met = tool - base <= GOAL_CHAT_OVERHEAD_MS
+    print(
+        f"vllm_chat overhead p50: {tool - base:.2f} ms; goal <= {GOAL_CHAT_OVERHEAD_MS} ms: "
+        f"{'met' if met else 'NOT met'}"
+    )
+    return met
+
+
+def chat_bench(calls: int, rounds: int) -> None:
+    """Start the tests' MP stack, time the chat rows, stop it."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.mp_stack import MpStack
+
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-chat-") as root:
+        stack = MpStack(Path(root))
+        try:
+            anyio.run(stack.ensure)
+            settings = stack.settings.model_copy(update={"toolsets": ("vllm",)})
+            samples = anyio.run(measure_chat, settings, calls, rounds)
+        finally:
+            stack.close()
+    report_chat(samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=500, help="timed calls per row")
@@ -233,9 +323,15 @@ def main() -> None:
         help="cpu: this process's CPU time per call, which other load on the machine barely "
         "moves (the engine's own time is then not counted, in any row)",
     )
+    parser.add_argument(
+        "--vllm-chat", action="store_true", help="time vllm_chat against a direct chat instead"
+    )
     args = parser.parse_args()
     global clock
     clock = CLOCKS[args.clock]
+    if args.vllm_chat:
+        chat_bench(args.calls, args.rounds)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as data_dir:
         engine = ManagedEngine(Path(data_dir))
         status = engine.start(backend="memory")

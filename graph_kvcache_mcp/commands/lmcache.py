@@ -4,6 +4,7 @@ managed `lmcache server`, and adapter checks."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
@@ -34,13 +35,14 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_
 from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
 from graph_kvcache_mcp.domain.lifecycle import StopWait
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
+from graph_kvcache_mcp.domain.lmcache.config import LmcachePlan
 from graph_kvcache_mcp.domain.lmcache.keys import (
     DEFAULT_NAMESPACE,
     KEY_SCHEME_VERSION,
     Namespace,
     engine_key,
 )
-from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
+from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind, ModelFacts
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
@@ -52,6 +54,7 @@ from graph_kvcache_mcp.services.lmcache.plan import (
     LmcacheConfigOut,
     build_plan,
     model_facts,
+    plan_for_this_host,
     server_environment,
 )
 
@@ -176,7 +179,7 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_config(args: argparse.Namespace, settings: Settings) -> int:
-    out = _config_out(args, settings)
+    out = _config_out(args, settings, plan=plan_for_this_host)
     plan = out.plan
     if args.write_yaml is not None and plan.lmcache_yaml is not None:
         with args.write_yaml.open("x", encoding="utf-8") as handle:  # never overwrite
@@ -240,7 +243,11 @@ def run_status(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK if status.healthy else EXIT_UNAVAILABLE
 
 
-def _config_out(args: argparse.Namespace, settings: Settings) -> LmcacheConfigOut:
+def _config_out(
+    args: argparse.Namespace,
+    settings: Settings,
+    plan: Callable[[ModelFacts, LmcacheChoices], LmcachePlan] = build_plan,
+) -> LmcacheConfigOut:
     facts = model_facts(
         hf_config=args.hf_config,
         model=args.model,
@@ -260,7 +267,7 @@ def _config_out(args: argparse.Namespace, settings: Settings) -> LmcacheConfigOu
         config_file=str(write_yaml) if write_yaml else "lmcache.yaml",
     )
     source = f"config.json at {args.hf_config}" if args.hf_config else "given facts"
-    return LmcacheConfigOut(facts=facts, facts_source=source, plan=build_plan(facts, choices))
+    return LmcacheConfigOut(facts=facts, facts_source=source, plan=plan(facts, choices))
 
 
 def run_check(args: argparse.Namespace, settings: Settings) -> int:

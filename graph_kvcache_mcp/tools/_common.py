@@ -11,6 +11,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from graph_kvcache_mcp.domain.snapshot_ids import SnapshotIdError
+from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.state import AppState, Snapshots
 
@@ -85,19 +87,15 @@ T = TypeVar("T")
 
 
 def snapshot_since(snapshots: Snapshots[T], snapshot_id: str, tool: str) -> T:
-    """The snapshot a `since` id names.
+    """The snapshot a `since` id carries.
 
     Raises:
-        ToolError: the id is unknown here, or so old it was dropped.
+        ToolError: the id is malformed, forged, another data dir's, or of another tool.
     """
-    found = snapshots.find(snapshot_id)
-    if found is None:
-        raise ToolError(
-            f"since={snapshot_id!r} is not a snapshot this server holds (it keeps the last "
-            f"{snapshots.limit} {tool} snapshots of this process): call {tool} without since and "
-            "pass the snapshot_id it returns"
-        )
-    return found
+    try:
+        return snapshots.find(snapshot_id, tool)
+    except (SnapshotIdError, ConfigError) as exc:
+        raise ToolError(str(exc)) from None
 
 
 def state_of(ctx: Context[Any]) -> AppState:

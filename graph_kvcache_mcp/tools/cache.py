@@ -13,7 +13,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
-from graph_kvcache_mcp.registrar import Registrar
+from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.cache import operations as cache_service
 from graph_kvcache_mcp.services.cache.operations import CacheOut, CacheTarget
 from graph_kvcache_mcp.services.fleet.tiers import TierSources

@@ -42,8 +42,8 @@ from graph_kvcache_mcp.services.lmcache.check import (
 )
 from graph_kvcache_mcp.services.lmcache.plan import (
     LmcacheConfigOut,
-    build_plan,
     model_facts,
+    plan_for_this_host,
     server_environment,
 )
 from graph_kvcache_mcp.tools._common import (
@@ -196,7 +196,7 @@ async def _plan(
             lambda: model_facts(hf_config=hf_config, **facts_given)
         )
         choices = LmcacheChoices(engine_url=engine_url or default_url, **choices_given)
-        plan = build_plan(facts, choices)
+        plan = await anyio.to_thread.run_sync(plan_for_this_host, facts, choices)
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call lmcache_config again.") from None
     return LmcacheConfigOut(facts=facts, facts_source=source, plan=plan)

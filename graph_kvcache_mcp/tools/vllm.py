@@ -54,6 +54,7 @@ from graph_kvcache_mcp.services.vllm.views import (
     VllmStatusOut,
     VllmTraceSummaryOut,
 )
+from graph_kvcache_mcp.state import VllmBaseline
 from graph_kvcache_mcp.tools._common import (
     CALLS_MODEL,
     READ_ONLY,
@@ -137,12 +138,19 @@ async def vllm_metrics(
     access = state.vllm
     try:
         async with access.borrowed() as client:
-            out = await vllm_service.metrics(client, model or access.settings.vllm_model, before)
+            out = await vllm_service.metrics(
+                client,
+                model or access.settings.vllm_model,
+                before.vllm if before else None,
+                data_dir=access.settings.data_dir,
+                since_lmcache=before.lmcache if before else None,
+            )
     except UnknownModel as exc:
         raise ToolError(f"{exc}. Call vllm_metrics again with one of those models.") from exc
     if out.snapshot is None:
         return out
-    return out.model_copy(update={"snapshot_id": state.vllm_snapshots.keep(out.snapshot)})
+    kept = VllmBaseline(vllm=out.snapshot, lmcache=out.lmcache)
+    return out.model_copy(update={"snapshot_id": state.vllm_snapshots.keep(kept)})
 
 
 async def vllm_start(

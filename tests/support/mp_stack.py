@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,20 @@ class MpStack:
 
     def lmcache_log(self) -> str:
         return self.lmcache.log_path.read_text(errors="replace")
+
+
+def module_stack(root: Path) -> Iterator[MpStack]:
+    """A module's stack under `root`, closed (and the environment `ensure` changed restored) at
+    the end: the body of a module-scoped fixture."""
+    require_lmcache_in_vllm_venv()
+    stack = MpStack(root)
+    saved = dict(os.environ)
+    try:
+        yield stack
+    finally:
+        stack.close()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def logprobs_of(answer: dict[str, Any]) -> list[float]:

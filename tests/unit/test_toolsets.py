@@ -12,7 +12,17 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.host.catalog import TOOLSET_MODULES
 from graph_kvcache_mcp.host.registrar import Registrar, Toolset
 from graph_kvcache_mcp.server import RefusingRegistrar, build_server
-from graph_kvcache_mcp.tools import bundle, cache, compat, diagnose, engine, fleet, kv, lmcache, vllm
+from graph_kvcache_mcp.tools import (
+    bundle,
+    cache,
+    compat,
+    diagnose,
+    engine,
+    fleet,
+    kv,
+    lmcache,
+    vllm,
+)
 
 TOOLSETS: dict[str, Toolset] = {
     "kv": kv,

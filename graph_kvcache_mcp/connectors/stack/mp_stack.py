@@ -16,6 +16,7 @@ from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
+from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS as MP_CONNECTOR_CLASS
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -25,8 +26,6 @@ from graph_kvcache_mcp.errors import LmcacheProcessError, VllmProcessError
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
-
-MP_CONNECTOR_CLASS = "LMCacheMPConnector"
 
 
 def dependent_vllm(data_dir: Path, lmcache_port: int) -> VllmState | None:

@@ -8,10 +8,17 @@ vLLM publishes a request's stats a moment after it answers, so the snapshot afte
 polled until `vllm:prompt_tokens_total` has moved by at least the call's prompt tokens, or
 `SETTLE_S` has passed. Chat and the bundle reuse measurement both use this one wait;
 `domain.vllm.chat` decides what the window may be credited with.
+
+Reads cost what an agent waits for (a scrape of vLLM's /metrics takes it tens of ms on a busy
+host), so a call reads as little as it can, and in parallel: the counters read after one call
+are the next call's "before" (the window check still proves that only that call moved them; any
+request in between makes the split unknown, never wrong), and vLLM's and the lmcache server's
+counters are read at the same time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,14 +72,35 @@ class CacheMeter:
         self.external_tier: bool | None = None  # learned from /metrics windows
         self.tier: TierCounters | None = None
         """The lmcache server behind vLLM, whose counters split the external hit into L1/L2."""
+        self._last: dict[str, CallStart] = {}
+        """Per model, the counters read after the last call: the next call's start."""
 
     async def before_call(self, model: str) -> CallStart:
         """A snapshot to diff against later (while the /metrics fallback is on), unless answers
-        report cached tokens themselves and the server is known to have no external tier."""
+        report cached tokens themselves and the server is known to have no external tier: the
+        one read after the last call when there is one, else both servers' counters now."""
         if not self.fallback or (self.usage_reports_cached and self.external_tier is False):
             return CallStart(None)
-        lmcache = await self.tier.read() if self.tier is not None else None
-        return CallStart(await self.snapshot(model), lmcache)
+        last = self._last.pop(model, None)
+        if last is not None:
+            return last
+        vllm, lmcache = await self._read_both(lambda: self.snapshot(model))
+        return CallStart(vllm, lmcache)
+
+    async def _read_both(
+        self, vllm: Callable[[], Awaitable[MetricsSnapshot | None]]
+    ) -> tuple[MetricsSnapshot | None, LmcacheCounters | Unavailable | None]:
+        """vLLM's counters (as `vllm` reads them) and the lmcache server's, read concurrently."""
+        lmcache: list[LmcacheCounters | Unavailable | None] = [None]
+
+        async def read_tier() -> None:
+            if self.tier is not None:
+                lmcache[0] = await self.tier.read()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read_tier)
+            snapshot = await vllm()
+        return snapshot, lmcache[0]
 
     async def credit(
         self,
@@ -91,10 +119,10 @@ class CacheMeter:
             cached = from_usage(reported)
             if before is None:
                 return cached
-            window = await self.window(model, before, prompt_tokens)
+            window, moved = await self._window_and_tier(model, before, prompt_tokens, start)
             if window is None:
                 return cached
-            return split_by_tier(cached, window, prompt_tokens, await self._moved(start))
+            return split_by_tier(cached, window, prompt_tokens, moved)
         self.usage_reports_cached = False
         if not answered_usage:
             return unattributed("the response carried no usage block")
@@ -104,21 +132,31 @@ class CacheMeter:
                 "vLLM left usage.prompt_tokens_details empty (start it with "
                 f"--enable-prompt-tokens-details) and /metrics was {why}"
             )
-        window = await self.window(model, before, prompt_tokens)
+        window, moved = await self._window_and_tier(model, before, prompt_tokens, start)
         if window is None:
             return unattributed("/metrics could not be read after the call")
-        return from_window(window, prompt_tokens, await self._moved(start))
+        return from_window(window, prompt_tokens, moved)
 
-    async def _moved(self, start: CallStart) -> LmcacheCounters | Unavailable | None:
-        """What the lmcache server's counters did since `start` (None without a server)."""
-        if self.tier is None or start.lmcache is None:
-            return None
+    async def _window_and_tier(
+        self, model: str, before: MetricsSnapshot, prompt_tokens: int, start: CallStart
+    ) -> tuple[MetricsWindow | None, LmcacheCounters | Unavailable | None]:
+        """vLLM's window since `before` and what the lmcache server's counters did since
+        `start` (None without a server), read concurrently; kept as the next call's start."""
+        after, tier_after = await self._read_both(
+            lambda: self.settled(model, before, prompt_tokens)
+        )
+        if after is None:
+            return None, None
+        window = metrics_window(before, after)
+        self.external_tier = window.external_tier
+        self._last[model] = CallStart(after, tier_after)
+        if self.tier is None or start.lmcache is None or tier_after is None:
+            return window, None
         if isinstance(start.lmcache, Unavailable):
-            return start.lmcache
-        after = await self.tier.read()
-        if after is None or isinstance(after, Unavailable):
-            return after
-        return counters_moved(start.lmcache, after)
+            return window, start.lmcache
+        if isinstance(tier_after, Unavailable):
+            return window, tier_after
+        return window, counters_moved(start.lmcache, tier_after)
 
     def __repr__(self) -> str:
         return f"CacheMeter({self.metrics.metrics_url!r})"

@@ -45,6 +45,7 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     child_environment,
     detect_platform,
 )
+from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
 from graph_kvcache_mcp.connectors.vllm.readiness import foreign_status, status_of, wait_healthy
 from graph_kvcache_mcp.connectors.vllm.state import (
     VllmLogs,
@@ -53,6 +54,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStopResult,
 )
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
+from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as ENTRY_MODULE
 from graph_kvcache_mcp.domain.vllm.launch import (
     LaunchPlan,
     Platform,
@@ -65,7 +67,6 @@ from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
 MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
-ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 # progress(elapsed_s, deadline_s, message)
 WaitProgress = Callable[[float, float, str], None]
 
@@ -175,6 +176,7 @@ class ManagedVllm:
         state = self.running_state()
         if state is None:
             return self._nothing_to_stop()
+        record_final_counters(self.home, state.port)  # a window across the stop counts it all
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()

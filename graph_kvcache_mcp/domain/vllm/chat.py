@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot, delta
 from graph_kvcache_mcp.domain.vllm.traces import CachedTokensSource, Trace
 
 DEFAULT_MAX_TOKENS = 64
@@ -197,9 +197,48 @@ def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters | Unavailab
             "vLLM or request shares it), so the external hit cannot be split into L1 and L2"
         )
         return cached.model_copy(update={"note": _joined(cached.note, why)})
-    return cached.model_copy(
-        update={"l1_tokens": moved.l1_hit_tokens, "l2_tokens": moved.l2_hit_tokens}
-    )
+    taken = tiers_taken(moved.l1_hit_tokens, moved.l2_hit_tokens, cached.external_tokens)
+    if taken is None:
+        why = (
+            f"the lmcache server found {moved.l1_hit_tokens + moved.l2_hit_tokens} tokens but "
+            f"vLLM took {cached.external_tokens} from it, so the external hit cannot be split "
+            "into L1 and L2"
+        )
+        return cached.model_copy(update={"note": _joined(cached.note, why)})
+    return cached.model_copy(update={"l1_tokens": taken[0], "l2_tokens": taken[1]})
+
+
+def tiers_taken(l1_found: int, l2_found: int, external: int | None) -> tuple[int, int] | None:
+    """Of the `external` tokens vLLM took from the connector, those from L1 and from L2; they
+    sum to `external`, never more.
+
+    LMCache's lookup counts every chunk of the prompt it holds, from the first token, also the
+    ones vLLM already had in its own cache and does not load: L1 hits from the start, then L2
+    past L1's last hit. vLLM takes the tail past its local hit, so L2's part of what it took is
+    at most `external`, and L1 has the rest. None when the server found less than vLLM took (not
+    this call's lookup alone) or vLLM's external hit is unknown.
+    """
+    if external is None or l1_found + l2_found < external:
+        return None
+    l2 = min(l2_found, external)
+    return external - l2, l2
+
+
+def window_tiers(window: MetricsDelta, lmcache: LmcacheCounters | None) -> dict[str, int] | None:
+    """A window's cached prompt tokens by tier: `local` (vLLM's own cache) and `external` (the
+    connector), and with the lmcache server's counters moved over the same window the external
+    part as `lmcache_l1` + `lmcache_l2` (capped as `tiers_taken` says, over the window's sums).
+    The parts sum to the whole; None when vLLM's counters of the window are unknown."""
+    local, external = window.prefix_cache_hits_tokens, window.external_prefix_cache_hits_tokens
+    if local is None or external is None:
+        return None
+    tiers = {"local": local, "external": external}
+    if lmcache is None or lmcache.l1_hit_tokens is None or lmcache.l2_hit_tokens is None:
+        return tiers
+    taken = tiers_taken(lmcache.l1_hit_tokens, lmcache.l2_hit_tokens, external)
+    if taken is not None:
+        tiers["lmcache_l1"], tiers["lmcache_l2"] = taken
+    return tiers
 
 
 def _joined(note: str | None, more: str) -> str:

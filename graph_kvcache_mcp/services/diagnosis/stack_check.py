@@ -159,6 +159,7 @@ async def vllm_facts(
         preemptions=preemptions,
         external_queries=snapshot.external_prefix_cache_queries_tokens,
         external_hits=snapshot.external_prefix_cache_hits_tokens,
+        prefix_hits=snapshot.prefix_cache_hits_tokens,
         shared_prefix_tokens=shared,
         kv_connector=None if runtime is None else runtime.kv_connector,
         hash_seed=None if runtime is None else runtime.hash_seed,
@@ -190,6 +191,7 @@ def managed_lmcache_url(data_dir: Path) -> str | None:
 async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
     async with LmcacheHttp(http_url) as lmcache:
         status = await lmcache.status()
+        counters = await lmcache.counters()
     leaked = await anyio.to_thread.run_sync(leaked_lmcache_segments)
     if isinstance(status, Unavailable):
         return LmcacheFacts(
@@ -209,4 +211,6 @@ async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
         registration_hang=None if runtime is None else runtime.registration_hang,
         leaked_segments=leaked,
         resp_peer_gone=None if runtime is None else runtime.resp_peer_gone,
+        lookup_tokens=None if isinstance(counters, Unavailable) else counters.lookup_tokens,
+        found_tokens=None if isinstance(counters, Unavailable) else counters.hit_tokens,
     )

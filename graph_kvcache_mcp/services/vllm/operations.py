@@ -12,14 +12,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
+
 from graph_kvcache_mcp.connectors.files.trace_log import read_traces
+from graph_kvcache_mcp.connectors.vllm.metrics import final_snapshots
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, counters_moved
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.chat import DEFAULT_MAX_TOKENS
+from graph_kvcache_mcp.domain.vllm.chat import DEFAULT_MAX_TOKENS, window_tiers
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
-from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, delta
+from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, restarted, window
 from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
 from graph_kvcache_mcp.errors import InvalidValue
 from graph_kvcache_mcp.services.vllm.views import (
@@ -74,9 +78,16 @@ async def chat(
 
 
 async def metrics(
-    client: VllmClient, model: str | None = None, since: MetricsSnapshot | None = None
+    client: VllmClient,
+    model: str | None = None,
+    since: MetricsSnapshot | None = None,
+    *,
+    data_dir: Path | None = None,
+    since_lmcache: LmcacheCounters | None = None,
 ) -> VllmMetricsOut:
-    """A /metrics snapshot for `model` (None: all models summed), and the delta from `since`.
+    """A /metrics snapshot for `model` (None: all models summed), and the delta from `since`,
+    counted across the managed restarts of `data_dir`'s vLLM (their final counts recorded),
+    split by tier (with `since_lmcache`, the lmcache server's counters then, into L1 and L2).
 
     Raises:
         UnknownModel: the server reports no series for `model`.
@@ -85,12 +96,26 @@ async def metrics(
     snapshot = await client.metrics.snapshot(model)
     if isinstance(snapshot, Unavailable):
         return VllmMetricsOut(reachable=False, metrics_url=url, reason=snapshot.reason)
-    window = delta(since, snapshot) if since is not None else None
     tier = client.meter.tier
     counters = await tier.read() if tier is not None else None
     lmcache = None if isinstance(counters, Unavailable) else counters
+    moved = tiers = None
+    if since is not None:
+        finals = []
+        if data_dir is not None and restarted(since, snapshot):
+            finals = await anyio.to_thread.run_sync(final_snapshots, data_dir, model)
+        moved = window(since, snapshot, finals)
+        lmcache_moved = None
+        if since_lmcache is not None and lmcache is not None:
+            lmcache_moved = counters_moved(since_lmcache, lmcache)
+        tiers = window_tiers(moved, lmcache_moved)
     return VllmMetricsOut(
-        reachable=True, metrics_url=url, snapshot=snapshot, delta=window, lmcache=lmcache
+        reachable=True,
+        metrics_url=url,
+        snapshot=snapshot,
+        delta=moved,
+        lmcache=lmcache,
+        tiers=tiers,
     )
 
 

@@ -67,6 +67,11 @@ class VllmMetricsOut(BaseModel):
         description="The managed lmcache server behind vLLM's MP connector (totals since it "
         "started): lookups and where they hit, L1 or L2 (the engine).",
     )
+    tiers: dict[str, int] | None = Field(
+        None,
+        description="With since: the window's cached tokens by tier (local, external; of "
+        "external lmcache_l1 + lmcache_l2, only what vLLM took): the parts sum to the whole.",
+    )
     reason: str | None = None
 
 

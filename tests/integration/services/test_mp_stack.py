@@ -10,7 +10,6 @@ stack's vLLM has only 8 MiB of KV memory.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -36,7 +35,7 @@ from tests.support.mp_stack import (
     MpStack,
     cached_tokens_of,
     logprobs_of,
-    require_lmcache_in_vllm_venv,
+    module_stack,
     shm_entries,
 )
 from tests.support.vllm import READY_TIMEOUT_S, VLLM_CPU, VLLM_PYTHON, tiny_model_dir
@@ -47,15 +46,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.lmcache]
 
 @pytest.fixture(scope="module")
 def stack_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpStack]:
-    require_lmcache_in_vllm_venv()
-    stack = MpStack(tmp_path_factory.mktemp("mp-stack"))
-    saved = dict(os.environ)
-    try:
-        yield stack
-    finally:
-        stack.close()
-        os.environ.clear()
-        os.environ.update(saved)
+    yield from module_stack(tmp_path_factory.mktemp("mp-stack"))
 
 
 @pytest.fixture

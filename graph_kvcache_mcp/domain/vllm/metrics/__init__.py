@@ -31,7 +31,7 @@ from graph_kvcache_mcp.domain.vllm.metrics.parse import (
     served_models,
     snapshot_from_families,
 )
-from graph_kvcache_mcp.domain.vllm.metrics.window import delta
+from graph_kvcache_mcp.domain.vllm.metrics.window import baseline_across, delta, restarted, window
 
 __all__ = [
     "CacheConfig",
@@ -39,10 +39,13 @@ __all__ = [
     "MetricsSnapshot",
     "TtftSummary",
     "UnknownModel",
+    "baseline_across",
     "count_preemptions",
     "delta",
     "parse_snapshot",
     "relevant_lines",
+    "restarted",
     "served_models",
     "snapshot_from_families",
+    "window",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,6 +97,18 @@ class MetricsSnapshot(BaseModel):
     engine_kv_saved_bytes: int | None = None
     engine_kv_dropped_blocks: int | None = None
     scraped_at: float | None = Field(None, description="Unix time of the scrape (set by I/O).")
+    process_start_time_s: float | None = Field(
+        None, description="When vLLM's server process started (Unix time): a new one = a restart."
+    )
+
+    def baseline(self) -> dict[str, Any]:
+        """What a later window needs of this snapshot, as JSON data (with the TTFT buckets that
+        tool output leaves out); `MetricsSnapshot.model_validate` reads it back."""
+        # Not exclude_none: TtftSummary's quantiles are required (None before any request).
+        data = self.model_dump(mode="json", exclude={"cache_config"})
+        if self.ttft_buckets is not None:
+            data["ttft_buckets"] = self.ttft_buckets
+        return data
 
 
 class MetricsDelta(BaseModel):
@@ -126,7 +138,12 @@ class MetricsDelta(BaseModel):
     requests_running: int | None = None
     requests_waiting: int | None = None
     counter_reset: bool = Field(
-        False, description="A counter went backwards: the server restarted between the scrapes."
+        False,
+        description="vLLM restarted in the window and its earlier process's final counts are "
+        "unknown (an unmanaged restart): the counters are null, never a part.",
+    )
+    restarts: int = Field(
+        0, description="Managed restarts in the window, counted across (final counts recorded)."
     )
 
 

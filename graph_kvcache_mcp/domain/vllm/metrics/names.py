@@ -21,6 +21,8 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 TTFT = "vllm:time_to_first_token_seconds"
 CACHE_CONFIG = "vllm:cache_config_info"
+# prometheus_client's process collector in vLLM's API server: a new value is a new process.
+PROCESS_START = "process_start_time_seconds"
 # EngineKVConnector's own counters, when vLLM runs with it: sample name → snapshot field.
 ENGINE_KV_FIELDS = {sample_name(name): f"engine_kv_{name}" for name in ENGINE_KV_COUNTERS}
 
@@ -38,10 +40,19 @@ BY_SOURCE_SAMPLES = (PROMPT_BY_SOURCE, CACHED_BY_SOURCE)
 GAUGE_SAMPLES = (KV_USAGE, RUNNING, WAITING)
 TTFT_SAMPLES = (f"{TTFT}_bucket", f"{TTFT}_sum", f"{TTFT}_count")
 WANTED_SAMPLES = frozenset(
-    (*COUNTER_SAMPLES, *BY_SOURCE_SAMPLES, *GAUGE_SAMPLES, *TTFT_SAMPLES, CACHE_CONFIG)
+    (
+        *COUNTER_SAMPLES,
+        *BY_SOURCE_SAMPLES,
+        *GAUGE_SAMPLES,
+        *TTFT_SAMPLES,
+        CACHE_CONFIG,
+        PROCESS_START,
+    )
 )
 # `# TYPE` lines name the family as exposed: counters keep `_total`, histograms the base name.
 WANTED_TYPE_NAMES = frozenset(
-    (*COUNTER_SAMPLES, *BY_SOURCE_SAMPLES, *GAUGE_SAMPLES, TTFT, CACHE_CONFIG)
+    (*COUNTER_SAMPLES, *BY_SOURCE_SAMPLES, *GAUGE_SAMPLES, TTFT, CACHE_CONFIG, PROCESS_START)
 )
+UNLABELLED_SAMPLES = frozenset((CACHE_CONFIG, PROCESS_START))
+"""Samples without a model label: kept whichever model a snapshot is for."""
 INF = float("inf")

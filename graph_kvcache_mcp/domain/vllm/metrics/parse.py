@@ -21,11 +21,13 @@ from graph_kvcache_mcp.domain.vllm.metrics.names import (
     PREEMPTIONS,
     PREFIX_HITS,
     PREFIX_QUERIES,
+    PROCESS_START,
     PROMPT_BY_SOURCE,
     PROMPT_TOKENS,
     PROMPT_TOKENS_CACHED,
     RUNNING,
     TTFT,
+    UNLABELLED_SAMPLES,
     WAITING,
     WANTED_SAMPLES,
     WANTED_TYPE_NAMES,
@@ -47,7 +49,8 @@ def relevant_lines(text: str, model_name: str | None) -> str:
 
     Plain string tests, no regular expressions: the metric name is what precedes `{` or a space,
     and a chosen model's sample line must contain its `model_name="..."` label as the exposition
-    format escapes it. `cache_config_info` carries no model label, so its lines are always kept.
+    format escapes it. `cache_config_info` and the process start time carry no model label, so
+    their lines are always kept.
     """
     needle = None if model_name is None else f'model_name="{_escape_label(model_name)}"'
     kept: list[str] = []
@@ -64,7 +67,7 @@ def relevant_lines(text: str, model_name: str | None) -> str:
         name = line[:brace] if brace >= 0 else line.partition(" ")[0]
         if name not in WANTED_SAMPLES:
             continue
-        if needle is None or name == CACHE_CONFIG or needle in line:
+        if needle is None or name in UNLABELLED_SAMPLES or needle in line:
             kept.append(line)
     kept.append("")
     return "\n".join(kept)
@@ -132,10 +135,14 @@ class _Accumulator:
         self.ttft_sum: float | None = None
         self.ttft_count: float | None = None
         self.cache_configs: list[dict[str, str]] = []
+        self.process_start: float | None = None
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if name == CACHE_CONFIG:
             self.cache_configs.append(dict(labels))
+            return
+        if name == PROCESS_START:
+            self.process_start = max(value, self.process_start or value)
             return
         model = labels.get("model_name")
         if model is not None:
@@ -186,6 +193,7 @@ class _Accumulator:
             ttft=ttft_summary(buckets, self.ttft_sum, self.ttft_count),
             ttft_buckets=buckets,
             cache_config=self._cache_config(),
+            process_start_time_s=self.process_start,
             **{
                 field: int_or_none(self.counters.get(name))
                 for name, field in ENGINE_KV_FIELDS.items()
