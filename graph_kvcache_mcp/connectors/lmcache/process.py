@@ -3,8 +3,13 @@
 Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports),
 `lmcache.log` and `leases/` (one file per server session using the server, see `engine_leases`).
 The server runs in its own session from the interpreter of LMCache's venv
-(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m lmcache.cli.main server ...`;
-readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port. Start, stop
+(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
+graph_kvcache_mcp.plugins.lmcache.server server ...` (`lmcache server` with only the read-only
+admin routes: see that module); its secrets (the engine token, the RESP password) reach it as
+private files (`files/secret_env`), never in its environment, which its admin API could show.
+Readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port, and then both
+of its ports proven held by the process we started (a neighbour who bound one first would
+otherwise get vLLM's KV traffic or answer our health checks). Start, stop
 and release hold `<home>/lifecycle.lock`, so two callers never interleave. A server started by a
 session stops when the last session holding a lease releases it (`lease_rules`); one started by
 `lmcache start` runs until `lmcache stop`.
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_kvcache_mcp.connectors.files.private import exclusive, private_dir
+from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
 from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheState,
     LmcacheStatus,
@@ -43,7 +49,11 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
-from graph_kvcache_mcp.connectors.processes.identity import is_alive
+from graph_kvcache_mcp.connectors.processes.identity import (
+    describe_listener,
+    is_alive,
+    listener_owner,
+)
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
     keep_until_stop,
@@ -57,7 +67,7 @@ from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 LMCACHE_HOST = "127.0.0.1"
-ENTRY_MODULE = "lmcache.cli.main"
+ENTRY_MODULE = "graph_kvcache_mcp.plugins.lmcache.server"
 DEFAULT_READY_TIMEOUT_S = 180.0
 INSTALL_HINT = (
     "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
@@ -219,7 +229,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                 f"the LMCache interpreter {self.python} does not exist; {INSTALL_HINT}"
             )
         probe = (
-            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') else 3)"
+            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') and "
+            f"importlib.util.find_spec({ENTRY_MODULE!r}) else 3)"
         )
         try:
             done = subprocess.run(
@@ -230,7 +241,9 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                 f"could not run {self.python} ({exc}); {INSTALL_HINT}"
             ) from None
         if done.returncode != 0:
-            raise LmcacheProcessError(f"lmcache is not importable by {self.python}; {INSTALL_HINT}")
+            raise LmcacheProcessError(
+                f"lmcache or {ENTRY_MODULE} is not importable by {self.python}; {INSTALL_HINT}"
+            )
 
     def _launch(
         self,
@@ -249,8 +262,12 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         process, record = spawn_logged(
             command,
             # Only what a Python + torch stack needs, then the plan's own (the engine's URL and
-            # token for the L2 adapter): none of our other secrets.
-            env={**inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES), **env},
+            # the token's file for the L2 adapter): none of our other secrets, and no secret
+            # value at all.
+            env=filed_secrets(
+                {**inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES), **env},
+                self.home,
+            ),
             log_path=self.log_path,
             header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
         )
@@ -285,6 +302,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                     f"{_last_words(self.log_path)} (log: {self.log_path})"
                 )
             if _get_json(state.http_url + "/healthcheck").get("status") == "healthy":
+                self._check_ports_ours(state)
                 return
             time.sleep(0.25)  # poll interval; the deadline above bounds the wait
         stop_process(state.process, term_wait_s=10.0)
@@ -293,6 +311,19 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             f"lmcache server was not healthy within {timeout_s:g} s and was stopped: "
             f"{_last_words(self.log_path)} (log: {self.log_path})"
         )
+
+    def _check_ports_ours(self, state: LmcacheState) -> None:
+        """Both ports are held by the server we started, or it is stopped and the start fails:
+        a port free before the start may have been taken by another user in between."""
+        for port, what in ((state.port, "KV RPC"), (state.http_port, "admin HTTP")):
+            if listener_owner(state.process.pid, port, group=True) != "ours":
+                stop_process(state.process, term_wait_s=10.0)
+                self.state_file.clear()
+                raise LmcacheProcessError(
+                    f"the lmcache server's {what} port {port} is held by another process "
+                    f"({describe_listener(port)}), not by the server we started (pid "
+                    f"{state.process.pid}), which was stopped; choose other ports"
+                )
 
     def _status_of(self, state: LmcacheState, *, tidy: bool = True) -> LmcacheStatus:
         health = _get_json(state.http_url + "/healthcheck")

@@ -105,7 +105,7 @@ class VllmLaunch(BaseModel):
         None, description="Where vLLM binds the live feed (the lifecycle picks a private one)."
     )
     kv_events_replay_endpoint: str | None = Field(
-        None, description="Where vLLM binds the replay socket (a free loopback port)."
+        None, description="Where vLLM binds the replay socket (the lifecycle picks a private one)."
     )
     extra_args: tuple[str, ...] = ()
 
