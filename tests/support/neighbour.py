@@ -30,8 +30,17 @@ def can_run_as_nobody() -> bool:
 
 def as_nobody(*args: str, python: str = SYSTEM_PYTHON) -> dict[str, Any]:
     """Run this script as `nobody` (no groups) with `args`; its JSON answer."""
+    return _run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"], python, args)
+
+
+def as_owner(*args: str, python: str = SYSTEM_PYTHON) -> dict[str, Any]:
+    """The same probe as this user: what the owner still reaches."""
+    return _run([], python, args)
+
+
+def _run(prefix: list[str], python: str, args: tuple[str, ...]) -> dict[str, Any]:
     done = subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, __file__, *args],
+        [*prefix, python, __file__, *args],
         capture_output=True,
         text=True,
         timeout=60,
