@@ -5,7 +5,8 @@ Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, comman
 The server runs in its own session from the interpreter of LMCache's venv
 (`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
 graph_kvcache_mcp.plugins.lmcache.server server ...` (`lmcache server` with only the read-only
-admin routes: see that module); its secrets (the engine token, the RESP password) reach it as
+admin routes and its KV RPC on a unix socket in this private dir, `rpc-<port>.sock`: see that
+module); its secrets (the engine token, the RESP password) reach it as
 private files (`files/secret_env`), never in its environment, which its admin API could show.
 Readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port, and then both
 of its ports proven held by the process we started (a neighbour who bound one first would
@@ -63,11 +64,14 @@ from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.stack import rpc_socket_path
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 LMCACHE_HOST = "127.0.0.1"
 ENTRY_MODULE = "graph_kvcache_mcp.plugins.lmcache.server"
+RPC_URL_ENV = "GRAPH_KVCACHE_LMCACHE_RPC_URL"
+"""Where our entry point makes the server's KV RPC listen instead of its TCP port."""
 DEFAULT_READY_TIMEOUT_S = 180.0
 INSTALL_HINT = (
     "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
@@ -259,6 +263,12 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
     ) -> LmcacheStatus:
         command = (python or self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
+        socket = rpc_socket_path(self.data_dir, port)
+        rpc_url = None
+        if socket is not None:
+            socket.unlink(missing_ok=True)  # a socket a killed server left; ours (0700 dir)
+            rpc_url = f"ipc://{socket}"
+            env = {**env, RPC_URL_ENV: rpc_url}
         process, record = spawn_logged(
             command,
             # Only what a Python + torch stack needs, then the plan's own (the engine's URL and
@@ -277,6 +287,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             port=port,
             http_port=http_port,
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
+            rpc_url=rpc_url,
             runs_until_stop=runs_until_stop,
             resp_peer=resp_peer,
             plan_env=dict(server.env),
@@ -315,7 +326,17 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
     def _check_ports_ours(self, state: LmcacheState) -> None:
         """Both ports are held by the server we started, or it is stopped and the start fails:
         a port free before the start may have been taken by another user in between."""
-        for port, what in ((state.port, "KV RPC"), (state.http_port, "admin HTTP")):
+        ports = [(state.http_port, "admin HTTP")]
+        if state.rpc_url is None:  # else the RPC is a socket in our private dir, no port
+            ports.append((state.port, "KV RPC"))
+        elif not Path(state.rpc_url.removeprefix("ipc://")).is_socket():
+            stop_process(state.process, term_wait_s=10.0)
+            self.state_file.clear()
+            raise LmcacheProcessError(
+                f"the lmcache server did not serve its KV RPC at {state.rpc_url} (this LMCache "
+                f"may bind only TCP; {ENTRY_MODULE} supports 0.5.6) and was stopped"
+            )
+        for port, what in ports:
             if listener_owner(state.process.pid, port, group=True) != "ours":
                 stop_process(state.process, term_wait_s=10.0)
                 self.state_file.clear()
@@ -332,7 +353,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         return LmcacheStatus(
             **running_fields(state.process, self.data_dir),
             healthy=healthy,
-            rpc_url=f"tcp://{state.host}:{state.port}",
+            rpc_url=state.rpc_url or f"tcp://{state.host}:{state.port}",
             http_url=state.http_url,
             report=report_from_status(status) if status else None,
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -59,7 +60,9 @@ def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
         return None
     target = lmcache_target_of(state.process.command)
     answers = None
-    if target is not None:
+    if target is not None and target.startswith("ipc://"):
+        answers = _unix_socket_answers(target.removeprefix("ipc://"))
+    elif target is not None:
         host, _, port = target.rpartition(":")
         answers = port.isdigit() and port_in_use(host, int(port))
     return ManagedRuntime(
@@ -139,13 +142,28 @@ def lmcache_port_of(command: tuple[str, ...]) -> int | None:
 
 
 def lmcache_target_of(command: tuple[str, ...]) -> str | None:
-    """host:port of the lmcache server an MP connector's --kv-transfer-config names."""
+    """host:port of the lmcache server an MP connector's --kv-transfer-config names, or the
+    `ipc://` socket it names in `lmcache.mp.server_urls` (which LMCache prefers)."""
     port = lmcache_port_of(command)
     if port is None:
         return None
     config = json.loads(transfer_config_text(command) or "{}")  # parsed by lmcache_port_of
-    host = str(config["kv_connector_extra_config"].get("lmcache.mp.host", "tcp://127.0.0.1"))
+    extra = config["kv_connector_extra_config"]
+    urls = extra.get("lmcache.mp.server_urls")
+    if isinstance(urls, list) and len(urls) == 1 and str(urls[0]).startswith("ipc://"):
+        return str(urls[0])
+    host = str(extra.get("lmcache.mp.host", "tcp://127.0.0.1"))
     return f"{host.removeprefix('tcp://')}:{port}"
+
+
+def _unix_socket_answers(path: str) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(2.0)
+            conn.connect(path)
+    except OSError:
+        return False
+    return True
 
 
 def transfer_config_text(command: tuple[str, ...]) -> str | None:

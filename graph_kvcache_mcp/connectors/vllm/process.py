@@ -55,6 +55,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStatus,
     VllmStopResult,
 )
+from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, MP_CONNECTORS, rpc_socket_path
 from graph_kvcache_mcp.domain.vllm.launch import (
     LaunchPlan,
     Platform,
@@ -65,7 +66,6 @@ from graph_kvcache_mcp.domain.vllm.launch import (
 from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
-MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 # progress(elapsed_s, deadline_s, message)
 Progress = Callable[[float, float, str], None]
@@ -139,7 +139,7 @@ class ManagedVllm:
         if port_in_use(VLLM_HOST, launch.port):
             return self._reuse_foreign(launch, wanted)
         check_vllm_importable(self.python)
-        launch = self._with_event_endpoints(launch)
+        launch = self._with_lmcache_socket(self._with_event_endpoints(launch))
         plan = plan_launch(launch, platform or detect_platform(), host=VLLM_HOST)
         if launch.kv_connector in ("mp_native", "redis_resp"):
             check_vllm_importable(self.python, module="lmcache", hint=LMCACHE_MP_HINT)
@@ -338,6 +338,17 @@ class ManagedVllm:
             reason=f"reusing a healthy vLLM this tool did not start ({holder}); vllm_stop will "
             "not stop it",
         )
+
+    def _with_lmcache_socket(self, launch: VllmLaunch) -> VllmLaunch:
+        """`launch` with the MP connector aimed at the private KV RPC socket of the managed
+        lmcache server of this data dir, when that server serves `launch.lmcache_port` there
+        (a server of someone else's, or ours with too long a path, is reached by TCP)."""
+        if launch.kv_connector not in MP_CONNECTORS or launch.lmcache_rpc_url is not None:
+            return launch
+        socket = rpc_socket_path(self.data_dir, launch.lmcache_port)
+        if socket is None or not socket.is_socket():
+            return launch
+        return launch.model_copy(update={"lmcache_rpc_url": f"ipc://{socket}"})
 
     def _with_event_endpoints(self, launch: VllmLaunch) -> VllmLaunch:
         """`launch` with the KV event sockets filled in: the live feed and the replay socket as

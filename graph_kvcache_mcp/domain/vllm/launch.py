@@ -95,6 +95,9 @@ class VllmLaunch(BaseModel):
     kv_connector: KvConnector = Field("none", description="External KV tier (see KvConnector).")
     lmcache_host: str = Field("127.0.0.1", description="The lmcache server (MP modes).")
     lmcache_port: ServicePort = Field(5555, description="The lmcache server's port.")
+    lmcache_rpc_url: str | None = Field(
+        None, description="The lmcache server's private ipc socket (the lifecycle finds it)."
+    )
     lmcache_config_file: str = Field(
         "lmcache.yaml", description="LMCACHE_CONFIG_FILE for inprocess_plugin."
     )
@@ -216,7 +219,9 @@ def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
                 "kv_load_failure_policy": "recompute",
             }
         case "mp_native" | "redis_resp":
-            return mp_kv_transfer_config(launch.lmcache_host, launch.lmcache_port)
+            return mp_kv_transfer_config(
+                launch.lmcache_host, launch.lmcache_port, launch.lmcache_rpc_url
+            )
         case "inprocess_plugin":
             return inprocess_kv_transfer_config()
     return None

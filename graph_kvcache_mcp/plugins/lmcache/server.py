@@ -8,6 +8,12 @@ metrics, change quotas, add or remove L2 adapters, or run a script. Before the s
 entry point answers 404 to all but the read-only routes the project reads (`ADMIN_ROUTES`), so a
 neighbour reaching the port learns health, status, version and counters, and changes nothing.
 
+LMCache's KV RPC (ZMQ, no authentication either) is bound by the 0.5.6 server on
+`tcp://<host>:<port>` only, though its clients accept `ipc://`. With `GRAPH_KVCACHE_LMCACHE_RPC_URL`
+set (an `ipc://` socket in the data dir's private directory), the server's request queue binds
+there instead, so only its owner can connect; vLLM's connector is pointed at it with
+`lmcache.mp.server_urls`.
+
 The RESP password reaches LMCache's own `resp` adapter (which reads `LMCACHE_RESP_PASSWORD`) from
 the private file `LMCACHE_RESP_PASSWORD_FILE` names, set in this process only: the environment
 the server was started with never holds it.
@@ -24,6 +30,7 @@ from typing import Any
 ADMIN_ROUTES = frozenset({"/", "/healthcheck", "/status", "/lmc_version", "/metrics"})
 """GET routes kept: what `connectors/lmcache/admin_http.py` and the lifecycle read."""
 RESP_PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
+RPC_URL_ENV = "GRAPH_KVCACHE_LMCACHE_RPC_URL"
 FILE_SUFFIX = "_FILE"
 
 
@@ -59,6 +66,19 @@ def load_filed_secret(name: str) -> None:
         os.environ[name] = Path(path).read_text(encoding="utf-8").strip()
 
 
+def bind_rpc_privately(url: str) -> None:
+    """Make LMCache's ZMQ request server bind `url` instead of the TCP address it builds."""
+    from lmcache.v1.multiprocess.transport.zmq_impl import server as zmq_server
+
+    queue = zmq_server.MessageQueueServer
+
+    def private_queue(*, bind_url: str, context: Any) -> Any:
+        del bind_url  # tcp://<host>:<port>: every local user could connect
+        return queue(bind_url=url, context=context)
+
+    zmq_server.MessageQueueServer = private_queue
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     # LMCache's heavy imports happen here, inside the server process, never at module import.
     from lmcache.cli.main import main as lmcache_main
@@ -66,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     app.add_middleware(AdminRoutesOnly)
     load_filed_secret(RESP_PASSWORD_ENV)
+    if url := os.environ.get(RPC_URL_ENV):
+        bind_rpc_privately(url)
     lmcache_main(list(sys.argv[1:] if argv is None else argv))
 
 

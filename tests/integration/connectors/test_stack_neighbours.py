@@ -12,6 +12,7 @@ from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.processes.ports import free_port
+from tests.integration.connectors.test_lmcache_server import REQUESTS, bench_server
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.lmcache import cpu_server_flags, require_lmcache
 from tests.support.neighbour import as_nobody, can_run_as_nobody
@@ -88,3 +89,24 @@ def test_a_neighbour_cannot_change_the_lmcache_servers_state_over_its_admin_api(
         )
     }
     assert all(code in (404, 405) for code in attempts.values()), attempts
+
+
+def test_a_neighbour_cannot_connect_to_the_lmcache_servers_kv_rpc(
+    started_server: tuple[LmcacheStatus, ManagedLmcache], memory_engine: RunningEngine
+) -> None:
+    status, managed = started_server
+    state = managed.running_state()
+    assert state is not None and status.rpc_url is not None
+
+    socket_knock = as_nobody("connect", status.rpc_url)
+    port_knock = as_nobody("connect", f"tcp://127.0.0.1:{state.port}")
+    assert status.http_url is not None
+    # The owner's LMCache client (the one vLLM's connector uses) stores and reloads over it.
+    bench = bench_server(status.rpc_url, status.http_url, memory_engine)
+
+    # LMCache's MP protocol has no authentication: only a socket nobody can open keeps a
+    # neighbour from looking up, storing and retrieving chunks as a vLLM would.
+    assert status.rpc_url == f"ipc://{managed.home}/rpc-{state.port}.sock"
+    assert not socket_knock["connected"] and "Permission denied" in socket_knock["error"]
+    assert not port_knock["connected"], "the KV RPC still listens on its TCP port"
+    assert bench.count("CHECKSUM MATCH OK") == REQUESTS, bench[-2000:]

@@ -13,6 +13,7 @@ from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.stack.runtime import (
     kv_connector_of,
     leaked_lmcache_segments,
+    lmcache_port_of,
     lmcache_target_of,
 )
 from graph_kvcache_mcp.domain.lmcache.config import mp_kv_transfer_config
@@ -56,6 +57,15 @@ def test_the_mp_connectors_server_address_is_read_from_the_recorded_command() ->
     assert lmcache_target_of(command) == "127.0.0.1:5601"
     assert kv_connector_of(command) == "LMCacheMPConnector"
     assert lmcache_target_of(("python", "-m", "vllm")) is None
+
+
+def test_a_private_rpc_socket_is_the_mp_connectors_target_and_the_port_still_names_the_server() -> (
+    None
+):
+    transfer = mp_kv_transfer_config("127.0.0.1", 5601, "ipc:///data/lmcache/rpc-5601.sock")
+    command = ("python", "-m", "vllm", "--kv-transfer-config", json.dumps(transfer))
+    assert lmcache_target_of(command) == "ipc:///data/lmcache/rpc-5601.sock"
+    assert lmcache_port_of(command) == 5601
 
 
 def test_only_segments_whose_process_is_gone_count_as_leaked(tmp_path: Path) -> None:
