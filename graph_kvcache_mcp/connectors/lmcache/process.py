@@ -214,6 +214,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             )
         how = stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
+        if state.rpc_url is not None:  # LMCache leaves its socket file behind
+            Path(state.rpc_url.removeprefix("ipc://")).unlink(missing_ok=True)
         return LmcacheStopResult(
             stopped=how != "not_running",
             how=how,

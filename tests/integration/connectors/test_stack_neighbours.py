@@ -110,3 +110,5 @@ def test_a_neighbour_cannot_connect_to_the_lmcache_servers_kv_rpc(
     assert not socket_knock["connected"] and "Permission denied" in socket_knock["error"]
     assert not port_knock["connected"], "the KV RPC still listens on its TCP port"
     assert bench.count("CHECKSUM MATCH OK") == REQUESTS, bench[-2000:]
+    managed.stop()
+    assert not (managed.home / f"rpc-{state.port}.sock").exists()  # a stop leaves no socket
