@@ -1,13 +1,16 @@
 """Settings: one pydantic model, read from the environment and overridden by CLI flags.
 
 Precedence for the KV store address: `EPISTEMIC_GRAPH_KVCACHE_URL` > `EPISTEMIC_GRAPH_KVCACHE_ADDR`
-> a managed engine's state file in the data dir > http://127.0.0.1:9130. Bad values raise
-`ConfigError`; nothing falls back silently.
+> a managed engine's state file in the data dir > http://127.0.0.1:9130. For its token:
+`EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE` (a private file holding it; what the processes we start get,
+since an environment can be read back through their APIs) > `EPISTEMIC_GRAPH_KVCACHE_TOKEN`.
+Bad values raise `ConfigError`; nothing falls back silently.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -236,6 +239,8 @@ def _endpoint_problems(values: dict[str, Any]) -> tuple[tuple[Endpoint, str], ..
     return tuple(problems.items())
 
 
+KV_TOKEN_FILE_ENV = "EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE"
+
 EnvParser = Callable[[str, str], Any]
 """(a variable's value as set, its name) -> the setting, or None to leave it at its default.
 
@@ -274,6 +279,34 @@ def _roots(text: str, _name: str) -> tuple[Path, ...] | None:
     return tuple(Path(root).expanduser() for root in roots_from_setting(text, separator=os.pathsep))
 
 
+def _token_file(text: str, name: str) -> SecretStr | None:
+    """The token in the file `text` names: ours, a regular file, no link, unreadable by others
+    (a token readable by anyone else is a leaked token)."""
+    if not text.strip():
+        return None
+    path = Path(text.strip()).expanduser()
+    fix = f"point {name} at a file of yours with mode 0600 holding only the token"
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot open {path} ({exc.strerror}); {fix}") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise ConfigError(f"{name}: {path} is not a regular file of this user; {fix}")
+        if info.st_mode & 0o077:
+            raise ConfigError(
+                f"{name}: {path} is open to other users (mode {info.st_mode & 0o777:o}); {fix}"
+            )
+        token = handle.read(_MAX_TOKEN_FILE_BYTES + 1).decode("ascii", errors="replace").strip()
+    if not token or len(token) > _MAX_TOKEN_FILE_BYTES:
+        raise ConfigError(f"{name}: {path} holds no token (or more than a token); {fix}")
+    return SecretStr(token)
+
+
+_MAX_TOKEN_FILE_BYTES = 4096
+
+
 def split_list(text: str) -> tuple[str, ...]:
     """Split a comma-separated setting, dropping blanks."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -298,6 +331,7 @@ def _flag(text: str, name: str) -> bool:
 ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     (INSECURE_HOSTS_ENV, "insecure_http_hosts", _given(split_list)),
     ("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "kv_token", _given(SecretStr)),
+    (KV_TOKEN_FILE_ENV, "kv_token", _token_file),  # after the variable: the file wins
     ("EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S", "kv_timeout_s", _numeric(float)),
     ("EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS", "kv_concurrency", _numeric(int)),
     ("GRAPH_KVCACHE_READ_ONLY", "read_only", _flag),

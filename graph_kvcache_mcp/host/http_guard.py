@@ -7,8 +7,9 @@ until authenticated clients are refused, and every refused accept used to log a 
 - A connection must deliver complete request headers within `HEADER_TIMEOUT_S` of opening (and
   of finishing the previous response, for the next request on a kept-alive connection), or it
   is closed.
-- Each local user (the uid owning the client's socket, read from /proc/net/tcp: on loopback
-  every client has the same address, so the address tells no one apart) holds at most
+- Each local user (the uid owning the client's socket, asked of the kernel by the connection's
+  exact addresses (sock_diag netlink, as `ss` does), /proc/net/tcp only where that fails: on
+  loopback every client has the same address, so the address tells no one apart) holds at most
   `PER_USER_CONNECTIONS` open connections; a connection over the cap is closed at once.
 - What is refused or timed out costs one log line per `LOG_INTERVAL_S`, with counts.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import time
 from collections import Counter
 from pathlib import Path
@@ -76,7 +78,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self._user = socket_owner(transport.get_extra_info("peername"))
+        self._user = socket_owner(
+            transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+        )
         if TALLY.open[self._user] >= PER_USER_CONNECTIONS:
             TALLY.refused[self._user] += 1
             TALLY.note()
@@ -123,9 +127,23 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-def socket_owner(peer: Any) -> int | None:
-    """The uid owning the TCP socket at `peer` ((host, port) of a loopback client), from
-    /proc/net/tcp; None when it cannot be told."""
+_SOCK_DIAG = 4  # NETLINK_SOCK_DIAG
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NO_COOKIE = 0xFFFFFFFF
+_DIAG_UID_OFFSET = 16 + 4 + 48 + 12  # nlmsghdr, then inet_diag_msg up to idiag_uid
+
+
+def socket_owner(peer: Any, local: Any = None) -> int | None:
+    """The uid owning the TCP socket at `peer` ((host, port) of a loopback client connected to
+    `local`); None when it cannot be told.
+
+    The kernel is asked for that one socket by its four addresses (sock_diag), an exact lookup
+    that a burst of connections cannot disturb. /proc/net/tcp is the fallback: the kernel
+    writes it a page per read and resumes by position, so while connections come and go a read
+    can skip a row, and under a burst (the very slow-loris the cap is for) every retry could
+    miss it, leaving the connection counted for no one and one more of the attacker's let in.
+    """
     if not isinstance(peer, tuple) or len(peer) < 2:
         return None
     host, port = peer[0], int(peer[1])
@@ -133,6 +151,29 @@ def socket_owner(peer: Any) -> int | None:
         packed = socket.inet_pton(socket.AF_INET, host)
     except OSError:
         return None
+    if isinstance(local, tuple) and len(local) >= 2:
+        try:
+            server = socket.inet_pton(socket.AF_INET, local[0])
+            request = (
+                struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+                + struct.pack("!HH", port, int(local[1]))
+                + packed
+                + bytes(12)
+                + server
+                + bytes(12)
+                + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+            )
+            header = struct.pack(
+                "=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0
+            )
+            with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _SOCK_DIAG) as diag:
+                diag.settimeout(1.0)
+                diag.sendto(header + request, (0, 0))
+                answer = diag.recv(65536)
+            if struct.unpack_from("=H", answer, 4)[0] == _SOCK_DIAG_BY_FAMILY:
+                return int(struct.unpack_from("=I", answer, _DIAG_UID_OFFSET)[0])
+        except (OSError, struct.error):
+            pass  # no netlink here (or the socket just closed): read the table instead
     wanted = f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
     # The kernel writes the table in pages, so a read while connections come and go can skip
     # a row: look again before giving up.

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.config import KV_TOKEN_FILE_ENV, Settings
 from graph_kvcache_mcp.domain.endpoints import ENABLE_WORDS
 from graph_kvcache_mcp.errors import ConfigError
 
@@ -186,3 +186,32 @@ def test_every_enable_word_of_the_engine_turns_a_setting_on(word: str) -> None:
 @pytest.mark.parametrize("word", ["0", "false", "no", "off", "disabled", ""])
 def test_the_off_words_turn_a_setting_off(word: str) -> None:
     assert Settings.from_env({"GRAPH_KVCACHE_READ_ONLY": word}).read_only is False
+
+
+def test_the_token_file_wins_over_the_token_variable(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-the-file\n")
+    token_file.chmod(0o600)
+    env = {"EPISTEMIC_GRAPH_KVCACHE_TOKEN": "from-the-variable", KV_TOKEN_FILE_ENV: str(token_file)}
+
+    settings = Settings.from_env(env)
+
+    assert settings.kv_token is not None
+    assert settings.kv_token.get_secret_value() == "from-the-file"
+    only_variable = Settings.from_env({"EPISTEMIC_GRAPH_KVCACHE_TOKEN": "from-the-variable"})
+    assert only_variable.kv_token is not None
+    assert only_variable.kv_token.get_secret_value() == "from-the-variable"
+
+
+def test_a_token_file_others_may_read_or_a_link_is_refused(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("secret")
+    token_file.chmod(0o644)
+    link = tmp_path / "link"
+    link.symlink_to(token_file)
+
+    with pytest.raises(ConfigError, match="open to other users"):
+        Settings.from_env({KV_TOKEN_FILE_ENV: str(token_file)})
+    token_file.chmod(0o600)
+    with pytest.raises(ConfigError, match="cannot open"):
+        Settings.from_env({KV_TOKEN_FILE_ENV: str(link)})

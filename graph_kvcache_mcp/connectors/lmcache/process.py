@@ -3,8 +3,14 @@
 Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports),
 `lmcache.log` and `leases/` (one file per server session using the server, see `engine_leases`).
 The server runs in its own session from the interpreter of LMCache's venv
-(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m lmcache.cli.main server ...`;
-readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port. Start, stop
+(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
+graph_kvcache_mcp.plugins.lmcache.server server ...` (`lmcache server` with only the read-only
+admin routes and its KV RPC on a unix socket in this private dir, `rpc-<port>.sock`: see that
+module); its secrets (the engine token, the RESP password) reach it as
+private files (`files/secret_env`), never in its environment, which its admin API could show.
+Readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port, and then both
+of its ports proven held by the process we started (a neighbour who bound one first would
+otherwise get vLLM's KV traffic or answer our health checks). Start, stop
 and release hold `<home>/lifecycle.lock`, so two callers never interleave. A server started by a
 session stops when the last session holding a lease releases it (`lease_rules`); one started by
 `lmcache start` runs until `lmcache stop`.
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_kvcache_mcp.connectors.files.private import exclusive, private_dir
+from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
 from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheState,
     LmcacheStatus,
@@ -43,7 +50,11 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
-from graph_kvcache_mcp.connectors.processes.identity import is_alive
+from graph_kvcache_mcp.connectors.processes.identity import (
+    describe_listener,
+    is_alive,
+    listener_owner,
+)
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
     keep_until_stop,
@@ -53,11 +64,14 @@ from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.stack import rpc_socket_path
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 LMCACHE_HOST = "127.0.0.1"
-ENTRY_MODULE = "lmcache.cli.main"
+ENTRY_MODULE = "graph_kvcache_mcp.plugins.lmcache.server"
+RPC_URL_ENV = "GRAPH_KVCACHE_LMCACHE_RPC_URL"
+"""Where our entry point makes the server's KV RPC listen instead of its TCP port."""
 DEFAULT_READY_TIMEOUT_S = 180.0
 INSTALL_HINT = (
     "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
@@ -200,6 +214,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             )
         how = stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
+        if state.rpc_url is not None:  # LMCache leaves its socket file behind
+            Path(state.rpc_url.removeprefix("ipc://")).unlink(missing_ok=True)
         return LmcacheStopResult(
             stopped=how != "not_running",
             how=how,
@@ -219,7 +235,8 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                 f"the LMCache interpreter {self.python} does not exist; {INSTALL_HINT}"
             )
         probe = (
-            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') else 3)"
+            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') and "
+            f"importlib.util.find_spec({ENTRY_MODULE!r}) else 3)"
         )
         try:
             done = subprocess.run(
@@ -230,7 +247,9 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                 f"could not run {self.python} ({exc}); {INSTALL_HINT}"
             ) from None
         if done.returncode != 0:
-            raise LmcacheProcessError(f"lmcache is not importable by {self.python}; {INSTALL_HINT}")
+            raise LmcacheProcessError(
+                f"lmcache or {ENTRY_MODULE} is not importable by {self.python}; {INSTALL_HINT}"
+            )
 
     def _launch(
         self,
@@ -246,11 +265,21 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
     ) -> LmcacheStatus:
         command = (python or self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
+        socket = rpc_socket_path(self.data_dir, port)
+        rpc_url = None
+        if socket is not None:
+            socket.unlink(missing_ok=True)  # a socket a killed server left; ours (0700 dir)
+            rpc_url = f"ipc://{socket}"
+            env = {**env, RPC_URL_ENV: rpc_url}
         process, record = spawn_logged(
             command,
             # Only what a Python + torch stack needs, then the plan's own (the engine's URL and
-            # token for the L2 adapter): none of our other secrets.
-            env={**inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES), **env},
+            # the token's file for the L2 adapter): none of our other secrets, and no secret
+            # value at all.
+            env=filed_secrets(
+                {**inherited_environment(ML_STACK_INHERITED, ML_STACK_INHERITED_PREFIXES), **env},
+                self.home,
+            ),
             log_path=self.log_path,
             header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
         )
@@ -260,6 +289,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             port=port,
             http_port=http_port,
             http_url=f"http://{LMCACHE_HOST}:{http_port}",
+            rpc_url=rpc_url,
             runs_until_stop=runs_until_stop,
             resp_peer=resp_peer,
             plan_env=dict(server.env),
@@ -285,6 +315,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                     f"{_last_words(self.log_path)} (log: {self.log_path})"
                 )
             if _get_json(state.http_url + "/healthcheck").get("status") == "healthy":
+                self._check_ports_ours(state)
                 return
             time.sleep(0.25)  # poll interval; the deadline above bounds the wait
         stop_process(state.process, term_wait_s=10.0)
@@ -294,6 +325,29 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             f"{_last_words(self.log_path)} (log: {self.log_path})"
         )
 
+    def _check_ports_ours(self, state: LmcacheState) -> None:
+        """Both ports are held by the server we started, or it is stopped and the start fails:
+        a port free before the start may have been taken by another user in between."""
+        ports = [(state.http_port, "admin HTTP")]
+        if state.rpc_url is None:  # else the RPC is a socket in our private dir, no port
+            ports.append((state.port, "KV RPC"))
+        elif not Path(state.rpc_url.removeprefix("ipc://")).is_socket():
+            stop_process(state.process, term_wait_s=10.0)
+            self.state_file.clear()
+            raise LmcacheProcessError(
+                f"the lmcache server did not serve its KV RPC at {state.rpc_url} (this LMCache "
+                f"may bind only TCP; {ENTRY_MODULE} supports 0.5.6) and was stopped"
+            )
+        for port, what in ports:
+            if listener_owner(state.process.pid, port, group=True) != "ours":
+                stop_process(state.process, term_wait_s=10.0)
+                self.state_file.clear()
+                raise LmcacheProcessError(
+                    f"the lmcache server's {what} port {port} is held by another process "
+                    f"({describe_listener(port)}), not by the server we started (pid "
+                    f"{state.process.pid}), which was stopped; choose other ports"
+                )
+
     def _status_of(self, state: LmcacheState, *, tidy: bool = True) -> LmcacheStatus:
         health = _get_json(state.http_url + "/healthcheck")
         status = _get_json(state.http_url + "/status")
@@ -301,7 +355,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         return LmcacheStatus(
             **running_fields(state.process, self.data_dir),
             healthy=healthy,
-            rpc_url=f"tcp://{state.host}:{state.port}",
+            rpc_url=state.rpc_url or f"tcp://{state.host}:{state.port}",
             http_url=state.http_url,
             report=report_from_status(status) if status else None,
             reason=None if healthy else f"/healthcheck says {health or 'nothing'}",

@@ -27,6 +27,9 @@ class LmcacheState(LeasedState):
     port: int
     http_port: int
     http_url: str
+    rpc_url: str | None = Field(
+        None, description="The private ipc socket its KV RPC serves on instead of TCP `port`."
+    )
     resp_peer: RespPeer | None = None
     plan_env: dict[str, str] = Field(
         default_factory=dict,

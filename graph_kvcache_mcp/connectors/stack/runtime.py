@@ -8,6 +8,7 @@ registration it cannot serve, and whether its resp adapter lost its engine. Plus
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -57,7 +58,9 @@ def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:
         return None
     target = state.wiring.lmcache_target
     answers = None
-    if target is not None:
+    if target is not None and target.startswith("ipc://"):
+        answers = _unix_socket_answers(target.removeprefix("ipc://"))
+    elif target is not None:
         host, _, port = target.rpartition(":")
         answers = port.isdigit() and port_in_use(host, int(port))
     return ManagedRuntime(
@@ -111,3 +114,13 @@ def leaked_lmcache_segments(shm_dir: Path = SHM_DIR) -> list[str]:
         for name in names
         if (match := _SEGMENT.match(name)) and not psutil.pid_exists(int(match.group(1)))
     ]
+
+
+def _unix_socket_answers(path: str) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(2.0)
+            conn.connect(path)
+    except OSError:
+        return False
+    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx2
@@ -43,15 +44,42 @@ def probe_server(base_url: str, *, timeout_s: float = 3.0) -> tuple[bool, list[s
     return True, served, None
 
 
+GENERIC_FAILURES = (
+    "Engine core initialization failed",
+    "EngineCore failed to start",
+    "See root cause above",
+    "APIServer failed to start",
+)
+"""Lines vLLM's front process prints about a child's failure, naming no cause: the cause is the
+child's own exception, logged above them."""
+_RENDEZVOUS = re.compile(r"distributed_init_method=file://(\S*/vllm_dist_[0-9a-f]{32})\b")
+
+
 def vllm_reason(log_path: Path) -> str:
-    """The most telling line of vLLM's log: the last exception or error line, else the last line."""
-    lines = [line.strip() for line in tail(log_path, 200).splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("=== graph-kvcache-mcp:")]
+    """The most telling line of vLLM's log since our last start: the last exception or error
+    line that names a cause (not vLLM's generic "Engine core initialization failed"), else the
+    last line."""
+    lines = [line.strip() for line in _since_start(tail(log_path, 400)) if line.strip()]
+    telling = [line for line in lines if not any(text in line for text in GENERIC_FAILURES)]
     for marker in ("Error:", "Exception:", "ERROR"):
-        hits = [line for line in lines if marker in line]
+        hits = [line for line in telling if marker in line]
         if hits:
             return hits[-1][-400:]
     return (lines or ["(empty log)"])[-1][-400:]
+
+
+def rendezvous_files(log_path: Path) -> list[Path]:
+    """The `vllm_dist_*` rendezvous files (torch's FileStore) vLLM named in its log since our
+    last start: vLLM creates one in the temp dir per start and never removes it."""
+    text = tail(log_path, 100_000, max_bytes=4 * 1024 * 1024)
+    found = _RENDEZVOUS.findall("\n".join(_since_start(text)))
+    return [Path(name) for name in dict.fromkeys(found)]
+
+
+def _since_start(text: str) -> list[str]:
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("=== graph-kvcache-mcp:")]
+    return lines[starts[-1] + 1 :] if starts else lines
 
 
 def last_log_line(log_path: Path) -> str:

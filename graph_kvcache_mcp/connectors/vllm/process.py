@@ -15,6 +15,8 @@ log is where vLLM says why it is not ready. Platform, interpreter and environmen
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
 from graph_kvcache_mcp.connectors.files.private import exclusive, narrow_tree, private_dir
+from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
 from graph_kvcache_mcp.connectors.processes.control import (
     reap_group,
     spawn_logged,
@@ -33,9 +36,10 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     describe_listener,
     environment_value,
 )
-from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
+from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
+from graph_kvcache_mcp.connectors.vllm.health import rendezvous_files, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.host import (
     CONNECTOR_HINT,
     LMCACHE_MP_HINT,
@@ -53,6 +57,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStatus,
     VllmStopResult,
 )
+from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, MP_CONNECTORS, rpc_socket_path
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as ENTRY_MODULE
 from graph_kvcache_mcp.domain.vllm.launch import (
@@ -66,7 +71,6 @@ from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
-MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
 # progress(elapsed_s, deadline_s, message)
 WaitProgress = Callable[[float, float, str], None]
 
@@ -138,7 +142,7 @@ class ManagedVllm:
             return self._reuse_ours(state, launch, wanted, ready_timeout_s, note)
         if port_in_use(VLLM_HOST, launch.port):
             return self._reuse_foreign(launch, wanted)
-        launch = self._with_event_endpoints(launch)
+        launch = self._with_lmcache_socket(self._with_event_endpoints(launch))
         plan = plan_launch(
             launch,
             platform or detect_platform(),
@@ -180,6 +184,7 @@ class ManagedVllm:
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
+        self.remove_rendezvous(state)
         return VllmStopResult(
             stopped=how != "not_running",
             how=how,
@@ -237,10 +242,23 @@ class ManagedVllm:
 
     def status(self, *, port: int | None = None) -> VllmStatus:
         """Our server's state; without one, whatever answers on `port` (reported, not owned)."""
+        recorded = self.state_file.read()
         state = self.running_state()
         if state is not None:
             healthy, served, reason = probe_server(state.base_url)
             return status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
+        if recorded is not None:  # we started it, nobody stopped it, and it is gone
+            if self.tidy:
+                self.remove_rendezvous(recorded)
+            return VllmStatus(
+                running=False,
+                data_dir=str(self.data_dir),
+                port=recorded.port,
+                reason=f"the managed vLLM (pid {recorded.process.pid}, port {recorded.port}) "
+                f"crashed: it exited without being stopped. Its log says: "
+                f"{vllm_reason(self.log_path)} (log: {self.log_path}); start it again with "
+                "vllm_start",
+            )
         if port is not None and port_in_use(VLLM_HOST, port):
             return foreign_status(port, self.data_dir)
         return VllmStatus(
@@ -331,23 +349,36 @@ class ManagedVllm:
             "not stop it",
         )
 
+    def _with_lmcache_socket(self, launch: VllmLaunch) -> VllmLaunch:
+        """`launch` with the MP connector aimed at the private KV RPC socket of the managed
+        lmcache server of this data dir, when that server serves `launch.lmcache_port` there
+        (a server of someone else's, or ours with too long a path, is reached by TCP)."""
+        if launch.kv_connector not in MP_CONNECTORS or launch.lmcache_rpc_url is not None:
+            return launch
+        socket = rpc_socket_path(self.data_dir, launch.lmcache_port)
+        if socket is None or not socket.is_socket():
+            return launch
+        return launch.model_copy(update={"lmcache_rpc_url": f"ipc://{socket}"})
+
     def _with_event_endpoints(self, launch: VllmLaunch) -> VllmLaunch:
-        """`launch` with the KV event sockets filled in: the live feed as an ipc socket in our
-        private dir (vLLM binds tcp only on a wildcard, i.e. every interface), the replay
-        socket on a free loopback port."""
+        """`launch` with the KV event sockets filled in: the live feed and the replay socket as
+        ipc sockets in our private dir. vLLM binds tcp only on a wildcard (every interface), and
+        a loopback replay port answers every local user with the token ids of recent prompts
+        (and could be taken by one of them before vLLM binds it); a socket in a 0700 directory
+        is reachable by its owner only."""
         if not launch.kv_events or launch.kv_events_endpoint:
             return launch
         private_dir(self.home)
-        socket = self.home / "kv-events.sock"
-        if len(str(socket)) > MAX_IPC_PATH:
+        feed, replay = self.home / "kv-events.sock", self.home / "kv-replay.sock"
+        if len(str(replay)) > MAX_IPC_PATH:
             raise ConfigError(
-                f"the KV event socket path {socket} is longer than {MAX_IPC_PATH} characters "
+                f"the KV event socket path {replay} is longer than {MAX_IPC_PATH} characters "
                 "(the limit of a unix socket); use a shorter --data-dir"
             )
         return launch.model_copy(
             update={
-                "kv_events_endpoint": f"ipc://{socket}",
-                "kv_events_replay_endpoint": f"tcp://{VLLM_HOST}:{free_port()}",
+                "kv_events_endpoint": f"ipc://{feed}",
+                "kv_events_replay_endpoint": f"ipc://{replay}",
             }
         )
 
@@ -368,7 +399,9 @@ class ManagedVllm:
         )
         process, record = spawn_logged(
             command,
-            env=child_environment(launch, extra_env),
+            # The engine token as a private file: vLLM's dev-mode /server_info and the logs
+            # of what it imports are no place for it.
+            env=filed_secrets(child_environment(launch, extra_env), self.home),
             log_path=self.log_path,
             header=f"\n=== graph-kvcache-mcp: {' '.join(command)}\n",
         )
@@ -390,6 +423,9 @@ class ManagedVllm:
         )
         self.state_file.write(state)
         wait_healthy(self, process, state, ready_timeout_s, note, began)
+        found = [str(path) for path in rendezvous_files(self.log_path)]
+        state = state.model_copy(update={"rendezvous": found})
+        self.state_file.write(state)
         startup = time.monotonic() - began
         note(startup, ready_timeout_s, f"vLLM ready at {state.base_url} after {startup:.1f} s")
         healthy, served, reason = probe_server(state.base_url)
@@ -401,3 +437,21 @@ class ManagedVllm:
         stop_process(state.process, term_wait_s=10.0)
         reap_group(state.process.pid, wait_s=5.0)
         self.state_file.clear()
+        self.remove_rendezvous(state)
+
+    def remove_rendezvous(self, state: VllmState | None) -> list[str]:
+        """Remove the `vllm_dist_*` rendezvous files of our (stopped or exited) vLLM: those its
+        state recorded and those its log names since its start. Only regular files of ours
+        with that name are removed, never through a link; what was removed."""
+        names = {*(state.rendezvous if state else ()), *map(str, rendezvous_files(self.log_path))}
+        removed = []
+        for name in sorted(names):
+            path = Path(name)
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+                path.unlink(missing_ok=True)
+                removed.append(name)
+        return removed

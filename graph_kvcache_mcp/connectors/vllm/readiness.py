@@ -52,6 +52,7 @@ def wait_healthy(
             exited = process.poll() if process is not None else None
             if exited is not None or not is_ours(state.process):
                 vllm.state_file.clear()
+                vllm.remove_rendezvous(state)
                 code = f"code {exited}" if exited is not None else "an unknown code"
                 raise VllmProcessError(
                     f"vLLM exited with {code} before it was healthy: "

@@ -26,6 +26,10 @@ class VllmState(ProcessState):
     prompt_tokens_details: bool
     kv_events: str | None = Field(None, description="The KV event feed vLLM publishes on.")
     kv_events_replay: str | None = Field(None, description="Its replay socket.")
+    rendezvous: list[str] = Field(
+        default_factory=list,
+        description="The `vllm_dist_*` files it named in its log once ready: removed at stop.",
+    )
     plan_env: dict[str, str] = Field(
         default_factory=dict,
         description="The launch plan's own environment (never a secret), which a restart must "

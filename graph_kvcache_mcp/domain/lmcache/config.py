@@ -192,17 +192,24 @@ def _general_warnings(
         )
 
 
-def mp_kv_transfer_config(lmcache_host: str, lmcache_port: int) -> dict[str, Any]:
-    """vLLM's `--kv-transfer-config` for LMCache's MP connector to an `lmcache server`."""
+def mp_kv_transfer_config(
+    lmcache_host: str, lmcache_port: int, rpc_url: str | None = None
+) -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for LMCache's MP connector to an `lmcache server`; with
+    `rpc_url` (an `ipc://` socket) the connector talks there, and the port stays as the server's
+    name."""
+    extra: dict[str, Any] = {
+        "lmcache.mp.host": f"tcp://{lmcache_host}",
+        "lmcache.mp.port": lmcache_port,
+        "lmcache.mp.hash_algorithm": "blake3",
+    }
+    if rpc_url is not None:
+        extra["lmcache.mp.server_urls"] = [rpc_url]  # wins over host and port in LMCache
     return {
         "kv_connector": MP_CONNECTOR_CLASS,
         "kv_connector_module_path": MP_CONNECTOR_MODULE,
         "kv_role": "kv_both",
-        "kv_connector_extra_config": {
-            "lmcache.mp.host": f"tcp://{lmcache_host}",
-            "lmcache.mp.port": lmcache_port,
-            "lmcache.mp.hash_algorithm": "blake3",
-        },
+        "kv_connector_extra_config": extra,
     }
 
 

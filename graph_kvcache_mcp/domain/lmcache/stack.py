@@ -8,6 +8,8 @@ adapter comes from the mode (`mp_native`: our `native_plugin` client of the engi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
@@ -22,7 +24,25 @@ from graph_kvcache_mcp.domain.vllm.launch import (
 )
 from graph_kvcache_mcp.errors import ConfigError
 
-__all__ = ["MP_CONNECTORS", "StackOptions", "generic_facts", "plan_stack_server"]
+MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
+
+
+def rpc_socket_path(data_dir: Path, port: int) -> Path | None:
+    """Where the managed `lmcache server` of `data_dir` serves its KV RPC instead of TCP `port`:
+    a unix socket in its private dir, reachable by its owner only (LMCache's MP protocol has no
+    authentication). None when the path is too long for a unix socket: TCP then."""
+    path = data_dir / "lmcache" / f"rpc-{port}.sock"
+    return path if len(str(path)) <= MAX_IPC_PATH else None
+
+
+__all__ = [
+    "MAX_IPC_PATH",
+    "MP_CONNECTORS",
+    "StackOptions",
+    "generic_facts",
+    "plan_stack_server",
+    "rpc_socket_path",
+]
 STACK_L1_SIZE_GB = 1.0
 STACK_ADAPTER_WORKERS = 2
 

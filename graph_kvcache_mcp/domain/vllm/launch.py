@@ -106,6 +106,9 @@ class VllmLaunch(BaseModel):
     kv_connector: KvConnector = Field("none", description="External KV tier (see KvConnector).")
     lmcache_host: str = Field("127.0.0.1", description="The lmcache server (MP modes).")
     lmcache_port: ServicePort = Field(5555, description="The lmcache server's port.")
+    lmcache_rpc_url: str | None = Field(
+        None, description="The lmcache server's private ipc socket (the lifecycle finds it)."
+    )
     lmcache_config_file: str = Field(
         "lmcache.yaml", description="LMCACHE_CONFIG_FILE for inprocess_plugin."
     )
@@ -116,7 +119,7 @@ class VllmLaunch(BaseModel):
         None, description="Where vLLM binds the live feed (the lifecycle picks a private one)."
     )
     kv_events_replay_endpoint: str | None = Field(
-        None, description="Where vLLM binds the replay socket (a free loopback port)."
+        None, description="Where vLLM binds the replay socket (the lifecycle picks a private one)."
     )
     extra_args: tuple[str, ...] = ()
 
@@ -253,7 +256,9 @@ def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
                 "kv_load_failure_policy": "recompute",
             }
         case "mp_native" | "redis_resp":
-            return mp_kv_transfer_config(launch.lmcache_host, launch.lmcache_port)
+            return mp_kv_transfer_config(
+                launch.lmcache_host, launch.lmcache_port, launch.lmcache_rpc_url
+            )
         case "inprocess_plugin":
             return inprocess_kv_transfer_config()
     return None

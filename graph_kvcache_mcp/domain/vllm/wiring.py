@@ -23,7 +23,9 @@ class KvWiring(BaseModel):
         None, description="The KV connector class vLLM runs (e.g. LMCacheMPConnector)."
     )
     lmcache_port: int | None = Field(None, description="The lmcache server its MP connector uses.")
-    lmcache_target: str | None = Field(None, description="That server as host:port.")
+    lmcache_target: str | None = Field(
+        None, description="That server as host:port, or its private ipc:// socket."
+    )
 
 
 def wiring_of(command: Sequence[str]) -> KvWiring:
@@ -43,6 +45,10 @@ def wiring_of(command: Sequence[str]) -> KvWiring:
     if port is not None and isinstance(extra, dict):
         host = str(extra.get("lmcache.mp.host", "tcp://127.0.0.1"))
         target = f"{host.removeprefix('tcp://')}:{port}"
+        # The private `ipc://` socket in `lmcache.mp.server_urls` wins: LMCache prefers it.
+        urls = extra.get("lmcache.mp.server_urls")
+        if isinstance(urls, list) and len(urls) == 1 and str(urls[0]).startswith("ipc://"):
+            target = str(urls[0])
     return KvWiring(
         connector=str(config.get("kv_connector")), lmcache_port=port, lmcache_target=target
     )

@@ -118,6 +118,9 @@ def test_a_resp_server_keeps_the_password_off_its_command_line_and_flags_an_engi
         assert status.pid is not None
         cmdline = Path(f"/proc/{status.pid}/cmdline").read_bytes().decode(errors="replace")
         assert f'"port":{credentials.port}' in cmdline and secret not in cmdline
+        # nor in its environment (which LMCache's admin API could show): a private file's path
+        environ = Path(f"/proc/{status.pid}/environ").read_bytes().decode(errors="replace")
+        assert secret not in environ and "LMCACHE_RESP_PASSWORD_FILE=" in environ
         assert secret not in (tmp_path / "lmcache" / "state.json").read_text()
         assert secret not in lmcache.log_path.read_text(errors="replace")
         assert secret not in status.model_dump_json()

@@ -55,6 +55,15 @@ def test_the_mp_connectors_server_address_is_read_from_the_recorded_command() ->
     assert wiring_of(("python", "-m", "vllm")).lmcache_target is None
 
 
+def test_a_private_rpc_socket_is_the_mp_connectors_target_and_the_port_still_names_the_server() -> (
+    None
+):
+    transfer = mp_kv_transfer_config("127.0.0.1", 5601, "ipc:///data/lmcache/rpc-5601.sock")
+    command = ("python", "-m", "vllm", "--kv-transfer-config", json.dumps(transfer))
+    assert wiring_of(command).lmcache_target == "ipc:///data/lmcache/rpc-5601.sock"
+    assert wiring_of(command).lmcache_port == 5601
+
+
 def test_only_segments_whose_process_is_gone_count_as_leaked(tmp_path: Path) -> None:
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],

@@ -130,6 +130,21 @@ def test_lmcache_mp_modes_point_vllm_at_the_lmcache_server_with_a_shared_hash_se
     assert not launch.needs_engine_environment
 
 
+def test_an_mp_connector_given_the_servers_private_socket_talks_there() -> None:
+    launch = VllmLaunch.model_validate(
+        {
+            "model": "/m",
+            "kv_connector": "mp_native",
+            "lmcache_port": 6001,
+            "lmcache_rpc_url": "ipc:///d/lmcache/rpc-6001.sock",
+        }
+    )
+    plan = plan_launch(launch, GPU, host="127.0.0.1")
+    extra = json.loads(flag_value(plan.args, "--kv-transfer-config"))["kv_connector_extra_config"]
+    assert extra["lmcache.mp.server_urls"] == ["ipc:///d/lmcache/rpc-6001.sock"]
+    assert extra["lmcache.mp.port"] == 6001  # still names the server (stack, diagnosis)
+
+
 def test_the_inprocess_plugin_names_its_config_file_and_needs_the_engine_environment() -> None:
     launch = VllmLaunch(model="/m", kv_connector="inprocess_plugin", lmcache_config_file="/c.yaml")
     plan = plan_launch(launch, CPU, host="127.0.0.1")

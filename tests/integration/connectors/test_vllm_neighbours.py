@@ -1,0 +1,104 @@
+"""What a managed CPU vLLM hands to another local user (`nobody`) and what it leaves behind,
+staged for real: its KV-event replay socket, its rendezvous file, and its status after a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+
+from graph_kvcache_mcp.connectors.processes.identity import group_members
+from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult
+from tests.support.engines import require_in_ci
+from tests.support.neighbour import as_nobody, as_owner, can_run_as_nobody
+from tests.support.vllm import VllmServers
+
+PROJECT_PYTHON = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "python")
+"""The project's venv (it has pyzmq), which `nobody` may run: the neighbour speaks ZMQ with it."""
+
+
+def _ours_in(directory: str, prefix: str) -> set[str]:
+    return {name for name in os.listdir(directory) if name.startswith(prefix)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_neighbour_gets_no_prompt_from_the_replay_socket_and_a_stop_leaves_nothing(
+    vllm_private: VllmServers,
+) -> None:
+    if not can_run_as_nobody():
+        require_in_ci("root with setpriv and /usr/bin/python3 (a second local user)")
+    tmp_before, shm_before = _ours_in("/tmp", "vllm_dist_"), set(os.listdir("/dev/shm"))
+    with vllm_private.private(kv_events=True) as server:
+        async with server.client() as client:
+            answer = await client.chat(
+                [ChatMessage(role="user", content="a private prompt " * 40)], max_tokens=2
+            )
+        replay = server.status.kv_events_replay
+        assert replay is not None
+        probe = as_nobody("replay", replay, python=PROJECT_PYTHON)
+        owner = as_owner("replay", replay, python=PROJECT_PYTHON)
+        knock = as_nobody("connect", replay)
+        members = group_members(server.pid)
+        state = server.managed.running_state()
+        stopped = server.managed.stop()
+        with anyio.fail_after(15):
+            while True:  # its children exit a moment after the leader
+                if not any(_alive(pid) for pid in members):
+                    break
+                await anyio.sleep(0.05)
+    assert isinstance(answer, ChatResult)
+    # The prompt's token ids stay with their owner: the socket is in a 0700 dir of ours.
+    assert probe["frames"] == [], probe
+    # ... while its owner (the fleet view) still replays over it: batches, then the end marker.
+    assert len(owner["frames"]) >= 2 and owner["frames"][-1][2] == "ff" * 8, owner
+    assert not knock["connected"] and "Permission denied" in knock["error"], knock
+    assert replay.startswith("ipc://") and _private_parent(replay.removeprefix("ipc://"))
+    # The stop leaves no process, no rendezvous file and no shared memory of its own.
+    assert stopped.stopped and stopped.leftover_pids == []
+    assert state is not None and state.rendezvous, "vLLM named no rendezvous file in its log"
+    assert _existing(state.rendezvous) == []
+    # Other users' vLLMs may come and go meanwhile: what is new and names our vLLM (in its log
+    # or by one of its pids) is ours.
+    log = server.managed.log_path.read_text(errors="replace")
+    tags = [str(pid) for pid in members]
+    new_tmp = _ours_in("/tmp", "vllm_dist_") - tmp_before
+    new_shm = set(os.listdir("/dev/shm")) - shm_before
+    assert {name for name in new_tmp if name in log} == set()
+    assert {name for name in new_shm if name in log or any(tag in name for tag in tags)} == set()
+
+
+def _private_parent(path: str) -> bool:
+    return Path(path).parent.stat().st_mode & 0o077 == 0
+
+
+def _existing(paths: list[str]) -> list[str]:
+    return [path for path in paths if Path(path).exists()]
+
+
+def test_status_after_a_crash_names_the_port_vllm_used_and_says_it_crashed(
+    vllm_private: VllmServers,
+) -> None:
+    with vllm_private.private() as server:
+        state = server.managed.running_state()
+        assert state is not None
+        os.killpg(server.pid, signal.SIGKILL)  # a crash: nothing of ours stopped it
+        deadline = time.monotonic() + 15
+        while _alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = server.managed.status(port=8000)  # the default a caller without a port passes
+    assert not status.running
+    assert status.port == server.port != 8000
+    assert status.reason is not None and "crashed" in status.reason, status.reason
+    assert f"port {server.port}" in status.reason
+    assert _existing(state.rendezvous) == []

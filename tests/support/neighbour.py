@@ -1,0 +1,117 @@
+"""A second local user probing what the processes we start expose (test double for an attacker;
+run as `nobody` through `as_nobody`). Prints one JSON object.
+
+    neighbour.py http METHOD URL        -> {"status": int | null, "body": str, "error": str}
+    neighbour.py connect ENDPOINT       -> {"connected": bool, "error": str}
+        (ENDPOINT: tcp://host:port or ipc:///path; connect() itself, no protocol spoken)
+    neighbour.py replay ENDPOINT        -> {"frames": [[hex, ...], ...], "error": str}
+        (asks a vLLM KV-event replay socket for everything from sequence 0; needs pyzmq)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def can_run_as_nobody() -> bool:
+    """Root, with setpriv and a system Python another user may run."""
+    return os.geteuid() == 0 and bool(shutil.which("setpriv")) and os.access(SYSTEM_PYTHON, os.X_OK)
+
+
+def as_nobody(*args: str, python: str = SYSTEM_PYTHON) -> dict[str, Any]:
+    """Run this script as `nobody` (no groups) with `args`; its JSON answer."""
+    return _run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"], python, args)
+
+
+def as_owner(*args: str, python: str = SYSTEM_PYTHON) -> dict[str, Any]:
+    """The same probe as this user: what the owner still reaches."""
+    return _run([], python, args)
+
+
+def _run(prefix: list[str], python: str, args: tuple[str, ...]) -> dict[str, Any]:
+    done = subprocess.run(
+        [*prefix, python, __file__, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"the neighbour failed: {done.stderr[-2000:]}")
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def http(method: str, url: str) -> dict[str, object]:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return {"status": response.status, "body": response.read().decode(errors="replace")}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "body": exc.read().decode(errors="replace")}
+    except OSError as exc:
+        return {"status": None, "body": "", "error": str(exc)}
+
+
+def connect(endpoint: str) -> dict[str, object]:
+    scheme, _, where = endpoint.partition("://")
+    try:
+        if scheme == "ipc":
+            with socket.socket(socket.AF_UNIX) as conn:
+                conn.settimeout(5)
+                conn.connect(where)
+        else:
+            host, _, port = where.rpartition(":")
+            socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        return {"connected": False, "error": str(exc)}
+    return {"connected": True, "error": ""}
+
+
+def replay(endpoint: str) -> dict[str, object]:
+    import zmq
+
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    frames: list[list[str]] = []
+    try:
+        dealer.connect(endpoint)
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        while dealer.poll(5000):
+            reply = dealer.recv_multipart()
+            frames.append([part.hex() for part in reply])
+            if len(reply) > 2 and reply[2] == b"\xff" * 8:
+                break
+    except zmq.ZMQError as exc:
+        return {"frames": frames, "error": str(exc)}
+    finally:
+        dealer.close()
+        context.term()
+    return {"frames": frames, "error": ""}
+
+
+def main() -> None:
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "http":
+        print(json.dumps(http(args[0], args[1])))
+    elif mode == "connect":
+        print(json.dumps(connect(args[0])))
+    elif mode == "replay":
+        print(json.dumps(replay(args[0])))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
