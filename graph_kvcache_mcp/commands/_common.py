@@ -41,6 +41,15 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
+def fleet_options() -> argparse.ArgumentParser:
+    """`common_options` and `--fleet`, for the verbs that act on a fleet file's instances."""
+    parent = common_options()
+    parent.add_argument(
+        "--fleet", type=Path, default=None, help="fleet file (default: $GRAPH_KVCACHE_FLEET)"
+    )
+    return parent
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Environment first, then any flag the command defines and the user set."""
     overrides: dict[str, Any] = {}

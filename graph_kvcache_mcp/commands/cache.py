@@ -11,8 +11,8 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     chat_body,
-    common_options,
     emit,
+    fleet_options,
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
@@ -29,10 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "cache", help="warm, evict or pin a prompt on an instance's LMCache server"
     )
     verbs = group.add_subparsers(dest="verb", required=True, metavar="{warm,evict,pin,unpin}")
-    parent = common_options()
-    parent.add_argument(
-        "--fleet", type=Path, default=None, help="fleet file (default: $GRAPH_KVCACHE_FLEET)"
-    )
+    parent = fleet_options()
     parent.add_argument("--instance", required=True, help="the fleet instance to act on")
     what = parent.add_mutually_exclusive_group(required=True)
     what.add_argument("--messages", type=Path, help="JSON chat-completions body")

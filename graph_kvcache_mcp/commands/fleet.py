@@ -12,8 +12,8 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     chat_body,
-    common_options,
     emit,
+    fleet_options,
     run_async,
 )
 from graph_kvcache_mcp.commands._flags import add_flag
@@ -36,10 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "fleet", help="several vLLM instances: where prefixes are cached, pressure, payoff"
     )
     verbs = group.add_subparsers(dest="verb", required=True, metavar="{status,where,effectiveness}")
-    parent = common_options()
-    parent.add_argument(
-        "--fleet", type=Path, default=None, help="fleet file (default: $GRAPH_KVCACHE_FLEET)"
-    )
+    parent = fleet_options()
 
     status = verbs.add_parser("status", parents=[parent], help="instances, findings, index")
     add_flag(

@@ -125,6 +125,21 @@ class VllmClient:
 
     async def models(self) -> list[str] | Unavailable:
         """The served model names (`GET /v1/models`)."""
+        page = await self._model_page()
+        if isinstance(page, Unavailable):
+            return page
+        self._models = [model.id for model in page]
+        return list(self._models)
+
+    async def model_roots(self) -> dict[str, str] | Unavailable:
+        """Served name -> the model vLLM loaded (`root`, its --model): LMCache keys use it."""
+        page = await self._model_page()
+        if isinstance(page, Unavailable):
+            return page
+        return {model.id: str(getattr(model, "root", None) or model.id) for model in page}
+
+    async def _model_page(self) -> list[openai.types.Model] | Unavailable:
+        """`GET /v1/models`'s entries, within the client's deadline."""
         try:
             with anyio.fail_after(self.timeout_s):
                 page = await self._openai.models.list()
@@ -134,21 +149,7 @@ class VllmClient:
             return self._failed(exc)
         except ValueError as exc:  # a JSON content type over a body that is not JSON
             return vllm_errors.bad_answer(self.root_url, f"/v1/models: {type(exc).__name__}")
-        self._models = [model.id for model in page.data]
-        return list(self._models)
-
-    async def model_roots(self) -> dict[str, str] | Unavailable:
-        """Served name -> the model vLLM loaded (`root`, its --model): LMCache keys use it."""
-        try:
-            with anyio.fail_after(self.timeout_s):
-                page = await self._openai.models.list()
-        except TimeoutError:
-            return vllm_errors.timed_out(self.root_url, self.timeout_s)
-        except openai.APIError as exc:
-            return self._failed(exc)
-        except ValueError as exc:
-            return vllm_errors.bad_answer(self.root_url, f"/v1/models: {type(exc).__name__}")
-        return {model.id: str(getattr(model, "root", None) or model.id) for model in page.data}
+        return list(page.data)
 
     async def resolve_model(self, model: str | None) -> str | Unavailable:
         """`model` itself, or the server's only model when None.
