@@ -142,6 +142,7 @@ class ManagedVllm:
             return self._reuse_ours(state, launch, wanted, ready_timeout_s, note)
         if port_in_use(VLLM_HOST, launch.port):
             return self._reuse_foreign(launch, wanted)
+        check_vllm_importable(self.python)
         launch = self._with_lmcache_socket(self._with_event_endpoints(launch))
         plan = plan_launch(
             launch,
@@ -149,7 +150,6 @@ class ManagedVllm:
             host=VLLM_HOST,
             model_config=local_model_config(launch.model),  # what a hybrid needs, or refused
         )
-        check_vllm_importable(self.python)
         if launch.kv_connector in ("mp_native", "redis_resp"):
             check_vllm_importable(self.python, module="lmcache", hint=LMCACHE_MP_HINT)
         if launch.kv_connector == "engine":
