@@ -27,8 +27,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ADMIN_ROUTES = frozenset({"/", "/healthcheck", "/status", "/lmc_version", "/metrics"})
-"""GET routes kept: what `connectors/lmcache/admin_http.py` and the lifecycle read."""
+ADMIN_ROUTES = frozenset({"/", "/healthcheck", "/status", "/lmc_version", "/metrics", "/config"})
+"""GET routes kept: what `connectors/lmcache/admin_http.py` and the lifecycle read (`/config`
+names the chunk size and hash; secrets reach the server by file, never through its config)."""
+COORDINATOR_ROUTES = frozenset(
+    {("POST", "/cache/prefetches"), ("DELETE", "/cache/objects"), ("GET", "/cache/objects")}
+)
+"""What LMCache's coordinator calls back on a server joined to it, to warm and evict L1 (and
+the poll of a prefetch, `GET /cache/prefetches/<id>`): no more than the coordinator itself
+already lets any local user do (docs/security.md)."""
+PREFETCH_POLL = "/cache/prefetches/"
+COORDINATOR_URL_FLAG = "--coordinator-url"  # LMCache's flag; this module imports none of ours
 RESP_PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 RPC_URL_ENV = "GRAPH_KVCACHE_LMCACHE_RPC_URL"
 FILE_SUFFIX = "_FILE"
@@ -38,16 +47,15 @@ class AdminRoutesOnly:
     """ASGI middleware answering 404 to everything but GET/HEAD on `allowed` paths (routes are
     refused before LMCache's router sees them, whatever shape that router has)."""
 
-    def __init__(self, app: Any, allowed: frozenset[str] = ADMIN_ROUTES) -> None:
+    def __init__(
+        self, app: Any, allowed: frozenset[str] = ADMIN_ROUTES, coordinator: bool = False
+    ) -> None:
         self.app = app
         self.allowed = allowed
+        self.coordinator = coordinator  # joined: the coordinator's callbacks are served too
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" or (
-            scope["type"] == "http"
-            and scope["method"] in ("GET", "HEAD")
-            and scope["path"] in self.allowed
-        ):
+        if scope["type"] == "lifespan" or (scope["type"] == "http" and self._serves(scope)):
             await self.app(scope, receive, send)
             return
         if scope["type"] != "http":
@@ -56,6 +64,16 @@ class AdminRoutesOnly:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 404, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    def _serves(self, scope: Any) -> bool:
+        method, path = scope["method"], scope["path"]
+        if method in ("GET", "HEAD") and path in self.allowed:
+            return True
+        if not self.coordinator:
+            return False
+        return (method, path) in COORDINATOR_ROUTES or (
+            method == "GET" and path.startswith(PREFETCH_POLL)
+        )
 
 
 def load_filed_secret(name: str) -> None:
@@ -84,11 +102,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     from lmcache.cli.main import main as lmcache_main
     from lmcache.v1.multiprocess.http_server import app
 
-    app.add_middleware(AdminRoutesOnly)
+    args = list(sys.argv[1:] if argv is None else argv)
+    joined = any(arg.split("=", 1)[0] == COORDINATOR_URL_FLAG for arg in args)
+    app.add_middleware(AdminRoutesOnly, coordinator=joined)
     load_filed_secret(RESP_PASSWORD_ENV)
     if url := os.environ.get(RPC_URL_ENV):
         bind_rpc_privately(url)
-    lmcache_main(list(sys.argv[1:] if argv is None else argv))
+    lmcache_main(args)
 
 
 if __name__ == "__main__":
