@@ -23,6 +23,7 @@ from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStopResult
 from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.domain.lmcache.stack import rpc_socket_path
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
 from graph_kvcache_mcp.services.vllm.restart_reuse import RestartReuseOut
@@ -160,8 +161,12 @@ async def test_a_second_vllm_beside_the_first_gets_its_kv_and_the_same_logprobs(
     second = ManagedVllm(tmp_path / "second", python=VLLM_PYTHON)
     try:
         port = free_port()
+        # The server's KV RPC is a private unix socket in the stack's data dir (no TCP port a
+        # neighbour could reach): a second vLLM of the same user is aimed at it by path.
+        socket = rpc_socket_path(stack.data_dir, stack.lmcache_port)
+        assert socket is not None and socket.is_socket()
         second.start(
-            stack.launch(port=port),
+            stack.launch(port=port).model_copy(update={"lmcache_rpc_url": f"ipc://{socket}"}),
             env=stack.env,
             ready_timeout_s=READY_TIMEOUT_S,
             platform=VLLM_CPU,
