@@ -156,6 +156,8 @@ def mp_vllm(
     vLLM's side) to `server`, stopped when the block exits."""
     managed = ManagedVllm(data_dir, python=require_lmcache_in_vllm_venv())
     values: dict[str, object] = {"kv_connector": kv_connector, "lmcache_port": server.port}
+    if (server.status.rpc_url or "").startswith("ipc://"):  # a managed server: its private socket
+        values["lmcache_rpc_url"] = server.status.rpc_url
     values.update(launch_overrides)
     launch = fast_cpu_launch(model_dir or tiny_model_dir(), free_port(), **values)
     with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache_root:
