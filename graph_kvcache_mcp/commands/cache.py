@@ -54,24 +54,21 @@ def run_cache(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--timeout must be more than 0 and at most 300 seconds")
 
     async def main() -> int:
-        access = FleetAccess(settings)
         try:
-            conn = await access.connection(args.fleet)
-            target = await cache_service.resolve_target(
-                conn, TierSources(settings), args.instance, request=request, prompt=args.prompt
-            )
-            if isinstance(target, Unavailable):
-                out = CacheOut(instance=args.instance, done=False, reason=target.reason)
-            elif args.verb == "warm":
-                out = await cache_service.warm(args.instance, target, timeout_s=args.timeout)
-            elif args.verb == "evict":
-                out = await cache_service.evict(args.instance, target, tier=args.tier)
-            else:
-                out = await cache_service.pin(args.instance, target, on=args.verb == "pin")
+            async with FleetAccess.once(settings, args.fleet) as conn:
+                target = await cache_service.resolve_target(
+                    conn, TierSources(settings), args.instance, request=request, prompt=args.prompt
+                )
+                if isinstance(target, Unavailable):
+                    out = CacheOut(instance=args.instance, done=False, reason=target.reason)
+                elif args.verb == "warm":
+                    out = await cache_service.warm(args.instance, target, timeout_s=args.timeout)
+                elif args.verb == "evict":
+                    out = await cache_service.evict(args.instance, target, tier=args.tier)
+                else:
+                    out = await cache_service.pin(args.instance, target, on=args.verb == "pin")
         except VllmRequestError as exc:
             raise ConfigError(str(exc)) from None
-        finally:
-            await access.aclose()
         emit(out, as_json=args.json, human=_describe)
         return EXIT_OK if out.done else EXIT_UNAVAILABLE
 

@@ -69,13 +69,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> int:
-        access = FleetAccess(settings)
-        try:
-            out = await fleet_service.status(
-                await access.connection(args.fleet), prefixes=args.prefixes
-            )
-        finally:
-            await access.aclose()
+        async with FleetAccess.once(settings, args.fleet) as conn:
+            out = await fleet_service.status(conn, prefixes=args.prefixes)
         emit(out, as_json=args.json, human=_describe_status)
         return EXIT_OK if any(i.reachable for i in out.instances) else EXIT_UNAVAILABLE
 
@@ -90,16 +85,13 @@ def run_where(args: argparse.Namespace, settings: Settings) -> int:
             raise ConfigError(f"{args.messages} has no messages list")
 
     async def main() -> int:
-        access = FleetAccess(settings)
         try:
-            conn = await access.connection(args.fleet)
-            out = await fleet_service.where_cached(
-                conn, request=request, prompt=args.prompt, tiers=TierSources(settings)
-            )
+            async with FleetAccess.once(settings, args.fleet) as conn:
+                out = await fleet_service.where_cached(
+                    conn, request=request, prompt=args.prompt, tiers=TierSources(settings)
+                )
         except VllmRequestError as exc:
             raise ConfigError(str(exc)) from None
-        finally:
-            await access.aclose()
         emit(out, as_json=args.json, human=_describe_where)
         return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 
@@ -111,9 +103,7 @@ def run_effectiveness(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--window takes 0 to {MAX_WINDOW_S:g} seconds")
 
     async def main() -> int:
-        access = FleetAccess(settings)
-        try:
-            conn = await access.connection(args.fleet)
+        async with FleetAccess.once(settings, args.fleet) as conn:
             before = None
             if args.window is not None:
                 before = await fleet_service.counters(conn)
@@ -121,8 +111,6 @@ def run_effectiveness(args: argparse.Namespace, settings: Settings) -> int:
             out, _now = await fleet_service.effectiveness(
                 conn, before, since_id=None if before is None else f"{args.window:g} s ago"
             )
-        finally:
-            await access.aclose()
         emit(out, as_json=args.json, human=_describe_effectiveness)
         return EXIT_OK if any(i.reachable for i in out.instances) else EXIT_UNAVAILABLE
 

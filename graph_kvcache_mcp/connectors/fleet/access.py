@@ -3,6 +3,8 @@ changes (the fleet file was edited, or a managed vLLM with KV events started or 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,22 @@ class FleetAccess:
                 self._connection = None
             self._connection = FleetConnection(fleet, timeout_s=self.settings.vllm_timeout_s)
             return self._connection
+
+    @classmethod
+    @asynccontextmanager
+    async def once(
+        cls, settings: Settings, fleet_file: Path | None = None
+    ) -> AsyncIterator[FleetConnection]:
+        """A connection for one CLI command, closed when the block ends.
+
+        Raises:
+            ConfigError: no fleet, or a fleet file that is refused.
+        """
+        access = cls(settings)
+        try:
+            yield await access.connection(fleet_file)
+        finally:
+            await access.aclose()
 
     async def aclose(self) -> None:
         async with self._lock:
