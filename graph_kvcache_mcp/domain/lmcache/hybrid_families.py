@@ -140,6 +140,19 @@ def family_of(text: Mapping[str, Any]) -> _Family | None:
     return family
 
 
+def declares_recurrent_layers(text: Mapping[str, Any]) -> bool:
+    """Whether a model's config keeps a recurrent state: a family of `FAMILIES`, or a family
+    added to vLLM after this table whose layer list or pattern names recurrent layers."""
+    if family_of(text) is not None:
+        return True
+    for key in ("layer_types", "layers_block_type"):
+        values = text.get(key)
+        if isinstance(values, list) and any(str(v).lower() in _MAMBA_KINDS for v in values):
+            return True
+    pattern = text.get("hybrid_override_pattern")
+    return isinstance(pattern, str) and "M" in pattern
+
+
 def hidden_layer_count(text: Mapping[str, Any]) -> int | None:
     """`num_hidden_layers`, else the length of NemotronH's layer list or pattern."""
     if "num_hidden_layers" in text:

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens
+from graph_kvcache_mcp.domain.lmcache.hybrid_families import declares_recurrent_layers
+from graph_kvcache_mcp.domain.vllm.hybrid_launch import model_text
 
 MAMBA_LABELS = ("mamba_cache_mode", "mamba_block_size")
 """`vllm:cache_config_info` labels that say a served model keeps mamba state."""
 _NO_MAMBA = frozenset({"", "none", "None", "null"})
-_STATE_LAYER_TYPES = frozenset({"mamba", "mamba2", "linear_attention"})
-_STATE_KEYS = ("mamba_d_state", "mamba_n_heads", "ssm_state_size", "linear_num_value_heads")
 
 
 def is_hybrid_cache(labels: Mapping[str, str]) -> bool | None:
@@ -39,15 +39,8 @@ def is_hybrid_cache(labels: Mapping[str, str]) -> bool | None:
 
 def is_hybrid_config(config: Mapping[str, Any]) -> bool:
     """Whether a model's `config.json` declares layers that keep a recurrent state (mamba,
-    gated delta net): its layer types, NemotronH's pattern, or a state-size key."""
-    for key in ("layer_types", "layers_block_type"):
-        values = config.get(key)
-        if isinstance(values, list) and any(str(v) in _STATE_LAYER_TYPES for v in values):
-            return True
-    pattern = config.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and "M" in pattern:
-        return True
-    return any(key in config for key in _STATE_KEYS)
+    gated delta net), read through the family table the launch rules use."""
+    return declares_recurrent_layers(model_text(config))
 
 
 def keeps_state_at_prefill_end_only(labels: Mapping[str, str]) -> bool:
