@@ -19,7 +19,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     environment_value,
 )
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
+from graph_kvcache_mcp.connectors.processes.shared_memory import group_segments, remove_unmapped
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.health import rendezvous_files, vllm_reason
@@ -73,6 +74,9 @@ from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 DEFAULT_READY_TIMEOUT_S = 600.0
 # progress(elapsed_s, deadline_s, message)
 WaitProgress = Callable[[float, float, str], None]
+
+EVENT_SOCKETS = ("kv-events.sock", "kv-replay.sock")
+"""The KV event feed and replay sockets vLLM binds in our private dir (feed first)."""
 
 
 class ManagedVllm:
@@ -181,10 +185,11 @@ class ManagedVllm:
         if state is None:
             return self._nothing_to_stop()
         record_final_counters(self.home, state.port)  # a window across the stop counts it all
+        segments = group_segments(state.process.pid)
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
-        self.remove_rendezvous(state)
+        self.remove_leftovers(state, segments)
         return VllmStopResult(
             stopped=how != "not_running",
             how=how,
@@ -249,7 +254,7 @@ class ManagedVllm:
             return status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         if recorded is not None:  # we started it, nobody stopped it, and it is gone
             if self.tidy:
-                self.remove_rendezvous(recorded)
+                self.remove_leftovers(recorded)
             return VllmStatus(
                 running=False,
                 data_dir=str(self.data_dir),
@@ -369,7 +374,7 @@ class ManagedVllm:
         if not launch.kv_events or launch.kv_events_endpoint:
             return launch
         private_dir(self.home)
-        feed, replay = self.home / "kv-events.sock", self.home / "kv-replay.sock"
+        feed, replay = (self.home / name for name in EVENT_SOCKETS)
         if len(str(replay)) > MAX_IPC_PATH:
             raise ConfigError(
                 f"the KV event socket path {replay} is longer than {MAX_IPC_PATH} characters "
@@ -422,9 +427,9 @@ class ManagedVllm:
             kv_wiring=wiring_of(command),
         )
         self.state_file.write(state)
-        wait_healthy(self, process, state, ready_timeout_s, note, began)
+        segments = wait_healthy(self, process, state, ready_timeout_s, note, began)
         found = [str(path) for path in rendezvous_files(self.log_path)]
-        state = state.model_copy(update={"rendezvous": found})
+        state = state.model_copy(update={"rendezvous": found, "shared_memory": sorted(segments)})
         self.state_file.write(state)
         startup = time.monotonic() - began
         note(startup, ready_timeout_s, f"vLLM ready at {state.base_url} after {startup:.1f} s")
@@ -432,12 +437,33 @@ class ManagedVllm:
         status = status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         return status.model_copy(update={"startup_s": round(startup, 3)})
 
-    def abandon(self, state: VllmState) -> None:
-        """Stop a start that failed: the process, what it spawned, and its record."""
+    def abandon(self, state: VllmState, segments: Iterable[str] = ()) -> None:
+        """Stop a start that failed: the process, what it spawned, its record and what it
+        left (`segments`: the shared memory it was seen to map)."""
+        seen = {*segments, *group_segments(state.process.pid)}
         stop_process(state.process, term_wait_s=10.0)
         reap_group(state.process.pid, wait_s=5.0)
         self.state_file.clear()
+        self.remove_leftovers(state, seen)
+
+    def remove_leftovers(self, state: VllmState, segments: Iterable[str] = ()) -> None:
+        """What our stopped or exited vLLM leaves behind: its rendezvous files, its event
+        sockets, and the shared memory it mapped (recorded, or `segments`) that nothing maps."""
         self.remove_rendezvous(state)
+        self.remove_event_sockets()
+        remove_unmapped({*state.shared_memory, *segments})
+
+    def remove_event_sockets(self) -> None:
+        """Remove the KV event sockets our stopped vLLM bound in its private dir (vLLM leaves
+        them behind): only sockets of ours, never through a link."""
+        for name in EVENT_SOCKETS:
+            path = self.home / name
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid():
+                path.unlink(missing_ok=True)
 
     def remove_rendezvous(self, state: VllmState | None) -> list[str]:
         """Remove the `vllm_dist_*` rendezvous files of our (stopped or exited) vLLM: those its

@@ -19,6 +19,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     is_ours,
     listener_owner,
 )
+from graph_kvcache_mcp.connectors.processes.shared_memory import SegmentWatch
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, probe_server, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
@@ -37,8 +38,9 @@ def wait_healthy(
     timeout_s: float,
     note: WaitProgress,
     began: float,
-) -> None:
-    """Return once the vLLM we started answers /health on a port its group holds; else stop it.
+) -> set[str]:
+    """Return once the vLLM we started answers /health on a port its group holds, with the
+    shared-memory segments its group mapped meanwhile; else stop it and remove what it left.
 
     Raises:
         VllmProcessError: it exited, another process took its port, or it was not healthy
@@ -47,12 +49,13 @@ def wait_healthy(
     deadline = began + timeout_s
     health_url = VllmEndpoint.of(state.base_url).root + "/health"
     next_note = time.monotonic() + 5.0
+    watch = SegmentWatch(state.process.pid)
     with httpx2.Client(timeout=2.0) as http:
         while time.monotonic() < deadline:
             exited = process.poll() if process is not None else None
             if exited is not None or not is_ours(state.process):
                 vllm.state_file.clear()
-                vllm.remove_rendezvous(state)
+                vllm.remove_leftovers(state, watch.seen)
                 code = f"code {exited}" if exited is not None else "an unknown code"
                 raise VllmProcessError(
                     f"vLLM exited with {code} before it was healthy: "
@@ -62,7 +65,7 @@ def wait_healthy(
             if owner == "foreign":
                 # A squatter took the port first: nothing (no API key) is sent there.
                 holder = describe_listener(state.port)
-                vllm.abandon(state)
+                vllm.abandon(state, watch.seen)
                 raise VllmProcessError(
                     f"port {state.port} on {VLLM_HOST} was taken by another process "
                     f"({holder}) while vLLM started; vLLM was stopped and nothing was sent "
@@ -70,7 +73,7 @@ def wait_healthy(
                 )
             try:
                 if owner == "ours" and http.get(health_url).status_code == 200:
-                    return
+                    return watch.sample(now=True)
             except httpx2.HTTPError:
                 pass
             now = time.monotonic()
@@ -81,8 +84,9 @@ def wait_healthy(
                     f"waiting for vLLM /health ({last_log_line(vllm.log_path)})",
                 )
                 next_note = now + 5.0
+            watch.sample()
             time.sleep(0.25)  # poll interval; the deadline above bounds the wait
-    vllm.abandon(state)
+    vllm.abandon(state, watch.seen)
     raise VllmProcessError(
         f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
         f"its log says: {vllm_reason(vllm.log_path)} (log: {vllm.log_path})"

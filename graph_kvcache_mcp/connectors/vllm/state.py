@@ -30,6 +30,11 @@ class VllmState(ProcessState):
         default_factory=list,
         description="The `vllm_dist_*` files it named in its log once ready: removed at stop.",
     )
+    shared_memory: list[str] = Field(
+        default_factory=list,
+        description="The /dev/shm segments its processes mapped by the time it was ready: "
+        "those no live process maps are removed at stop.",
+    )
     plan_env: dict[str, str] = Field(
         default_factory=dict,
         description="The launch plan's own environment (never a secret), which a restart must "

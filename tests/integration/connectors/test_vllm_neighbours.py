@@ -68,6 +68,8 @@ async def test_a_neighbour_gets_no_prompt_from_the_replay_socket_and_a_stop_leav
     assert stopped.stopped and stopped.leftover_pids == []
     assert state is not None and state.rendezvous, "vLLM named no rendezvous file in its log"
     assert _existing(state.rendezvous) == []
+    sockets = Path(replay.removeprefix("ipc://")).parent
+    assert _existing([str(sockets / "kv-events.sock"), str(sockets / "kv-replay.sock")]) == []
     # Other users' vLLMs may come and go meanwhile: what is new and names our vLLM (in its log
     # or by one of its pids) is ours.
     log = server.managed.log_path.read_text(errors="replace")
@@ -102,3 +104,6 @@ def test_status_after_a_crash_names_the_port_vllm_used_and_says_it_crashed(
     assert status.reason is not None and "crashed" in status.reason, status.reason
     assert f"port {server.port}" in status.reason
     assert _existing(state.rendezvous) == []
+    # Its workers' shared-memory queues (recorded once it was ready) die with it, not in /dev/shm.
+    assert state.shared_memory, "vLLM's workers mapped no shared memory: nothing was checked"
+    assert _existing([f"/dev/shm/{name}" for name in state.shared_memory]) == []
