@@ -110,6 +110,7 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
                 model=args.model or settings.vllm_model,
                 block_size=args.block_size,
                 verify=args.verify,
+                settings=settings,
             )
 
     async def main() -> int:
