@@ -229,6 +229,8 @@ def _l1_verdict(
         kind: MissKind = "down" if reason.startswith("unknown") else "unknown"
         return TierVerdict(tier="l1", held_tokens=None, serves_tokens=None, why=kind, detail=reason)
     held = tier.tokens
+    if held and serves is None:
+        return _depends_on_vllm("l1", held)
     if held and serves:
         return TierVerdict(
             tier="l1", held_tokens=held, serves_tokens=serves, why="served",
@@ -281,6 +283,8 @@ def _l2_verdict(
         detail = reason if kind == "unknown" else f"engine or server down: {reason}"
         return TierVerdict(tier="l2", held_tokens=None, serves_tokens=None, why=kind, detail=detail)
     held = tier.tokens
+    if held and serves is None:
+        return _depends_on_vllm("l2", held)
     if held and serves:
         return TierVerdict(
             tier="l2", held_tokens=held, serves_tokens=serves, why="served",
@@ -320,6 +324,16 @@ def _l2_verdict(
     else:
         detail = "never stored: the engine holds none of its chunks under this server's keys"
     return TierVerdict(tier="l2", held_tokens=0, serves_tokens=0, why="never_stored", detail=detail)
+
+
+def _depends_on_vllm(tier: Literal["l1", "l2"], held: int) -> TierVerdict:
+    detail = (
+        f"holds {held} leading tokens; what the next request takes from it depends on vLLM's "
+        "own cache, which is unknown"
+    )
+    return TierVerdict(
+        tier=tier, held_tokens=held, serves_tokens=None, why="unknown", detail=detail
+    )
 
 
 def _too_short(facts: TierFacts) -> str | None:
