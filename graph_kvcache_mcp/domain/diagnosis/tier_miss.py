@@ -87,6 +87,10 @@ class TierFacts(BaseModel):
     vllm_kv_usage: float | None = None
     counters: ServerCounters | None = None
     directory: DirectoryFacts | None = None
+    hash_seeds: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="PYTHONHASHSEED of the processes we could read (vllm, server); None: unset.",
+    )
     expected_hashes: list[str] | None = Field(
         None, description="The prompt's chunk hashes as the server computes them (blake3 only)."
     )
@@ -355,9 +359,14 @@ def mismatches(facts: TierFacts) -> list[str]:
             "lmcache server with a multiple of the block"
         )
     if facts.hash_algorithm != SEED_FREE_HASH:
+        seeds = facts.hash_seeds
+        known = ", ".join(f"{name} {seed or 'unset'}" for name, seed in sorted(seeds.items()))
+        differ = None in seeds.values() or len(set(seeds.values())) > 1
         out.append(
-            f"the server hashes chunks with {facts.hash_algorithm!r}, seeded from PYTHONHASHSEED: "
-            "vLLM, every server and the coordinator must share one PYTHONHASHSEED (or use blake3)"
+            f"the server hashes chunks with {facts.hash_algorithm!r}, seeded from PYTHONHASHSEED"
+            + (f" ({known}: they differ or one is unset)" if seeds and differ else "")
+            + ": vLLM, every server and the coordinator must share one fixed PYTHONHASHSEED "
+            "(or use blake3)"
         )
     directory = facts.directory
     if directory is None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.stack.runtime import managed_lmcache_runtime, managed_vllm_runtime
 from graph_kvcache_mcp.domain.diagnosis.tier_facts import directory_facts, parse_server_counters
 from graph_kvcache_mcp.domain.diagnosis.tier_miss import (
     DirectoryFacts,
@@ -60,7 +61,7 @@ async def tier_miss(
         where = (await where_cached(conn, request=request, tiers=sources)).instances[0]
         if not where.reachable or where.prompt_tokens is None or not where.tiers:
             return None
-        facts = await _facts(conn, url, request, where)
+        facts = await _facts(settings, conn, url, request, where)
     finally:
         await conn.aclose()
     return explain_tiers(facts, lmcache_url=url)
@@ -89,6 +90,7 @@ def _fleet_of(settings: Settings, base_url: str) -> Fleet:
 
 
 async def _facts(
+    settings: Settings,
     conn: FleetConnection,
     url: str,
     request: Mapping[str, Any],
@@ -118,6 +120,9 @@ async def _facts(
         vllm_kv_usage=usage,
         counters=counters or ServerCounters(),
     )
+    if keying.hash_algorithm != SEED_FREE_HASH:
+        seeds = await anyio.to_thread.run_sync(_hash_seeds, settings, client.base_url, url)
+        facts = facts.model_copy(update={"hash_seeds": seeds})
     if isinstance(model, Unavailable):
         return facts
     tokens = await conn.prompt_tokens(THIS, model, messages=list(request["messages"]), prompt=None)
@@ -131,6 +136,19 @@ async def _facts(
     if keying.hash_algorithm == SEED_FREE_HASH:
         expected = [h.hex() for h in chunk_hashes(tokens, chunk_size=keying.chunk_size)]
     return facts.model_copy(update={"directory": directory, "expected_hashes": expected})
+
+
+def _hash_seeds(settings: Settings, base_url: str, server_url: str) -> dict[str, str | None]:
+    """PYTHONHASHSEED of the managed vLLM at `base_url` and the managed server at `server_url`,
+    where they are ours to read (another process's environment is not)."""
+    seeds: dict[str, str | None] = {}
+    vllm = managed_vllm_runtime(settings.data_dir)
+    if vllm is not None and vllm.base_url.rstrip("/") == base_url.rstrip("/"):
+        seeds["vllm"] = vllm.hash_seed
+    server = managed_lmcache_runtime(settings.data_dir, server_url)
+    if server is not None:
+        seeds["server"] = server.hash_seed
+    return seeds
 
 
 async def _directory(

@@ -120,6 +120,9 @@ def test_mismatches_chunk_block_hash_and_the_coordinators_cut_and_hashes() -> No
     odd = explain_tiers(facts(block_size=48, hash_algorithm="sha256_cbor"), lmcache_url="u")
     assert any("multiple of vLLM's block size 48" in m for m in odd.mismatches)
     assert any("PYTHONHASHSEED" in m for m in odd.mismatches)
+    seeded = facts(hash_algorithm="builtin", hash_seeds={"vllm": None, "server": "0"})
+    named = explain_tiers(seeded, lmcache_url="u").mismatches
+    assert any("(server 0, vllm unset: they differ" in m for m in named)
     cut = explain_tiers(facts(directory=DirectoryFacts(chunks=1)), lmcache_url="u")
     assert any("--chunk-size 256" in m for m in cut.mismatches)
     hashed = facts(
