@@ -15,6 +15,8 @@ from graph_kvcache_mcp.domain.diagnosis.tier_miss import (
     salt_mismatch,
 )
 from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
+from graph_kvcache_mcp.domain.vllm.chat import CachedTokens, split_lmcache_tiers
 
 N = 1000  # prompt tokens: 3 whole chunks of 256 (768), vLLM blocks of 32
 
@@ -190,3 +192,26 @@ def test_directory_facts_read_the_first_chunks_placements() -> None:
     assert got == DirectoryFacts(
         chunks=2, chunk_hashes=["ab", "cd"], l1_elsewhere=["peer"], l2_by_gone=True
     )
+
+
+def test_a_split_trace_says_why_lmcache_found_less_than_it_was_asked_for() -> None:
+    cold = CachedTokens(hit_tokens=0, source="usage", external_tokens=0)
+    moved = LmcacheCounters(
+        lookups=1, lookup_tokens=768, hit_tokens=256, l1_hit_tokens=256, l2_hit_tokens=0
+    )
+    split = split_lmcache_tiers(cold, moved)
+    assert (split.l1_tokens, split.l2_tokens) == (0, 0)
+    assert split.note is not None and "held 256 of the 768" in split.note
+    exited = moved.model_copy(update={"early_exits": 1, "hit_tokens": 0, "l1_hit_tokens": 0})
+    note = split_lmcache_tiers(cold, exited).note
+    assert note is not None and "early exit" in note
+    whole = moved.model_copy(update={"hit_tokens": 768, "l1_hit_tokens": 768})
+    assert split_lmcache_tiers(cold, whole).note is None
+
+
+def test_the_early_exit_counter_is_read_with_the_lookup_counters() -> None:
+    text = (
+        "# TYPE lmcache_mp_lookup_early_exit_requests_total counter\n"
+        'lmcache_mp_lookup_early_exit_requests_total{reason="no_gpu_context"} 3.0\n'
+    )
+    assert parse_lmcache_counters(text).early_exits == 3
