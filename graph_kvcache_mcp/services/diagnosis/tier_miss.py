@@ -103,7 +103,8 @@ async def _facts(
         keying = await server.keying()
         text = await server.metrics_text()
     counters = None if isinstance(text, Unavailable) else parse_server_counters(text)
-    keying = ServerKeying() if isinstance(keying, Unavailable) else keying
+    known = not isinstance(keying, Unavailable)
+    keying = keying if not isinstance(keying, Unavailable) else ServerKeying()
     model = await client.resolve_model(None)
     snapshot = None if isinstance(model, Unavailable) else await client.metrics.snapshot(model)
     counted = usage = None
@@ -111,7 +112,7 @@ async def _facts(
         counted, usage = snapshot.prompt_tokens, snapshot.kv_cache_usage_perc
     facts = TierFacts(
         prompt_tokens=where.prompt_tokens or 0,
-        block_size=where.block_size,
+        block_size=where.block_size if known else None,  # no chunk size to compare it to
         chunk_size=keying.chunk_size,
         hash_algorithm=keying.hash_algorithm,
         tiers=where.tiers or {},
