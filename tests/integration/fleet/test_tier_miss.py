@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from mcp import Client
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
@@ -23,15 +24,18 @@ from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss, TierVerdict
 from graph_kvcache_mcp.domain.fleet.fleet_file import Fleet, FleetInstance
 from graph_kvcache_mcp.domain.lmcache.metrics import counters_moved
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.cache.operations import evict, resolve_target
-from graph_kvcache_mcp.services.diagnosis.prefix_miss import explain_miss
+from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, explain_miss
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
+from graph_kvcache_mcp.services.vllm.views import VllmChatOut
 from tests.integration.fleet.test_fleet_tiers import text_prompt
 from tests.integration.fleet.test_stack_coordinator import (
     CoordinatedStack,
     coordinated_module_stack,
 )
 from tests.support.coordinator import running_coordinator
+from tests.support.mcp_calls import call_ok
 from tests.support.mp_stack import CHUNK_SIZE, cached_tokens_of
 from tests.support.vllm import MODEL_NAME
 
@@ -181,3 +185,26 @@ async def test_a_coordinator_of_another_chunk_size_is_named_as_the_mismatch(
         settings = stack.settings.model_copy(update={"fleet_file": fleet})
         miss = await tiers_of(stack, chat("mismatch"), settings)
     assert any("--chunk-size 256" in m for m in miss.mismatches), miss.mismatches
+
+
+async def test_the_tool_and_the_per_call_trace_explain_a_prompt_no_tier_holds(
+    stack: CoordinatedStack,
+) -> None:
+    await stack.ensure()
+    settings = stack.settings.model_copy(update={"toolsets": ("vllm", "diagnose")})
+    body = chat("traced")
+    async with Client(build_server(settings)) as client:
+        diagnosed = await call_ok(client, "diagnose_miss", {"first": body, "second": body})
+        chatted = await call_ok(
+            client, "vllm_chat", {"messages": body["messages"], "max_tokens": 2}
+        )
+    tiers = MissDiagnosis.model_validate(diagnosed).tiers
+    assert tiers is not None
+    assert [(v.tier, v.why) for v in tiers.tiers[1:]] == [
+        ("l1", "never_stored"),
+        ("l2", "never_stored"),
+    ]
+    trace = VllmChatOut.model_validate(chatted).trace
+    assert trace is not None and trace.prompt_tokens == tiers.prompt_tokens
+    assert (trace.lmcache_l1_hit_tokens, trace.lmcache_l2_hit_tokens) == (0, 0)
+    assert trace.note is not None and "held 0 of the" in trace.note
