@@ -1,5 +1,6 @@
-"""The `lmcache server` counters that explain misses, from its `/metrics`, and what the
-coordinator's directory says about one prompt's chunks. Pure: parses, no I/O.
+"""The facts that explain a prompt's miss per tier (`TierFacts`): the `lmcache server` counters
+that explain misses, parsed from its `/metrics`, and what the coordinator's directory says about
+the prompt's chunks. Pure: parses, no I/O.
 
 Counter names are LMCache 0.5.6's OpenTelemetry names as its Prometheus exporter writes them
 (`lmcache_mp.l1_evicted`, unit chunks -> `lmcache_mp_l1_evicted_chunks_total`); they are matched
@@ -11,8 +12,66 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from graph_kvcache_mcp.domain.diagnosis.tier_miss import DirectoryFacts, ServerCounters
+from pydantic import BaseModel, ConfigDict, Field
+
+from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
+from graph_kvcache_mcp.domain.lmcache.chunk_keys import SEED_FREE_HASH
 from graph_kvcache_mcp.domain.lmcache.metrics import PREFIX
+
+
+class ServerCounters(BaseModel):
+    """The lmcache server's counters that explain misses (totals since it started)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    early_exits: dict[str, int] = Field(default_factory=dict)
+    l1_evicted_chunks: int = 0
+    l1_allocation_failures: int = 0
+    l2_store_submitted_chunks: int = 0
+    l2_store_completed_chunks: int = 0
+    l2_prefetch_failures: int = 0
+
+
+class DirectoryFacts(BaseModel):
+    """What the coordinator's directory says about this prompt's chunks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunks: int = Field(description="Whole chunks the coordinator cut the prompt into.")
+    chunk_hashes: list[str] = Field(default_factory=list, description="Its hash of each chunk.")
+    l1_elsewhere: list[str] = Field(
+        default_factory=list, description="Other servers holding the first chunk in L1."
+    )
+    l2_by_gone: bool = Field(
+        False, description="The first chunk's L2 placement names a server no longer registered."
+    )
+
+
+class TierFacts(BaseModel):
+    """Everything the rules read for one prompt on one instance."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int
+    block_size: int | None
+    chunk_size: int
+    hash_algorithm: str = SEED_FREE_HASH
+    tiers: Mapping[str, TierHeld]
+    vllm_counted_prompt_tokens: int | None = Field(
+        None, description="Prompt tokens this vLLM process counted since it started."
+    )
+    vllm_feed_resets: int = 0
+    vllm_kv_usage: float | None = None
+    counters: ServerCounters | None = None
+    directory: DirectoryFacts | None = None
+    hash_seeds: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="PYTHONHASHSEED of the processes we could read (vllm, server); None: unset.",
+    )
+    expected_hashes: list[str] | None = Field(
+        None, description="The prompt's chunk hashes as the server computes them (blake3 only)."
+    )
+
 
 _STEMS = {
     "lmcache_mp_l1_evicted": "l1_evicted_chunks",

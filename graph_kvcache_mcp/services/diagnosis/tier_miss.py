@@ -17,14 +17,14 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.stack.runtime import managed_lmcache_runtime, managed_vllm_runtime
-from graph_kvcache_mcp.domain.diagnosis.tier_facts import directory_facts, parse_server_counters
-from graph_kvcache_mcp.domain.diagnosis.tier_miss import (
+from graph_kvcache_mcp.domain.diagnosis.tier_facts import (
     DirectoryFacts,
     ServerCounters,
     TierFacts,
-    TierMiss,
-    explain_tiers,
+    directory_facts,
+    parse_server_counters,
 )
+from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss, explain_tiers
 from graph_kvcache_mcp.domain.fleet.fleet_file import Fleet, FleetInstance
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying
 from graph_kvcache_mcp.domain.lmcache.chunk_keys import SEED_FREE_HASH, chunk_hashes

@@ -5,15 +5,14 @@ server, early exits, a hash the coordinator computes differently, a salt."""
 
 from __future__ import annotations
 
-from graph_kvcache_mcp.domain.diagnosis.tier_facts import directory_facts, parse_server_counters
-from graph_kvcache_mcp.domain.diagnosis.tier_miss import (
+from graph_kvcache_mcp.domain.diagnosis.tier_facts import (
     DirectoryFacts,
     ServerCounters,
     TierFacts,
-    TierMiss,
-    explain_tiers,
-    salt_mismatch,
+    directory_facts,
+    parse_server_counters,
 )
+from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss, explain_tiers, salt_mismatch
 from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
 from graph_kvcache_mcp.domain.vllm.chat import CachedTokens, split_lmcache_tiers
