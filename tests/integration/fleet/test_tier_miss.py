@@ -2,8 +2,10 @@
 server` with our adapter, CPU vLLM, `lmcache coordinator`): each explanation checked against what
 vLLM then reports and what LMCache's own lookup counters did. A never-sent prompt misses every
 tier as never stored; after a vLLM restart one prompt is served from L1 and one evicted from L1
-(cache evict) from the engine; a coordinator of another chunk size is named as the mismatch.
-vLLM starts: 1 (stack) + 1 (restart)."""
+(cache evict) from the engine; after a stack restart L1 says the server restarted and the
+engine serves; a stopped engine is "down"; a coordinator of another chunk size is named as the
+mismatch; through the tools, vllm_chat's trace says why LMCache found nothing.
+vLLM starts: 1 (stack) + 1 (vLLM restart) + 1 (stack restart)."""
 
 from __future__ import annotations
 
@@ -208,3 +210,43 @@ async def test_the_tool_and_the_per_call_trace_explain_a_prompt_no_tier_holds(
     assert trace is not None and trace.prompt_tokens == tiers.prompt_tokens
     assert (trace.lmcache_l1_hit_tokens, trace.lmcache_l2_hit_tokens) == (0, 0)
     assert trace.note is not None and "held 0 of the" in trace.note
+
+
+async def test_a_server_restart_is_named_and_the_engine_serves_as_predicted(
+    stack: CoordinatedStack,
+) -> None:
+    await stack.ensure()
+    body = chat("server")
+    send(stack, body)
+    whole = (await tiers_of(stack, body)).prompt_tokens // CHUNK_SIZE * CHUNK_SIZE
+    await stored_in_both(stack, body, whole)
+    stack.vllm.stop(term_wait_s=10.0)
+    stack.lmcache.stop(term_wait_s=10.0)  # a clean stop: it deregisters, its L2 placements stay
+    await stack.ensure()
+
+    miss = await tiers_of(stack, body)
+    tiers = by_tier(miss)
+    assert (tiers["vllm"].why, tiers["l1"].why, tiers["l2"].why) == (
+        "restarted",
+        "server_restarted",
+        "served",
+    )
+    before = stack.lmcache_counters()
+    assert send(stack, body) == miss.cached_tokens == tiers["l2"].serves_tokens
+    moved = counters_moved(before, stack.lmcache_counters())
+    assert (moved.l1_hit_tokens, moved.l2_hit_tokens) == (0, tiers["l2"].held_tokens)
+
+
+async def test_an_engine_that_is_down_reads_as_down_never_as_not_stored(
+    stack: CoordinatedStack,
+) -> None:
+    await stack.ensure()
+    stack.engine.stop(term_wait_s=5.0)  # the next test's ensure starts it again
+    with anyio.fail_after(60):
+        tiers = by_tier(await tiers_of(stack, chat("down")))
+    assert (tiers["l2"].why, tiers["l2"].held_tokens, tiers["l2"].serves_tokens) == (
+        "down",
+        None,
+        None,
+    )
+    assert stack.engine_url.removeprefix("http://") in tiers["l2"].detail
