@@ -20,6 +20,7 @@ from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_config
 from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
@@ -110,6 +111,7 @@ def run_miss(args: argparse.Namespace, settings: Settings) -> int:
                 model=args.model or settings.vllm_model,
                 block_size=args.block_size,
                 verify=args.verify,
+                settings=settings,
             )
 
     async def main() -> int:
@@ -161,7 +163,23 @@ def _describe_miss(out: MissDiagnosis) -> str:
         )
         if check.note:
             lines.append(f"  {check.note}")
+    if out.tiers is not None:
+        lines += _describe_tiers(out.tiers)
     return "\n".join(lines)
+
+
+def _describe_tiers(tiers: TierMiss) -> list[str]:
+    lines = [f"tiers ({tiers.lmcache_url}): next request gets {tiers.cached_tokens} cached"]
+    for verdict in tiers.tiers:
+        lines.append(
+            f"  {verdict.tier}: holds {verdict.held_tokens}, serves {verdict.serves_tokens}: "
+            f"{verdict.why}: {verdict.detail}"
+        )
+    lines += [
+        f"  LMCache early exit {reason}: {what}" for reason, what in tiers.early_exits.items()
+    ]
+    lines += [f"  mismatch: {mismatch}" for mismatch in tiers.mismatches]
+    return lines
 
 
 def run_stack(args: argparse.Namespace, settings: Settings) -> int:

@@ -53,6 +53,7 @@ async def diagnose_miss(
                 model=model or settings.vllm_model,
                 block_size=block_size,
                 verify=verify,
+                settings=settings,
             )
     except (ConfigError, VllmRequestError) as exc:
         raise ToolError(f"{exc}. Fix the request and call diagnose_miss again.") from None

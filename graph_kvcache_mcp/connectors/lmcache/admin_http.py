@@ -77,6 +77,16 @@ class LmcacheHttp:
 
     async def counters(self) -> LmcacheCounters | Unavailable:
         """The server's lookup and L2 counters from `/metrics`, or why it did not answer."""
+        text = await self.metrics_text()
+        if isinstance(text, Unavailable):
+            return text
+        try:
+            return parse_lmcache_counters(text)
+        except ValueError as exc:
+            return Unavailable(f"LMCache /metrics at {self.http_url} did not parse ({exc})")
+
+    async def metrics_text(self) -> str | Unavailable:
+        """The server's whole `/metrics` exposition, or why it did not answer."""
         try:
             reply = await self._http.get(self.http_url + "/metrics")
         except httpx2.HTTPError as exc:
@@ -86,10 +96,7 @@ class LmcacheHttp:
                 f"LMCache at {self.http_url} answered HTTP {reply.status_code} on /metrics",
                 status=reply.status_code,
             )
-        try:
-            return parse_lmcache_counters(reply.text)
-        except ValueError as exc:
-            return Unavailable(f"LMCache /metrics at {self.http_url} did not parse ({exc})")
+        return reply.text
 
     async def _get(self, path: str) -> Any:
         try:

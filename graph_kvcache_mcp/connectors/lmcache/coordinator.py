@@ -83,6 +83,26 @@ class CoordinatorHttp:
     async def pins(self, body: dict[str, Any], *, pin: bool) -> dict[str, Any] | Unavailable:
         return await self._call("POST" if pin else "DELETE", "/cache/pins", body)
 
+    async def lookup(
+        self, token_ids: Sequence[int], *, model: str, cache_salt: str = ""
+    ) -> dict[str, Any] | Unavailable:
+        """The directory's whole answer for a prompt: its chunk count, each chunk's hash and
+        every placement (instance, tier)."""
+        body = {
+            "token_ids": list(token_ids),
+            "model_name": model,
+            "world_size": 1,
+            "cache_salt": cache_salt,
+        }
+        return await self._call("POST", "/directory/lookup", body)
+
+    async def instances(self) -> list[dict[str, Any]] | Unavailable:
+        """The registered servers (`GET /instances`)."""
+        body = await self._call("GET", "/instances")
+        if isinstance(body, Unavailable):
+            return body
+        return [item for item in body.get("instances") or [] if isinstance(item, dict)]
+
     async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any] | Unavailable:
         try:
             reply = await self._http.request(method, self.url + path, json=body)

@@ -18,6 +18,7 @@ _COUNTERS = {
     "lmcache_mp_lookup_hit_l1_tokens_total": "l1_hit_tokens",
     "lmcache_mp_lookup_hit_l2_tokens_total": "l2_hit_tokens",
     "lmcache_mp_lookups_requests_total": "lookups",
+    "lmcache_mp_lookup_early_exit_requests_total": "early_exits",
     "lmcache_mp_l2_store_completed_objects_chunks_total": "l2_stored_chunks",
     "lmcache_mp_l2_prefetch_load_completed_chunks_total": "l2_loaded_chunks",
     "lmcache_mp_l2_usage_bytes": "l2_usage_bytes",
@@ -30,6 +31,7 @@ class LmcacheCounters(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     lookups: int | None = Field(None, description="Lookup requests from vLLM connectors.")
+    early_exits: int | None = Field(None, description="Lookups that exited before probing.")
     lookup_tokens: int | None = Field(None, description="Prompt tokens looked up.")
     hit_tokens: int | None = Field(None, description="Of those, found (L1 + L2).")
     l1_hit_tokens: int | None = Field(None, description="Found in the server's L1.")

@@ -205,7 +205,29 @@ def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters | Unavailab
             "into L1 and L2"
         )
         return cached.model_copy(update={"note": _joined(cached.note, why)})
-    return cached.model_copy(update={"l1_tokens": taken[0], "l2_tokens": taken[1]})
+    split = cached.model_copy(update={"l1_tokens": taken[0], "l2_tokens": taken[1]})
+    missed = lmcache_missed(moved)
+    if missed is None:
+        return split
+    return split.model_copy(update={"note": _joined(split.note, missed)})
+
+
+def lmcache_missed(moved: LmcacheCounters) -> str | None:
+    """Why this call's lookup found less than it asked LMCache for, from the same counter moves;
+    None when it found all (or the counters cannot say)."""
+    if moved.early_exits:
+        return (
+            "LMCache's lookup exited before probing L1 and L2 (an early exit; diagnose_miss's "
+            "tiers name the reason)"
+        )
+    asked, found = moved.lookup_tokens, moved.hit_tokens
+    if asked is None or found is None or found >= asked:
+        return None
+    return (
+        f"LMCache held {found} of the {asked} whole-chunk tokens looked up; the rest is in "
+        "neither L1 nor L2 (never stored, evicted, or on another server: diagnose_miss's tiers "
+        "say which)"
+    )
 
 
 def tiers_taken(l1_found: int, l2_found: int, external: int | None) -> tuple[int, int] | None:

@@ -26,6 +26,7 @@ from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
     predicted_cached_tokens,
     role_at,
 )
+from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss, salt_mismatch
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
     hybrid_cached_tokens,
@@ -34,6 +35,7 @@ from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.config import Settings
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 EXCERPT_BEFORE, EXCERPT_AFTER = 6, 10  # tokens decoded around the divergence
@@ -87,6 +89,11 @@ class MissDiagnosis(BaseModel):
     divergence: Divergence | None = None
     cause: Cause | None = None
     verification: MissVerification | None = None
+    tiers: TierMiss | None = Field(
+        None,
+        description="With an LMCache server: the second request per tier (vLLM, L1, L2) as it "
+        "stands before verify, what each serves and why the rest missed.",
+    )
 
 
 def chat_messages(request: Mapping[str, Any], which: str) -> list[dict[str, Any]]:
@@ -118,10 +125,13 @@ async def explain_miss(
     block_size: int | None = None,
     verify: bool = False,
     hybrid: bool = False,
+    settings: Settings | None = None,
 ) -> MissDiagnosis:
     """Compare two chat requests as vLLM tokenizes them and say why the second misses. Without a
     `client` (a local tokenizer, no vLLM) `block_size` is required, nothing is verified, and
     `hybrid` says whether the model keeps mamba state (vLLM's cache config says so otherwise).
+    With `settings` the second request is also explained tier by tier (`tiers`) when this vLLM
+    has an LMCache server, as it stands before verify sends anything.
 
     Raises:
         ConfigError: a body without messages, a bad or missing block size, verify without
@@ -159,6 +169,8 @@ async def explain_miss(
         tokenizer, first, second, (first_messages, second_messages),
         model=chosen, block_size=block_size, source=source, local=False, hybrid=hybrid,
     )  # fmt: skip
+    if settings is not None and out.reachable:
+        out = await _with_tiers(out, settings, client.base_url, first, second)
     if not verify or not out.reachable or out.predicted_cached_tokens is None:
         return out
     verification = await _verify(
@@ -171,6 +183,24 @@ async def explain_miss(
             update={"note": "verify sends the messages only (no tools or template fields)"}
         )
     return out.model_copy(update={"verification": verification})
+
+
+async def _with_tiers(
+    out: MissDiagnosis,
+    settings: Settings,
+    base_url: str,
+    first: Mapping[str, Any],
+    second: Mapping[str, Any],
+) -> MissDiagnosis:
+    from graph_kvcache_mcp.services.diagnosis.tier_miss import tier_miss
+
+    tiers = await tier_miss(settings, base_url, second)
+    if tiers is None:
+        return out
+    salt = salt_mismatch(first.get("cache_salt"), second.get("cache_salt"))
+    if salt is not None:
+        tiers = tiers.model_copy(update={"mismatches": [*tiers.mismatches, salt]})
+    return out.model_copy(update={"tiers": tiers})
 
 
 async def _compare(

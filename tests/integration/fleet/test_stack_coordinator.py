@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import httpx
@@ -43,8 +44,14 @@ class CoordinatedStack(MpStack):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatedStack]:
+    yield from coordinated_module_stack(tmp_path_factory.mktemp("coordinated-stack"))
+
+
+def coordinated_module_stack(root: Path) -> Iterator[CoordinatedStack]:
+    """A module's coordinated stack under `root`, closed with its coordinator (and the
+    environment `ensure` changed restored) at the end: the body of a module-scoped fixture."""
     require_lmcache_in_vllm_venv()
-    built = CoordinatedStack(tmp_path_factory.mktemp("coordinated-stack"))
+    built = CoordinatedStack(root)
     saved = dict(os.environ)
     try:
         yield built
