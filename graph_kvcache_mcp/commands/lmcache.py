@@ -38,6 +38,7 @@ from graph_kvcache_mcp.domain.lmcache.keys import (
     engine_key,
 )
 from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind, ModelFacts
+from graph_kvcache_mcp.domain.lmcache.stack import Coordinator
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
@@ -93,6 +94,13 @@ def register(subparsers: Verbs) -> None:
         python_dest="lmcache_python",
         python_env="GRAPH_KVCACHE_LMCACHE_PYTHON",
         ready_timeout_s=180.0,
+    )
+    add_flag(
+        start,
+        "--coordinator",
+        Coordinator,
+        help="join an LMCache coordinator: 'managed' (started in the data dir, stopped by "
+        "`lmcache stop`) or its URL (used, never stopped)",
     )
     start.set_defaults(handler=run_start)
 
@@ -198,6 +206,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         server,
         ready_timeout_s=args.ready_timeout_s,
         resp=plan.mode == "redis_resp",  # the managed engine's RESP wire, answering first
+        coordinator=args.coordinator,
         python=args.lmcache_python,
         progress=None if args.json else note,
     )
@@ -314,6 +323,8 @@ def _describe_status(status: LmcacheStatus) -> str:
     )
     sessions = ", ".join(f"pid {lease.pid}" for lease in status.leases) or "none"
     lines.append(f"  runs {until}; sessions {sessions}")
+    if status.coordinator_url:
+        lines.append(f"  joined the LMCache coordinator at {status.coordinator_url}")
     if (report := status.report) is not None:
         if report.l1_used_bytes is not None and report.l1_total_bytes is not None:
             lines.append(f"  L1 {report.l1_used_bytes:,} of {report.l1_total_bytes:,} bytes")

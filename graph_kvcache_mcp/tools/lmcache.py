@@ -27,6 +27,7 @@ from graph_kvcache_mcp.domain.lmcache.choices import (
 )
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
 from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
+from graph_kvcache_mcp.domain.lmcache.stack import Coordinator
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.host.registrar import Registrar
@@ -262,6 +263,10 @@ async def lmcache_start(
     ready_timeout_s: Annotated[
         ReadyTimeout, Field(description="Give up (and stop it) if not healthy by then.")
     ] = 180.0,
+    coordinator: Annotated[
+        Coordinator | None,
+        Field(description="Join 'managed' (stops with the server) or a coordinator URL."),
+    ] = None,
 ) -> LmcacheStatusOut:
     """Start the `lmcache server` that lmcache_config plans (or reuse the one this data dir
     already runs), from LMCache's venv (GRAPH_KVCACHE_LMCACHE_PYTHON), and return once its
@@ -294,8 +299,9 @@ async def lmcache_start(
             SessionLease(state.kv, access),
             ready_timeout_s=ready_timeout_s,
             resp=mode == "redis_resp",  # the managed engine's RESP wire, answering first
+            coordinator=coordinator,
         )
-    except (LmcacheProcessError, EngineProcessError) as exc:
+    except (LmcacheProcessError, EngineProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
     return LmcacheStatusOut.build(status, access)
 

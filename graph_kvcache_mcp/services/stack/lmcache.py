@@ -102,8 +102,9 @@ def start_server_until_stop(
     """`start_server` for the CLI: the server (and a managed coordinator it starts) runs until
     `lmcache stop`; blocks until healthy. Raises as `start_server`."""
     env = server_environment(server.env, settings)
-    server, coordinator_started = join_coordinator(settings, server, coordinator)
-    managed = ManagedLmcache(settings.data_dir, python=python or lmcache_python(settings))
+    python = python or lmcache_python(settings)
+    server, coordinator_started = join_coordinator(settings, server, coordinator, python=python)
+    managed = ManagedLmcache(settings.data_dir, python=python)
     try:
         if not resp:
             return managed.start(server, env=env, ready_timeout_s=ready_timeout_s)
@@ -118,19 +119,23 @@ def start_server_until_stop(
 
 
 def join_coordinator(
-    settings: Settings, server: ProcessSpec, coordinator: str | None
+    settings: Settings,
+    server: ProcessSpec,
+    coordinator: str | None,
+    *,
+    python: Path | None = None,
 ) -> tuple[ProcessSpec, bool]:
     """`server` joined to `coordinator` (unchanged when None), and whether this call started the
-    managed coordinator (then a failed start stops it again). Blocks while it starts.
+    managed coordinator (then a failed start stops it again). Blocks while it starts; the
+    managed one runs on `python` (default: the lmcache server's interpreter).
 
     Raises:
         ConfigError: a URL the policy refuses, or a server already joined elsewhere.
         LmcacheProcessError: the managed coordinator hashes otherwise, or did not start.
     """
     was_running = ManagedCoordinator(settings.data_dir).running_state(tidy=False)
-    joined = joined_server(
-        server, coordinator, data_dir=settings.data_dir, python=lmcache_python(settings)
-    )
+    python = python or lmcache_python(settings)
+    joined = joined_server(server, coordinator, data_dir=settings.data_dir, python=python)
     return joined, coordinator == MANAGED and was_running is None
 
 

@@ -87,6 +87,12 @@ async def start_vllm(
         VllmProcessError: vLLM runs with another tier, or did not start.
     """
     managed = managed or ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    coordinator = options.coordinator if options is not None else None
+    if coordinator is not None and launch.kv_connector not in MP_CONNECTORS:
+        raise ConfigError(
+            f"a coordinator joins the lmcache server of an MP stack, and kv_connector "
+            f"{launch.kv_connector} starts none: use kv_connector mp_native"
+        )
     if launch.kv_connector in MP_CONNECTORS:
         return await _start_mp_stack(
             managed,
