@@ -13,8 +13,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
-from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, LmcacheStopResult
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStopResult
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.choices import (
     BlockTokens,
@@ -45,6 +44,7 @@ from graph_kvcache_mcp.services.lmcache.plan import (
 )
 from graph_kvcache_mcp.services.stack import lmcache as managed
 from graph_kvcache_mcp.services.stack.lifetime import SessionLease
+from graph_kvcache_mcp.services.stack.views import LmcacheStatusOut
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -61,18 +61,6 @@ TOOLSET = "lmcache"
 WRITES_TEST_PAGE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
-
-
-class LmcacheStatusOut(LmcacheStatus):
-    """The managed server's status, plus whether this session holds a lease on it."""
-
-    holds_lease: bool = Field(
-        False, description="True while this server session uses the lmcache server (a lease)."
-    )
-
-    @classmethod
-    def build(cls, status: LmcacheStatus, access: LmcacheAccess) -> LmcacheStatusOut:
-        return cls(**status.model_dump(), holds_lease=access.holds_lease)
 
 
 NamespaceArg = Annotated[
