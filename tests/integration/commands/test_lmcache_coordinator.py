@@ -189,3 +189,14 @@ async def test_vllm_start_refuses_a_coordinator_without_an_lmcache_server(
         )
     assert "kv_connector mp_native" in message
     assert ManagedCoordinator(tmp_path).running_state() is None
+
+
+def test_vllm_start_with_a_coordinator_but_no_lmcache_server_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["vllm", "start", "--model", "m", "--coordinator", "managed", "--data-dir", str(tmp_path)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "use kv_connector mp_native" in err and "Traceback" not in err
+    assert ManagedCoordinator(tmp_path).running_state() is None
