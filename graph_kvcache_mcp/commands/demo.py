@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_async
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.errors import shortened
 from graph_kvcache_mcp.fixtures.tiny_model import build_tiny_model
+from graph_kvcache_mcp.services.stack.engine import stop_engine
+from graph_kvcache_mcp.services.stack.ports import free_port
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -92,10 +92,9 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
             golden = GoldenPath.prepare(Path(python), data_dir, say)
         return run_async(lambda: demo_session(data_dir, say, golden))
     finally:
-        engine = ManagedEngine(data_dir)
         if temporary:
             # The server stops the engine it started on exit; make sure nothing outlives the demo.
-            leftover = engine.stop(term_wait_s=5.0)
+            leftover = stop_engine(settings.model_copy(update={"data_dir": data_dir}), wait_s=5.0)
             shutil.rmtree(data_dir, ignore_errors=True)
             who = "the demo" if leftover.stopped else "the server, on exit"
             say(f"cleaned up: the engine was stopped by {who}; {data_dir} removed")

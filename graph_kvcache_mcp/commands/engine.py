@@ -13,9 +13,9 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
+from graph_kvcache_mcp.services.stack.engine import engine_status, start_engine, stop_engine
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,10 +47,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
-    engine = ManagedEngine(settings.data_dir)
-    status = engine.start(
-        port=args.port or settings.engine_port,
-        backend=args.backend or settings.engine_backend,
+    status = start_engine(
+        settings,
+        port=args.port,
+        backend=args.backend,
         ready_timeout_s=args.ready_timeout_s,
         progress=None if args.json else note,
         resp=args.resp,
@@ -60,13 +60,13 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = ManagedEngine(settings.data_dir).stop(term_wait_s=args.wait_s)
+    result = stop_engine(settings, wait_s=args.wait_s)
     emit(result, as_json=args.json, human=_describe_stop)
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    status = ManagedEngine(settings.data_dir).status()
+    status = engine_status(settings)
     emit(status, as_json=args.json, human=describe_status)
     return EXIT_OK if status.reachable else EXIT_UNAVAILABLE
 

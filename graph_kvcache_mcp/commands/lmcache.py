@@ -27,12 +27,7 @@ from graph_kvcache_mcp.commands._flags import (
 )
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
-from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
-from graph_kvcache_mcp.connectors.stack.resp import start_resp_lmcache
 from graph_kvcache_mcp.domain.lifecycle import StopWait
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.config import LmcachePlan
@@ -43,6 +38,7 @@ from graph_kvcache_mcp.domain.lmcache.keys import (
     engine_key,
 )
 from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind, ModelFacts
+from graph_kvcache_mcp.domain.lmcache.stack import Coordinator
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.lmcache.check import (
     DEFAULT_PAGE_BYTES,
@@ -55,8 +51,8 @@ from graph_kvcache_mcp.services.lmcache.plan import (
     build_plan,
     model_facts,
     plan_for_this_host,
-    server_environment,
 )
+from graph_kvcache_mcp.services.stack import lmcache as managed
 
 
 class LmcacheKeyOut(BaseModel):
@@ -98,6 +94,13 @@ def register(subparsers: Verbs) -> None:
         python_dest="lmcache_python",
         python_env="GRAPH_KVCACHE_LMCACHE_PYTHON",
         ready_timeout_s=180.0,
+    )
+    add_flag(
+        start,
+        "--coordinator",
+        Coordinator,
+        help="join an LMCache coordinator: 'managed' (started in the data dir, stopped by "
+        "`lmcache stop`) or its URL (used, never stopped)",
     )
     start.set_defaults(handler=run_start)
 
@@ -198,47 +201,33 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     server = plan.lmcache_server.model_copy(
         update={"argv": [*plan.lmcache_server.argv, *args.extra_arg]}
     )
-    managed = ManagedLmcache(
-        settings.data_dir, python=args.lmcache_python or lmcache_python(settings)
+    status = managed.start_server_until_stop(
+        settings,
+        server,
+        ready_timeout_s=args.ready_timeout_s,
+        resp=plan.mode == "redis_resp",  # the managed engine's RESP wire, answering first
+        coordinator=args.coordinator,
+        python=args.lmcache_python,
+        progress=None if args.json else note,
     )
-    env = server_environment(server.env, settings)
-    if plan.mode == "redis_resp":  # the managed engine's RESP wire, proven to answer first
-        engine = ManagedEngine(settings.data_dir)
-        if settings.kv_url is None:
-            engine.start(resp=True, progress=None if args.json else note)
-        status = start_resp_lmcache(
-            engine,
-            managed,
-            server,
-            env=env,
-            ready_timeout_s=args.ready_timeout_s,
-        )
-    else:
-        status = managed.start(server, env=env, ready_timeout_s=args.ready_timeout_s)
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    managed = ManagedLmcache(settings.data_dir)
-    server = managed.running_state(tidy=False)
-    why = None if server is None else dependency_reason(settings.data_dir, server)
+    why = managed.stop_blocker(settings)
     if why is not None and not args.force:
         raise ConfigError(
             f"{why}. Stop vLLM first (graph-kvcache-mcp vllm stop), or pass --force to stop vLLM "
             "and then the server"
         )
-    stopped = stop_dependent_vllm(
-        settings.data_dir, server, vllm_python=settings.vllm_python, term_wait_s=args.wait_s
-    )
-    result = managed.stop(term_wait_s=args.wait_s)
-    result = result.model_copy(update={"also_stopped": stopped}) if stopped else result
+    result = managed.stop_server_until_stop(settings, wait_s=args.wait_s)
     emit(result, as_json=args.json, human=lambda r: r.reason or f"lmcache server {r.how}")
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    status = ManagedLmcache(settings.data_dir).status()
+    status = managed.server_status(settings)
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK if status.healthy else EXIT_UNAVAILABLE
 
@@ -334,6 +323,8 @@ def _describe_status(status: LmcacheStatus) -> str:
     )
     sessions = ", ".join(f"pid {lease.pid}" for lease in status.leases) or "none"
     lines.append(f"  runs {until}; sessions {sessions}")
+    if status.coordinator_url:
+        lines.append(f"  joined the LMCache coordinator at {status.coordinator_url}")
     if (report := status.report) is not None:
         if report.l1_used_bytes is not None and report.l1_total_bytes is not None:
             lines.append(f"  L1 {report.l1_used_bytes:,} of {report.l1_total_bytes:,} bytes")

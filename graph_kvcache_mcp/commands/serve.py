@@ -18,8 +18,8 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
-from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.host.http_app import HTTP_HOST, http_url
+from graph_kvcache_mcp.services.stack.ports import port_in_use
 
 DEFAULT_HTTP_PORT = 8765
 _TOP_LEVEL_FLAGS = frozenset({"-h", "--help", "--version"})

@@ -13,11 +13,11 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.engine.access import KvAccess
-from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
+from graph_kvcache_mcp.connectors.engine.state import EngineStopResult
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.host.registrar import Registrar
+from graph_kvcache_mcp.services.stack.views import EngineStatusOut
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -28,39 +28,6 @@ from graph_kvcache_mcp.tools._common import (
 )
 
 TOOLSET = "engine"
-
-
-class EngineStatusOut(EngineStatus):
-    """The managed engine's status, plus which engine the KV tools use and what happens on exit."""
-
-    kv_source: Literal["configured", "managed"] = Field(
-        description="configured: KV tools use EPISTEMIC_GRAPH_KVCACHE_URL; managed: this engine."
-    )
-    kv_base_url: str | None = Field(
-        None, description="Where KV tools send requests now (null until first use)."
-    )
-    started_by_this_server: bool = False
-    holds_lease: bool = Field(
-        False, description="True while this server session uses the managed engine (a lease)."
-    )
-    stops_on_exit: bool = Field(
-        False,
-        description="True when this server stops the engine on exit, should it be the last "
-        "session holding a lease (false with --keep-engine or for an engine started by "
-        "`graph-kvcache-mcp engine start`).",
-    )
-
-    @classmethod
-    def build(cls, status: EngineStatus, access: KvAccess) -> EngineStatusOut:
-        info = access.info()
-        return cls(
-            **status.model_dump(),
-            kv_source=info.source,
-            kv_base_url=info.base_url,
-            started_by_this_server=info.started_pid is not None and info.started_pid == status.pid,
-            holds_lease=info.holds_lease,
-            stops_on_exit=info.stops_on_exit,
-        )
 
 
 async def engine_status(ctx: Context[Any]) -> EngineStatusOut:

@@ -13,10 +13,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
-from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, LmcacheStopResult
-from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
-from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
+from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStopResult
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.choices import (
     BlockTokens,
@@ -27,9 +24,9 @@ from graph_kvcache_mcp.domain.lmcache.choices import (
     SizeGb,
     TensorParallelSize,
 )
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
 from graph_kvcache_mcp.domain.lmcache.model import Count, KvKind
+from graph_kvcache_mcp.domain.lmcache.stack import Coordinator
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, EngineProcessError, LmcacheProcessError
 from graph_kvcache_mcp.host.registrar import Registrar
@@ -44,8 +41,10 @@ from graph_kvcache_mcp.services.lmcache.plan import (
     LmcacheConfigOut,
     model_facts,
     plan_for_this_host,
-    server_environment,
 )
+from graph_kvcache_mcp.services.stack import lmcache as managed
+from graph_kvcache_mcp.services.stack.lifetime import SessionLease
+from graph_kvcache_mcp.services.stack.views import LmcacheStatusOut
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
     STARTS_PROCESS,
@@ -62,18 +61,6 @@ TOOLSET = "lmcache"
 WRITES_TEST_PAGE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
-
-
-class LmcacheStatusOut(LmcacheStatus):
-    """The managed server's status, plus whether this session holds a lease on it."""
-
-    holds_lease: bool = Field(
-        False, description="True while this server session uses the lmcache server (a lease)."
-    )
-
-    @classmethod
-    def build(cls, status: LmcacheStatus, access: LmcacheAccess) -> LmcacheStatusOut:
-        return cls(**status.model_dump(), holds_lease=access.holds_lease)
 
 
 NamespaceArg = Annotated[
@@ -264,6 +251,10 @@ async def lmcache_start(
     ready_timeout_s: Annotated[
         ReadyTimeout, Field(description="Give up (and stop it) if not healthy by then.")
     ] = 180.0,
+    coordinator: Annotated[
+        Coordinator | None,
+        Field(description="Join 'managed' (stops with the server) or a coordinator URL."),
+    ] = None,
 ) -> LmcacheStatusOut:
     """Start the `lmcache server` that lmcache_config plans (or reuse the one this data dir
     already runs), from LMCache's venv (GRAPH_KVCACHE_LMCACHE_PYTHON), and return once its
@@ -288,31 +279,19 @@ async def lmcache_start(
     if planned_server is None:
         raise ToolError(f"mode {mode} plans no lmcache server: {'; '.join(planned.plan.warnings)}")
     server = planned_server.model_copy(update={"argv": [*planned_server.argv, *(extra_args or [])]})
+    state = state_of(ctx)
     try:
-        status = await _start_server(ctx, server, ready_timeout_s, resp=mode == "redis_resp")
-    except (LmcacheProcessError, EngineProcessError) as exc:
+        status = await managed.start_server(
+            state.settings,
+            server,
+            SessionLease(state.kv, access),
+            ready_timeout_s=ready_timeout_s,
+            resp=mode == "redis_resp",  # the managed engine's RESP wire, answering first
+            coordinator=coordinator,
+        )
+    except (LmcacheProcessError, EngineProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
     return LmcacheStatusOut.build(status, access)
-
-
-async def _start_server(
-    ctx: Context[Any], server: ProcessSpec, ready_timeout_s: float, *, resp: bool
-) -> LmcacheStatus:
-    """Start `server`; for a `resp` adapter, the managed engine's RESP wire first, proven to
-    answer, and the adapter aimed at it."""
-    state = state_of(ctx)
-    access, settings = state.lmcache, state.settings
-    env = server_environment(server.env, settings)
-    peer = None
-    if resp:
-        if settings.kv_url is None:
-            await state.kv.start_engine(resp=True)
-        engine, planned_env = state.kv.engine, env
-        launch = await anyio.to_thread.run_sync(
-            lambda: prepare_resp_launch(engine, server, planned_env)
-        )
-        server, env, peer = launch.server, launch.env, launch.peer
-    return await access.start(server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer)
 
 
 async def lmcache_stop(
@@ -326,25 +305,18 @@ async def lmcache_stop(
     group, SIGKILL after wait_s). Without force it refuses while other sessions hold leases or
     when the CLI started it, or while the managed vLLM uses it (forced, vLLM is stopped first).
     A server this project did not start is never signalled."""
-    access = state_of(ctx).lmcache
-    settings = access.settings
-    server = await anyio.to_thread.run_sync(lambda: access.managed.running_state(tidy=False))
-    why = None if server is None else dependency_reason(settings.data_dir, server)
+    state = state_of(ctx)
+    why = await anyio.to_thread.run_sync(managed.stop_blocker, state.settings)
     if why is not None and not force:
         raise ToolError(
             f"{why}. Stop vLLM first (vllm_stop), or pass force=true to stop vLLM and then the "
             "server"
         )
+    lifetime = SessionLease(state.kv, state.lmcache)
     try:
-        stopped = await anyio.to_thread.run_sync(
-            lambda: stop_dependent_vllm(
-                settings.data_dir, server, vllm_python=settings.vllm_python, term_wait_s=wait_s
-            )
-        )
-        result = await access.stop(force=force, term_wait_s=wait_s)
+        return await managed.stop_server(state.settings, lifetime, force=force, wait_s=wait_s)
     except LmcacheProcessError as exc:
         raise ToolError(str(exc)) from exc
-    return result.model_copy(update={"also_stopped": stopped}) if stopped else result
 
 
 async def lmcache_status(ctx: Context[Any]) -> LmcacheStatusOut:

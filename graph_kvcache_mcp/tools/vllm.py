@@ -17,7 +17,7 @@ from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
-from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
+from graph_kvcache_mcp.domain.lmcache.stack import Coordinator, StackOptions
 from graph_kvcache_mcp.domain.vllm.chat import AnswerTokens, Temperature
 from graph_kvcache_mcp.domain.vllm.launch import (
     BlockSize,
@@ -153,6 +153,9 @@ async def vllm_metrics(
     return out.model_copy(update={"snapshot_id": state.vllm_snapshots.keep(kept)})
 
 
+CoordinatorArg = Annotated[Coordinator | None, Field(description="'managed' or a URL.")]
+
+
 async def vllm_start(
     ctx: Context[Any],
     model: Annotated[str, Field(min_length=1, description="Local model dir or hub id.")],
@@ -183,10 +186,10 @@ async def vllm_start(
     ready_timeout_s: Annotated[
         ReadyTimeout, Field(description="Stop it if not healthy by then.")
     ] = 600.0,
+    coordinator: CoordinatorArg = None,
 ) -> VllmStatusOut:
-    """Start (or reuse) a loopback vLLM with prefix caching (CPU flags without a GPU); returns
-    once healthy; it outlives this server. mp_native and redis_resp start the engine and an
-    lmcache server first."""
+    """Start (or reuse) a prefix-caching loopback vLLM; returns once healthy; outlives this
+    server. mp_native/redis_resp start the engine and lmcache server first."""
     access = state_of(ctx).vllm
     try:
         launch = VllmLaunch(
@@ -204,22 +207,25 @@ async def vllm_start(
             lmcache_port=access.settings.lmcache_port,
             extra_args=tuple(extra_args or ()),
         )
-        out = await _launch(ctx, launch, ready_timeout_s)
+        out = await _launch(ctx, launch, ready_timeout_s, coordinator)
     except (VllmProcessError, LmcacheProcessError, EngineProcessError, ConfigError) as exc:
         raise ToolError(str(exc)) from exc
     await access.use(out.tools_base_url)
     return out
 
 
-async def _launch(ctx: Context[Any], launch: VllmLaunch, ready_timeout_s: float) -> VllmStatusOut:
+async def _launch(
+    ctx: Context[Any], launch: VllmLaunch, ready_timeout_s: float, coordinator: str | None
+) -> VllmStatusOut:
     """vLLM alone, or (an MP LMCache connector) the stack under it first, leased by this
     session."""
     state = state_of(ctx)
+    options = StackOptions(http_port=state.settings.lmcache_http_port, coordinator=coordinator)
     return await start_vllm(
         state.settings,
         launch,
         SessionLease(kv=state.kv, lmcache=state.lmcache),
-        options=StackOptions(http_port=state.settings.lmcache_http_port),
+        options=options,
         ready_timeout_s=ready_timeout_s,
         progress=_progress_reporter(ctx),
         calls_base_url=state.vllm.base_url,

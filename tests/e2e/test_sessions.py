@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.state import EngineStatus
 from graph_kvcache_mcp.services.kv.views import KvGetManyOut, KvPutOut
-from graph_kvcache_mcp.tools.engine import EngineStatusOut
+from graph_kvcache_mcp.services.stack.views import EngineStatusOut
 from tests.support.mcp_calls import b64, call_ok, fresh_key
 from tests.support.processes import (
     clean_env,

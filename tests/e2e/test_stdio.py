@@ -10,7 +10,7 @@ from mcp import Client, StdioServerParameters
 
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut
-from graph_kvcache_mcp.tools.engine import EngineStatusOut
+from graph_kvcache_mcp.services.stack.views import EngineStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, call_ok
 from tests.support.processes import (

@@ -42,15 +42,6 @@ STACK_CONNECTORS = (
     "connectors.processes",
 )
 """What starts, stops or wires processes: adapters go through services/stack instead."""
-STACK_DEBT = {
-    "tools.lmcache",  # lmcache_start/stop: still start the server and stop its vLLM themselves
-    "commands.lmcache",
-    "commands.engine",  # engine start/stop
-    "commands.demo",  # starts its own engine and vLLM for the scripted tour
-    "commands.serve",  # port_in_use before binding the HTTP port
-    "commands.vllm._handlers",  # vllm status/stop/logs/chat on the managed vLLM
-}
-"""Adapters that still reach a process connector: to move behind services/stack (issue #29)."""
 HOST_RUNTIME = tuple(
     f"host.{path.stem}"
     for path in (ROOT / "host").glob("*.py")
@@ -240,6 +231,4 @@ def test_adapters_reach_the_managed_processes_only_through_the_stack_service() -
         for module, source in package_modules().items()
         if module.removeprefix(PACKAGE + ".").startswith(("tools.", "commands."))
     }
-    offenders = {module for module, names in reaching.items() if names}
-    assert offenders - STACK_DEBT == set(), {m: reaching[m] for m in offenders - STACK_DEBT}
-    assert STACK_DEBT - offenders == set(), "moved behind the stack service: drop from STACK_DEBT"
+    assert {module: names for module, names in reaching.items() if names} == {}

@@ -29,12 +29,9 @@ from graph_kvcache_mcp.commands.vllm._describe import (
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.files.trace_log import append_traces
-from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
-from graph_kvcache_mcp.connectors.vllm.access import open_client
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
-from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import VllmRequestError
+from graph_kvcache_mcp.services.stack import vllm as managed
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import measure_restart_reuse
 from graph_kvcache_mcp.services.vllm.views import VllmChatOut, VllmMetricsOut
@@ -47,8 +44,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     messages = vllm_service.conversation(args.message, system, None)
 
     async def call() -> VllmChatOut:
-        async with open_client(settings) as client:
-            attach_lmcache_tier(client, settings.data_dir)
+        async with managed.open_metered_client(settings) as client:
             return await vllm_service.chat(
                 client,
                 messages,
@@ -75,8 +71,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
     async def call() -> VllmMetricsOut:
-        async with open_client(settings) as client:
-            attach_lmcache_tier(client, settings.data_dir)
+        async with managed.open_metered_client(settings) as client:
             return await vllm_service.metrics(client, args.model or settings.vllm_model)
 
     out = _guarded(call)
@@ -90,11 +85,10 @@ def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
-    managed = ManagedVllm(settings.data_dir, python=settings.vllm_python)
     out = anyio.run(
         partial(
             measure_restart_reuse,
-            managed,
+            managed.managed_vllm(settings),
             settings,
             prompt_tokens=args.prompt_tokens,
             env=engine_environment(settings),
@@ -108,22 +102,19 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = vllm_service.stop(ManagedVllm(settings.data_dir), wait_s=args.wait_s)
+    result = managed.stop_vllm(settings, wait_s=args.wait_s)
     emit(result, as_json=args.json, human=describe_stop)
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    port = parse_http_url(settings.vllm_base_url, what="VLLM_BASE_URL").port
-    out = vllm_service.status(
-        ManagedVllm(settings.data_dir), port=port, tools_base_url=settings.vllm_base_url
-    )
+    out = managed.vllm_status(settings)
     emit(out, as_json=args.json, human=describe_status)
     return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 
 
 def run_logs(args: argparse.Namespace, settings: Settings) -> int:
-    logs = vllm_service.logs(ManagedVllm(settings.data_dir), lines=args.lines)
+    logs = managed.vllm_logs(settings, lines=args.lines)
     emit(logs, as_json=args.json, human=describe_logs)
     return EXIT_OK if logs.exists else EXIT_UNAVAILABLE
 

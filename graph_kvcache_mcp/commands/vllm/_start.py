@@ -65,13 +65,15 @@ def add_start_flags(start: argparse.ArgumentParser) -> None:
     add_model_flags(
         start,
         StackOptions,
-        ("http_port", "chunk_size"),
+        ("http_port", "chunk_size", "coordinator"),
         flags={"http_port": "--lmcache-http-port"},
         defaults={"http_port": None},
         helps={
             "http_port": "mp_native: its HTTP port (default: $GRAPH_KVCACHE_LMCACHE_HTTP_PORT "
             "or 8080)",
             "chunk_size": "mp_native: tokens per LMCache chunk (256)",
+            "coordinator": "mp_native: join an LMCache coordinator, 'managed' (started in the "
+            "data dir, stopped by `lmcache stop`) or its URL (used, never stopped)",
         },
     )
 
@@ -88,7 +90,9 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         extra_args=tuple(args.extra_arg),
     )
     options = StackOptions(
-        http_port=args.http_port or settings.lmcache_http_port, chunk_size=args.chunk_size
+        http_port=args.http_port or settings.lmcache_http_port,
+        chunk_size=args.chunk_size,
+        coordinator=args.coordinator,
     )
     out = anyio.run(
         partial(

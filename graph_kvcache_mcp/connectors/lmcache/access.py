@@ -17,6 +17,7 @@ import anyio
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
 from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S, ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheState,
@@ -124,13 +125,18 @@ class LmcacheAccess:
         # Runs at shutdown, often inside a cancelled scope: shield so the server really stops.
         with anyio.CancelScope(shield=True):
             stop = not self.settings.keep_engine
-            if stop and self._lease.held and self.dependents is not None:
+            state = None
+            if stop and self._lease.held:
                 state = await anyio.to_thread.run_sync(self.managed.running_state)
-                why = None if state is None else self.dependents(state)
+                why = None if state is None or self.dependents is None else self.dependents(state)
                 if why is not None:
                     log.warning("left the lmcache server running: %s", why)
                     stop = False
             result = await self._lease.release(stop_if_last=stop)
+            if result is not None and result.stopped and state is not None:
+                # the managed coordinator it joined ran for it: it goes with the server
+                coordinator = ManagedCoordinator(self.settings.data_dir)
+                await anyio.to_thread.run_sync(coordinator.stop_if_joined, state.process.command)
         if result is not None and result.stopped:
             log.info("stopped the managed lmcache server (pid %s, %s)", result.pid, result.how)
 

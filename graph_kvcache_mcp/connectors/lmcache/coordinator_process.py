@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.files.private import private_dir
@@ -22,7 +23,11 @@ from graph_kvcache_mcp.connectors.processes.control import (
 )
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.processes.state_file import ProcessState, StateFile
-from graph_kvcache_mcp.domain.lmcache.coordinator_plan import coordinator_spec, coordinator_url
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import (
+    coordinator_spec,
+    coordinator_url,
+    recorded_coordinator_url,
+)
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 ENTRY_MODULE = "lmcache.cli.main"
@@ -116,6 +121,18 @@ class ManagedCoordinator:
         stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
         return True
+
+    def stop_if_joined(
+        self, server_command: Sequence[str], *, term_wait_s: float = 10.0
+    ) -> int | None:
+        """Stop our coordinator when `server_command` (the recorded command of a server just
+        stopped) joined it: it ran for that server. Its pid; None for a coordinator named by
+        configuration (never ours to stop) or none at all."""
+        state = self.state_file.read_live()
+        if state is None or recorded_coordinator_url(server_command) != state.url:
+            return None
+        self.stop(term_wait_s=term_wait_s)
+        return state.process.pid
 
 
 def _answers(url: str) -> bool:

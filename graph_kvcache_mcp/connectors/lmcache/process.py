@@ -64,6 +64,7 @@ from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
 from graph_kvcache_mcp.domain.lmcache.stack import rpc_socket_path
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
@@ -364,6 +365,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             else _peer_gone(state.resp_peer),
             runs_until_stop=state.runs_until_stop,
             leases=list(self.leases.live(tidy=tidy).values()),
+            coordinator_url=recorded_coordinator_url(state.process.command),
         )
 
 

@@ -46,6 +46,7 @@ class LmcacheStatus(LeasedStatus):
     http_url: str | None = None
     report: LmcacheServerReport | None = Field(None, description="From GET /status.")
     startup_s: float | None = None
+    coordinator_url: str | None = Field(None, description="The LMCache coordinator it joined.")
     resp_peer_gone: str | None = Field(
         None,
         description="Set when the engine the `resp` L2 adapter connected to has stopped or "
@@ -57,5 +58,7 @@ class LmcacheStopResult(StopResult):
     """What `lmcache stop` did."""
 
     also_stopped: list[str] = Field(
-        default_factory=list, description="What was stopped before it (a vLLM that used it)."
+        default_factory=list,
+        description="What was stopped with it: a vLLM that used it (first), the managed "
+        "coordinator it joined (after).",
     )

@@ -11,6 +11,7 @@ metadata files, kept in our private data dir.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from graph_kvcache_mcp.domain.lmcache.chunk_keys import DEFAULT_CHUNK_SIZE, SEED_FREE_HASH
@@ -59,10 +60,14 @@ def coordinator_url(port: int) -> str:
 
 def joined_url(server: ProcessSpec) -> str | None:
     """The coordinator `server` is started joined to, if any."""
-    argv = server.argv
-    for index, arg in enumerate(argv[:-1]):
+    return recorded_coordinator_url(server.argv)
+
+
+def recorded_coordinator_url(command: Sequence[str]) -> str | None:
+    """The coordinator a server's command (as planned or as recorded at start) joins, if any."""
+    for index, arg in enumerate(command[:-1]):
         if arg == URL_FLAG:
-            return argv[index + 1]
+            return command[index + 1]
     return None
 
 

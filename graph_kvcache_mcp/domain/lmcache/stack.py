@@ -9,6 +9,7 @@ adapter comes from the mode (`mp_native`: our `native_plugin` client of the engi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,11 +39,15 @@ def rpc_socket_path(data_dir: Path, port: int) -> Path | None:
 __all__ = [
     "MAX_IPC_PATH",
     "MP_CONNECTORS",
+    "Coordinator",
     "StackOptions",
     "generic_facts",
     "plan_stack_server",
     "rpc_socket_path",
 ]
+Coordinator = Annotated[str, Field(description="'managed' or a coordinator URL.")]
+"""An LMCache coordinator for the server to join: 'managed' (started in the data dir, stopped
+with the server) or the URL of one named by configuration (used, never stopped)."""
 STACK_L1_SIZE_GB = 1.0
 STACK_ADAPTER_WORKERS = 2
 
@@ -57,7 +62,7 @@ class StackOptions(BaseModel):
     chunk_size: ChunkSize | None = Field(
         None, description="Tokens per chunk; default 256 (a whole number of vLLM blocks)."
     )
-    coordinator: str | None = Field(
+    coordinator: Coordinator | None = Field(
         None,
         description="Join the server to an LMCache coordinator: 'managed' (started in the data "
         "dir) or its URL; default none.",

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio.to_thread
-
 from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import flag_value, join_coordinator
@@ -15,10 +13,11 @@ from graph_kvcache_mcp.domain.lmcache.process_spec import ProcessSpec
 MANAGED = "managed"
 
 
-async def joined_server(
+def joined_server(
     server: ProcessSpec, coordinator: str | None, *, data_dir: Path, python: Path | str | None
 ) -> ProcessSpec:
-    """`server` joined to `coordinator` ('managed' or a URL); unchanged when None.
+    """`server` joined to `coordinator` ('managed' or a URL); unchanged when None. Blocks while
+    the managed coordinator starts (call it from a worker thread in async code).
 
     Raises:
         ConfigError: a URL the policy refuses, or a server already joined elsewhere.
@@ -32,7 +31,5 @@ async def joined_server(
     managed = ManagedCoordinator(data_dir, python=python)
     chunk = int(flag_value(server, "--chunk-size", "256"))
     algorithm = flag_value(server, "--hash-algorithm", "blake3")
-    state = await anyio.to_thread.run_sync(
-        lambda: managed.ensure(chunk_size=chunk, hash_algorithm=algorithm)
-    )
+    state = managed.ensure(chunk_size=chunk, hash_algorithm=algorithm)
     return join_coordinator(server, state.url)

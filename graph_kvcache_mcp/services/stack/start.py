@@ -30,6 +30,7 @@ from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resol
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
+from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
@@ -51,9 +52,9 @@ from graph_kvcache_mcp.domain.lmcache.stack import (
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from graph_kvcache_mcp.errors import ConfigError, FileRefused, LmcacheProcessError
-from graph_kvcache_mcp.services.lmcache.coordinator import joined_server
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 from graph_kvcache_mcp.services.stack.lifetime import Lifetime, RunsUntilStop, SessionLease
+from graph_kvcache_mcp.services.stack.lmcache import join_coordinator
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 
@@ -86,6 +87,12 @@ async def start_vllm(
         VllmProcessError: vLLM runs with another tier, or did not start.
     """
     managed = managed or ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    coordinator = options.coordinator if options is not None else None
+    if coordinator is not None and launch.kv_connector not in MP_CONNECTORS:
+        raise ConfigError(
+            f"a coordinator joins the lmcache server of an MP stack, and kv_connector "
+            f"{launch.kv_connector} starts none: use kv_connector mp_native"
+        )
     if launch.kv_connector in MP_CONNECTORS:
         return await _start_mp_stack(
             managed,
@@ -136,7 +143,10 @@ async def _start_mp_stack(
         target = resolve_kv_target(settings)
         await say(f"L2: the {target.source} engine at {target.base_url}")
         server = await _planned_server(launch, settings, where, target.base_url, options, say)
-        server = replace(server, spec=await _joined(server.spec, options, settings))
+        coordinator = options.coordinator if options else None
+        join = partial(join_coordinator, settings, server.spec, coordinator)
+        joined, started.coordinator = await anyio.to_thread.run_sync(join)
+        server = replace(server, spec=joined)
         lmcache = ManagedLmcache(settings.data_dir)
         await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
         await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
@@ -205,11 +215,16 @@ class _Started:
     settings: Settings
     engine: bool = False
     lmcache: bool = False
+    coordinator: bool = False
 
     async def stop(self) -> None:
-        """The lmcache server first (it writes to the engine), then the engine."""
+        """The lmcache server first (it writes to the engine), then the coordinator it
+        joined, then the engine."""
         if self.lmcache:
             await self._stop_lmcache()
+        if self.coordinator:
+            await anyio.to_thread.run_sync(ManagedCoordinator(self.settings.data_dir).stop)
+            log.warning("the stack did not start: stopped the lmcache coordinator it started")
         if self.engine:
             engine = ManagedEngine(self.settings.data_dir)
             result = await anyio.to_thread.run_sync(engine.stop)
@@ -282,14 +297,6 @@ async def _planned_server(
 
 async def _model_config(model: str) -> dict[str, Any] | None:
     return await anyio.to_thread.run_sync(local_model_config, model)
-
-
-async def _joined(
-    spec: ProcessSpec, options: StackOptions | None, settings: Settings
-) -> ProcessSpec:
-    coordinator = options.coordinator if options else None
-    python = lmcache_python(settings)
-    return await joined_server(spec, coordinator, data_dir=settings.data_dir, python=python)
 
 
 def _detect() -> Platform:

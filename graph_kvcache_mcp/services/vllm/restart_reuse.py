@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import anyio
@@ -26,27 +26,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
-from graph_kvcache_mcp.connectors.stack.mp_stack import (
-    MP_CONNECTOR_CLASS,
-    attach_lmcache_tier,
-)
-from graph_kvcache_mcp.connectors.stack.resp import restart_resp_lmcache
 from graph_kvcache_mcp.connectors.vllm.access import open_client
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
-from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.wiring import KvWiring
 from graph_kvcache_mcp.errors import VllmProcessError
-from graph_kvcache_mcp.services.lmcache.plan import server_environment
+from graph_kvcache_mcp.services.stack.description import StackDescription, describe_stack
+from graph_kvcache_mcp.services.stack.lmcache import restart_server
+from graph_kvcache_mcp.services.stack.vllm import open_metered_client
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
+    from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
+    from graph_kvcache_mcp.connectors.vllm.state import VllmState
 
 RestartMode = Literal["vllm", "stack"]
 ReusePromptTokens = Annotated[int, Field(ge=64, le=131072)]
@@ -126,19 +121,22 @@ async def measure_restart_reuse(
         VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
             `stack` without an lmcache server), it does not answer, or it does not come back.
     """
-    state = _running(managed)
-    connector = state.wiring.connector
-    server = _lmcache_of(managed, state.wiring, mode)
-    model = state.served_model_name
+    stack = await anyio.to_thread.run_sync(describe_stack, managed.data_dir)
+    vllm = _running(stack)
+    connector = stack.connector
+    server = _lmcache_of(stack, mode)
+    model = vllm.served_model_name
+    # On the MP stack the client's traces split the external hit by the server's own counters.
+    opened = partial(open_client if server is None else open_metered_client, settings)
     kv = sync_client_for(resolve_kv_target(settings), settings)
     try:
-        async with open_client(settings, base_url=state.base_url) as client:
+        async with opened(base_url=vllm.base_url) as client:
             prompt = await _prompt_of(client, model, prompt_tokens)
             before = await anyio.to_thread.run_sync(kv.engine_stats)
-            cold = await _call(client, prompt, model, kv, server, managed.data_dir)
+            cold = await _call(client, prompt, model, kv)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
         stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
-        between, restarted_processes = _while_stopped(managed, settings, server, mode)
+        between, restarted_processes = _while_stopped(settings, server, mode)
         began = time.monotonic()
         await anyio.to_thread.run_sync(
             lambda: managed.restart(
@@ -149,8 +147,8 @@ async def measure_restart_reuse(
             )
         )
         restart_s = time.monotonic() - began
-        async with open_client(settings, base_url=state.base_url) as client:
-            restarted = await _call(client, prompt, model, kv, server, managed.data_dir)
+        async with opened(base_url=vllm.base_url) as client:
+            restarted = await _call(client, prompt, model, kv)
     finally:
         kv.close()
     blocks, stored = _stored(before, after)
@@ -170,33 +168,23 @@ async def measure_restart_reuse(
     )
 
 
-def _running(managed: ManagedVllm) -> VllmState:
-    state = managed.running_state()
-    if state is None:
+def _running(stack: StackDescription) -> VllmState:
+    if stack.vllm is None:
         raise VllmProcessError(
-            f"no managed vLLM runs for {managed.data_dir}: start one with vllm_start "
+            f"no managed vLLM runs for {stack.data_dir}: start one with vllm_start "
             "kv_connector='engine' or 'mp_native' first"
         )
-    return state
+    return stack.vllm
 
 
 def _while_stopped(
-    managed: ManagedVllm, settings: Settings, server: LmcacheState | None, mode: RestartMode
-) -> tuple[Callable[[], None] | None, list[str]]:
+    settings: Settings, server: LmcacheState | None, mode: RestartMode
+) -> tuple[Callable[[], object] | None, list[str]]:
     """What runs while vLLM is down (`stack`: restarting the lmcache server), and the names of
     the processes the measurement restarts."""
     if mode != "stack" or server is None:
         return None, ["vllm"]
-    lmcache = ManagedLmcache(managed.data_dir)
-    server_env = server_environment(server.plan_env, settings)
-
-    def restart_lmcache() -> None:
-        if server.resp_peer is not None:  # the resp adapter needs the engine's wire
-            restart_resp_lmcache(ManagedEngine(managed.data_dir), lmcache, env=server_env)
-        else:
-            lmcache.restart(env=server_env)
-
-    return restart_lmcache, ["vllm", "lmcache server"]
+    return partial(restart_server, settings), ["vllm", "lmcache server"]
 
 
 def _bytes_loaded(
@@ -221,29 +209,30 @@ def _speedup(cold: RestartReuseCall, restarted: RestartReuseCall) -> float | Non
     return round(cold.ttft_s / restarted.ttft_s, 2)
 
 
-def _lmcache_of(managed: ManagedVllm, wiring: KvWiring, mode: RestartMode) -> LmcacheState | None:
+def _lmcache_of(stack: StackDescription, mode: RestartMode) -> LmcacheState | None:
     """The managed lmcache server an MP vLLM uses (None for EngineKVConnector).
 
     Raises:
         VllmProcessError: the vLLM has no KV tier that survives it, or its server is not ours.
     """
-    if wiring.connector == ENGINE_CONNECTOR_CLASS:
+    if stack.connector == ENGINE_CONNECTOR_CLASS:
         if mode == "stack":
             raise VllmProcessError(
                 "restart='stack' restarts the lmcache server too, but the managed vLLM uses "
                 "EngineKVConnector (no lmcache server): use restart='vllm'"
             )
         return None
-    if wiring.connector != MP_CONNECTOR_CLASS:
+    if stack.connector != MP_CONNECTOR_CLASS:
         raise VllmProcessError(
             "the managed vLLM was started without kv_connector 'engine' or 'mp_native': a "
             "restart would only lose its prefix cache. Stop it and start it with one of them"
         )
-    server = ManagedLmcache(managed.data_dir).running_state()
-    if server is None or server.port != wiring.lmcache_port:
+    server = stack.vllm_server
+    if server is None:
+        port = None if stack.vllm is None else stack.vllm.wiring.lmcache_port
         raise VllmProcessError(
-            f"the managed vLLM uses the lmcache server on port {wiring.lmcache_port}, which "
-            f"is not the one started from {managed.data_dir}: start the stack with vllm_start "
+            f"the managed vLLM uses the lmcache server on port {port}, which "
+            f"is not the one started from {stack.data_dir}: start the stack with vllm_start "
             "kv_connector='mp_native'"
         )
     return server
@@ -275,19 +264,10 @@ async def _prompt_of(client: VllmClient, model: str, tokens: int) -> str:
     return f"Run {uuid.uuid4().hex}. " + FILLER * repeats
 
 
-async def _call(
-    client: VllmClient,
-    prompt: str,
-    model: str,
-    kv: SyncKvClient,
-    server: LmcacheState | None,
-    data_dir: Path,
-) -> RestartReuseCall:
+async def _call(client: VllmClient, prompt: str, model: str, kv: SyncKvClient) -> RestartReuseCall:
     """One streamed call; its trace splits the hit by tier (the client reads vLLM's /metrics
     around it while vLLM runs a KV connector, and on the MP stack the lmcache server's own
     counters split the external part into L1 and L2)."""
-    if server is not None:
-        attach_lmcache_tier(client, data_dir)
     engine_before = await anyio.to_thread.run_sync(kv.engine_stats)
     result = await client.complete(prompt, model=model, max_tokens=1, stream=True)
     if isinstance(result, Unavailable):

@@ -16,7 +16,7 @@ from graph_kvcache_mcp.connectors.processes.identity import is_ours
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
-from graph_kvcache_mcp.tools.engine import EngineStatusOut
+from graph_kvcache_mcp.services.stack.views import EngineStatusOut
 from tests.support.mcp_calls import MODES, call_error, call_ok
 
 

@@ -22,7 +22,7 @@ from graph_kvcache_mcp.connectors.processes.leases import Lease
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.stack.runtime import managed_lmcache_hash_seed
 from graph_kvcache_mcp.server import build_server
-from graph_kvcache_mcp.tools.lmcache import LmcacheStatusOut
+from graph_kvcache_mcp.services.stack.views import LmcacheStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.lmcache import cpu_server_flags, require_lmcache
 from tests.support.mcp_calls import call_error, call_ok

@@ -21,9 +21,9 @@ from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.vllm.launch import Platform
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut
+from graph_kvcache_mcp.services.stack.views import LmcacheStatusOut
 from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
-from graph_kvcache_mcp.tools.lmcache import LmcacheStatusOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, b64, call_error, call_ok, fresh_key, write_counters
 
