@@ -149,7 +149,8 @@ async def test_fleet_effectiveness_splits_an_instances_window_by_tier_as_the_cou
     stack: MpStack, tmp_path: Path
 ) -> None:
     """A prompt evicted from vLLM's own KV memory comes back from LMCache's L1: the instance's
-    window says so, checked against vLLM's and the lmcache server's counters scraped here."""
+    window says so, checked against vLLM's and the lmcache server's counters scraped here. A
+    server two instances share splits neither."""
     fleet_file = tmp_path / "fleet.json"
     fleet_file.write_text(
         json.dumps(
@@ -176,6 +177,25 @@ async def test_fleet_effectiveness_splits_an_instances_window_by_tier_as_the_cou
         window = FleetEffectivenessOut.model_validate(
             await call_ok(client, "fleet_effectiveness", {"since": start.snapshot_id})
         )
+        # A second name for the same vLLM and server: one server's counters, two instances.
+        twin = {
+            "name": "twin",
+            "base_url": stack.settings.vllm_base_url,
+            "lmcache_http_url": f"http://127.0.0.1:{stack.http_port}",
+        }
+        fleet_file.write_text(
+            json.dumps(
+                {"instances": [{"name": "stack", "base_url": stack.settings.vllm_base_url}, twin]}
+            )
+        )
+        shared_start = await call_ok(client, "fleet_effectiveness", {})
+        stack.complete(first, max_tokens=1)
+        shared = FleetEffectivenessOut.model_validate(
+            await call_ok(client, "fleet_effectiveness", {"since": shared_start["snapshot_id"]})
+        )
+    assert len(shared.instances) == 2
+    for item in shared.instances:  # vLLM's own parts, but no L1/L2 guessed per instance
+        assert item.tiers is not None and set(item.tiers) == {"local", "external"}, item
     instances = {i.name: i for i in window.instances}
     assert start.instances[0].tiers is None  # since start: LMCache's totals cannot split it
     assert (instances["down"].reachable, instances["down"].tiers) == (False, None)
