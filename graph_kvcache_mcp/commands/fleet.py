@@ -104,12 +104,16 @@ def run_effectiveness(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> int:
         async with FleetAccess.once(settings, args.fleet) as conn:
+            tiers = TierSources(settings)
             before = None
             if args.window is not None:
-                before = await fleet_service.counters(conn)
+                before = await fleet_service.counters(conn, tiers)
                 await anyio.sleep(args.window)
             out, _now = await fleet_service.effectiveness(
-                conn, before, since_id=None if before is None else f"{args.window:g} s ago"
+                conn,
+                before,
+                since_id=None if before is None else f"{args.window:g} s ago",
+                tiers=tiers,
             )
         emit(out, as_json=args.json, human=_describe_effectiveness)
         return EXIT_OK if any(i.reachable for i in out.instances) else EXIT_UNAVAILABLE
@@ -173,6 +177,8 @@ def _describe_effectiveness(out: FleetEffectivenessOut) -> str:
             f"{i.name}: {s.prompt_tokens} prompt tokens: {s.computed} computed, "
             f"{s.local_cache} local cache, {s.from_tier} from the tier (hit rate {s.hit_rate})"
         )
+        if i.tiers:
+            lines.append("  cached by tier: " + ", ".join(f"{k} {v}" for k, v in i.tiers.items()))
     f = out.fleet
     lines.append(
         f"fleet: {f.prompt_tokens} prompt tokens, hit rate {f.hit_rate}, "

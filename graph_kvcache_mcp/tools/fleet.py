@@ -89,7 +89,11 @@ async def fleet_effectiveness(
     before = snapshot_since(state.fleet_snapshots, since, "fleet_effectiveness") if since else None
     conn = await _connection(ctx, "fleet_effectiveness")
     out, now = await fleet_service.effectiveness(
-        conn, before, since_id=since, data_dir=state.settings.data_dir
+        conn,
+        before,
+        since_id=since,
+        data_dir=state.settings.data_dir,
+        tiers=TierSources(state.settings),
     )
     return out.model_copy(update={"snapshot_id": state.fleet_snapshots.keep(now)})
 

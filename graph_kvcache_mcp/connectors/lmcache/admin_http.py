@@ -46,6 +46,9 @@ class LmcacheHttp:
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
         await self._http.aclose()
 
     async def status(self) -> LmcacheHealth | Unavailable:

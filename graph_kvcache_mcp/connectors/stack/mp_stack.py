@@ -55,16 +55,51 @@ class ManagedServerCounters:
     def __init__(self, data_dir: Path, vllm_root: str) -> None:
         self.data_dir = data_dir
         self.vllm_root = vllm_root.rstrip("/")
+        # Kept between reads: making an HTTP client costs ~20 ms of CPU (its TLS context), on
+        # the event loop, after every chat call that splits its hit by tier.
+        self._server: tuple[str, LmcacheHttp] | None = None  # its URL as the state files say
+        self._moved_from: list[LmcacheHttp] = []  # a read may still use one: closed at aclose
+        self._swap = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"ManagedServerCounters({str(self.data_dir)!r}, {self.vllm_root!r})"
 
     async def read(self) -> LmcacheCounters | Unavailable | None:
-        http_url = await anyio.to_thread.run_sync(self._http_url)
-        if http_url is None:
+        kept = self._server
+        if kept is None:
+            http_url = await anyio.to_thread.run_sync(self._http_url)
+            return None if http_url is None else await self._read_from(http_url)
+        # The server is found again (state files, in a thread) while the one found last time
+        # answers: a chat call waits for the slower of the two, not both. Its answer counts
+        # only if it is still vLLM's server.
+        found: list[str | None] = []
+
+        async def locate() -> None:
+            found.append(await anyio.to_thread.run_sync(self._http_url))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(locate)
+            counters = await kept[1].counters()
+        if found[0] is None:
             return None
-        async with LmcacheHttp(http_url) as http:
-            return await http.counters()
+        return counters if found[0] == kept[0] else await self._read_from(found[0])
+
+    async def _read_from(self, http_url: str) -> LmcacheCounters | Unavailable:
+        async with self._swap:  # the server moved (a restart on another port): a new client
+            if self._server is None or self._server[0] != http_url:
+                if self._server is not None:
+                    self._moved_from.append(self._server[1])
+                self._server = (http_url, LmcacheHttp(http_url))
+            server = self._server[1]
+        return await server.counters()
+
+    async def aclose(self) -> None:
+        async with self._swap:
+            kept, self._server = self._server, None
+            clients = [*self._moved_from, *([kept[1]] if kept else [])]
+            self._moved_from = []
+        for client in clients:
+            await client.aclose()
 
     def _http_url(self) -> str | None:
         vllm = ManagedVllm(self.data_dir, tidy=False).running_state()

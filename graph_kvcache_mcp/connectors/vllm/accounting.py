@@ -50,6 +50,10 @@ class TierCounters(Protocol):
         """Its lookup counters now; None when vLLM uses no lmcache server we know."""
         ...
 
+    async def aclose(self) -> None:
+        """Close what reading kept open (the meter's client closes it with itself)."""
+        ...
+
 
 @dataclass(frozen=True)
 class CallStart:

@@ -110,6 +110,8 @@ class VllmClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self.meter.tier is not None:
+            await self.meter.tier.aclose()
         await self._openai.close()
         await self._http.aclose()
 

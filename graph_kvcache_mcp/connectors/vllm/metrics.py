@@ -37,6 +37,10 @@ from graph_kvcache_mcp.errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 120.0  # the whole scrape; GRAPH_KVCACHE_VLLM_TIMEOUT_S through VllmClient
+INLINE_PARSE_CHARS = 512 * 1024
+"""Expositions up to this size are parsed on the event loop: one server's (~60 KB) parses in
+~1 ms, less than the hop to a worker thread and back costs while a chat call waits on it; a
+larger one (many models, a proxy's aggregate) goes to a thread so other calls keep moving."""
 
 
 class VllmMetricsClient:
@@ -99,7 +103,10 @@ class VllmMetricsClient:
             return text
         scraped_at = time.time()
         try:
-            snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, model_name)
+            if len(text) <= INLINE_PARSE_CHARS:
+                snapshot = parse_snapshot(text, model_name)
+            else:
+                snapshot = await anyio.to_thread.run_sync(parse_snapshot, text, model_name)
         except ValueError as exc:
             return Unavailable(f"{self.metrics_url} is not a Prometheus exposition ({exc})")
         if not snapshot.engines:

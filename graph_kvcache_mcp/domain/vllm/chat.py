@@ -246,6 +246,17 @@ def tiers_taken(l1_found: int, l2_found: int, external: int | None) -> tuple[int
     return external - l2, l2
 
 
+TierTokens = Annotated[
+    dict[str, int] | None,
+    Field(
+        description="With since: the window's cached tokens by tier (local, external; of "
+        "external lmcache_l1 + lmcache_l2, only what vLLM took): the parts sum to the whole.",
+    ),
+]
+"""A window's cached prompt tokens by tier, as `window_tiers` counts them (vllm_metrics,
+fleet_effectiveness per instance)."""
+
+
 def window_tiers(window: MetricsDelta, lmcache: LmcacheCounters | None) -> dict[str, int] | None:
     """A window's cached prompt tokens by tier: `local` (vLLM's own cache) and `external` (the
     connector), and with the lmcache server's counters moved over the same window the external

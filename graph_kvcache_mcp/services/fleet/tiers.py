@@ -30,6 +30,7 @@ from graph_kvcache_mcp.domain.lmcache.chunk_keys import (
     leading_tokens,
     prompt_chunk_keys,
 )
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Presence, Unavailable
 from graph_kvcache_mcp.services.fleet.views import InstanceWhere
 
@@ -60,6 +61,32 @@ class TierSources:
         if item.lmcache_http_url is not None:
             return item.lmcache_http_url
         return _managed_target(self.settings, item.base_url)
+
+
+async def server_counters(
+    conn: FleetConnection, sources: TierSources
+) -> dict[str, LmcacheCounters]:
+    """Per instance, its LMCache server's lookup counters now, for each instance whose server
+    serves no other instance of the fleet (a shared server's hits cannot be told apart by
+    instance); absent for the others and for a server that did not answer."""
+    urls: dict[str, str] = {}
+    for name in conn.names:
+        url = await anyio.to_thread.run_sync(sources.lmcache_url, conn, name)
+        if url is not None and url != ENGINE_CONNECTOR:
+            urls[name] = url.rstrip("/")
+    alone = {name: url for name, url in urls.items() if list(urls.values()).count(url) == 1}
+    read: dict[str, LmcacheCounters] = {}
+
+    async def one(url: str) -> None:
+        async with LmcacheHttp(url) as server:
+            counters = await server.counters()
+        if not isinstance(counters, Unavailable):
+            read[url] = counters
+
+    async with anyio.create_task_group() as group:
+        for url in alone.values():
+            group.start_soon(one, url)
+    return {name: read[url] for name, url in alone.items() if url in read}
 
 
 def _managed_target(settings: Settings, base_url: str) -> str | None:

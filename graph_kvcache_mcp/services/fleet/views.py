@@ -12,6 +12,7 @@ from graph_kvcache_mcp.domain.fleet.findings import (
 )
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
 from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
+from graph_kvcache_mcp.domain.vllm.chat import TierTokens
 
 
 class IndexInfo(BaseModel):
@@ -100,6 +101,7 @@ class InstanceEffect(BaseModel):
     split: SourceSplit | None = Field(
         None, description="Prompt tokens by source in the window (None: not exported)."
     )
+    tiers: TierTokens = None
     engine_kv_loaded_blocks: int | None = Field(
         None, description="Blocks EngineKVConnector loaded from the engine in the window."
     )

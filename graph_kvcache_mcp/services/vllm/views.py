@@ -14,7 +14,7 @@ from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStatus, VllmStopResult
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset
+from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset, TierTokens
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
 from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
 
@@ -67,11 +67,7 @@ class VllmMetricsOut(BaseModel):
         description="The managed lmcache server behind vLLM's MP connector (totals since it "
         "started): lookups and where they hit, L1 or L2 (the engine).",
     )
-    tiers: dict[str, int] | None = Field(
-        None,
-        description="With since: the window's cached tokens by tier (local, external; of "
-        "external lmcache_l1 + lmcache_l2, only what vLLM took): the parts sum to the whole.",
-    )
+    tiers: TierTokens = None
     reason: str | None = None
 
 

@@ -3,10 +3,12 @@ prefix_repetition) against the MP stack (vLLM -> lmcache server -> engine, every
 with every figure a tool reports checked against vLLM's and LMCache's counters scraped here.
 
 vLLM starts: 1 (the stack) + 1 (the managed restart inside a window).
+fleet_effectiveness's per-instance tier split is checked here too, on the same stack.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,9 +19,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.domain.diagnosis.stack_facts import StackDiagnosis
 from graph_kvcache_mcp.domain.vllm.traces import Trace
 from graph_kvcache_mcp.server import build_server
+from graph_kvcache_mcp.services.fleet.views import FleetEffectivenessOut
 from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
@@ -27,9 +31,16 @@ from graph_kvcache_mcp.services.vllm.views import (
 )
 from tests.support.http_server import http_server
 from tests.support.mcp_calls import call_error, call_ok
-from tests.support.mp_stack import MpStack, module_stack
+from tests.support.mp_stack import (
+    CHUNK_SIZE,
+    KV_TOKENS,
+    MpStack,
+    cached_tokens_of,
+    module_stack,
+)
 from tests.support.vllm import MODEL_NAME, READY_TIMEOUT_S, VLLM_PYTHON, tiny_model_dir
 from tests.support.vllm_bench import bench_serve
+from tests.support.vllm_connector import random_prompt
 
 pytestmark = [pytest.mark.vllm, pytest.mark.lmcache]
 
@@ -132,6 +143,82 @@ async def test_per_call_tier_parts_sum_to_the_hit_and_diagnose_is_quiet(stack: M
     ids = {f.id: f.severity for f in diagnosis.findings}
     assert "external_cache_never_hits" not in ids, diagnosis.findings
     assert "error" not in ids.values(), diagnosis.findings
+
+
+async def test_fleet_effectiveness_splits_an_instances_window_by_tier_as_the_counters_moved(
+    stack: MpStack, tmp_path: Path
+) -> None:
+    """A prompt evicted from vLLM's own KV memory comes back from LMCache's L1: the instance's
+    window says so, checked against vLLM's and the lmcache server's counters scraped here. A
+    server two instances share splits neither."""
+    fleet_file = tmp_path / "fleet.json"
+    fleet_file.write_text(
+        json.dumps(
+            {
+                "instances": [  # the managed vLLM: its lmcache server is found from our state
+                    {"name": "stack", "base_url": stack.settings.vllm_base_url},
+                    {"name": "down", "base_url": f"http://127.0.0.1:{free_port()}/v1"},
+                ]
+            }
+        )
+    )
+    settings = stack.settings.model_copy(update={"toolsets": ("fleet",), "fleet_file": fleet_file})
+    first = random_prompt(1500, seed=3110)
+    async with Client(build_server(settings)) as client:
+        start = FleetEffectivenessOut.model_validate(
+            await call_ok(client, "fleet_effectiveness", {})
+        )
+        vllm_before, server_before = stack.vllm_counters(), stack.lmcache_counters()
+        stack.complete(first, max_tokens=1)
+        for seed in range(3111, 3111 + KV_TOKENS // 1500 + 1):  # evicts `first` from vLLM
+            stack.complete(random_prompt(1500, seed=seed), max_tokens=1)
+        again = stack.complete(first, max_tokens=1)
+        vllm_after, server_after = stack.vllm_counters(), stack.lmcache_counters()
+        window = FleetEffectivenessOut.model_validate(
+            await call_ok(client, "fleet_effectiveness", {"since": start.snapshot_id})
+        )
+        # A second name for the same vLLM and server: one server's counters, two instances.
+        twin = {
+            "name": "twin",
+            "base_url": stack.settings.vllm_base_url,
+            "lmcache_http_url": f"http://127.0.0.1:{stack.http_port}",
+        }
+        fleet_file.write_text(
+            json.dumps(
+                {"instances": [{"name": "stack", "base_url": stack.settings.vllm_base_url}, twin]}
+            )
+        )
+        shared_start = await call_ok(client, "fleet_effectiveness", {})
+        stack.complete(first, max_tokens=1)
+        shared = FleetEffectivenessOut.model_validate(
+            await call_ok(client, "fleet_effectiveness", {"since": shared_start["snapshot_id"]})
+        )
+    assert len(shared.instances) == 2
+    for item in shared.instances:  # vLLM's own parts, but no L1/L2 guessed per instance
+        assert item.tiers is not None and set(item.tiers) == {"local", "external"}, item
+    instances = {i.name: i for i in window.instances}
+    assert start.instances[0].tiers is None  # since start: LMCache's totals cannot split it
+    assert (instances["down"].reachable, instances["down"].tiers) == (False, None)
+    tiers = instances["stack"].tiers
+    assert tiers is not None, instances["stack"]
+    local = moved(vllm_before.prefix_cache_hits_tokens, vllm_after.prefix_cache_hits_tokens)
+    external = moved(
+        vllm_before.external_prefix_cache_hits_tokens,
+        vllm_after.external_prefix_cache_hits_tokens,
+    )
+    assert (tiers["local"], tiers["external"]) == (local, external)
+    assert external == cached_tokens_of(again) == 1500 // CHUNK_SIZE * CHUNK_SIZE
+    l1_found = moved(server_before.l1_hit_tokens, server_after.l1_hit_tokens)
+    l2_found = moved(server_before.l2_hit_tokens, server_after.l2_hit_tokens)
+    # Everything came from L1 (the server kept it in memory); parts never exceed what LMCache
+    # found, and sum to what vLLM took from it.
+    assert (tiers["lmcache_l1"], tiers["lmcache_l2"]) == (external, 0)
+    assert tiers["lmcache_l1"] <= l1_found and tiers["lmcache_l2"] <= l2_found
+
+
+def moved(before: int | None, after: int | None) -> int:
+    assert before is not None and after is not None
+    return after - before
 
 
 def http_env(stack: MpStack) -> dict[str, str]:

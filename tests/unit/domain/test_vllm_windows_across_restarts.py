@@ -4,6 +4,7 @@ never a negative number."""
 
 from __future__ import annotations
 
+from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, parse_snapshot, window
 from graph_kvcache_mcp.services.fleet.operations import FleetCounters
 from graph_kvcache_mcp.state import Snapshots
@@ -91,3 +92,16 @@ def test_a_fleet_id_carries_every_instances_counters() -> None:
     after = scrape(2, 100.0)
     a = back.snapshots["a"]
     assert a is not None and window(a, after) == window(scrape(1, 100.0), after)
+
+
+def test_a_fleet_id_carries_each_instances_lmcache_counters_and_an_older_id_still_reads() -> None:
+    server = LmcacheCounters(lookups=4, l1_hit_tokens=1_280, l2_hit_tokens=512)
+    counters = FleetCounters(12.5, {"a": scrape(1, 100.0)}, {"a": server})
+    store = Snapshots(
+        "fleet", lambda: b"k" * 32, FleetCounters.baseline, FleetCounters.from_baseline
+    )
+    snapshot_id = store.keep(counters)
+    assert snapshot_id is not None
+    assert store.find(snapshot_id, "fleet_effectiveness").lmcache == {"a": server}
+    older = {k: v for k, v in counters.baseline().items() if k != "lmcache"}
+    assert FleetCounters.from_baseline(older).lmcache == {}
