@@ -113,6 +113,7 @@ def run_effectiveness(args: argparse.Namespace, settings: Settings) -> int:
                 conn,
                 before,
                 since_id=None if before is None else f"{args.window:g} s ago",
+                data_dir=settings.data_dir,  # a managed restart in the window counts (as the tool)
                 tiers=tiers,
             )
         emit(out, as_json=args.json, human=_describe_effectiveness)
