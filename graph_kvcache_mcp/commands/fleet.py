@@ -19,6 +19,7 @@ from graph_kvcache_mcp.commands._common import (
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
+from graph_kvcache_mcp.domain.fleet.memory import FleetMemory, describe_pool
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
@@ -70,7 +71,9 @@ def run_status(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> int:
         async with FleetAccess.once(settings, args.fleet) as conn:
-            out = await fleet_service.status(conn, prefixes=args.prefixes)
+            out = await fleet_service.status(
+                conn, prefixes=args.prefixes, tiers=TierSources(settings)
+            )
         emit(out, as_json=args.json, human=_describe_status)
         return EXIT_OK if any(i.reachable for i in out.instances) else EXIT_UNAVAILABLE
 
@@ -137,10 +140,22 @@ def _describe_status(out: FleetStatusOut) -> str:
     lines += [f"[{f.severity}] {f.message}; fix: {f.fix}" for f in out.findings]
     if out.pressure:
         lines.append("pressure: " + ", ".join(f"{p.rank}. {p.name}" for p in out.pressure))
+    lines += _describe_memory(out.memory)
     for p in out.prefixes:
         holders = ", ".join(f"{n} ({'/'.join(m)})" for n, m in p.holders.items())
         lines.append(f"{p.tokens} tokens on {holders}: {p.head!r}")
     return "\n".join(lines)
+
+
+def _describe_memory(memory: FleetMemory | None) -> list[str]:
+    if memory is None:
+        return []
+    lines = []
+    for server in memory.servers:
+        held = describe_pool(server.l1) if server.l1 else server.reason
+        lines.append(f"LMCache {server.server} ({', '.join(server.instances)}): L1 {held}")
+    lines += [f"shared L2 {p.backend}: {describe_pool(p)}" for p in memory.shared_l2]
+    return lines
 
 
 def _describe_where(out: FleetWhereOut) -> str:

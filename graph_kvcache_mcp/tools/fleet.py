@@ -47,9 +47,11 @@ async def fleet_status(
     """Each vLLM instance of the fleet: reachable, model, version, block size, hash algorithm,
     prefix caching, KV usage, queue, preemptions, event-feed freshness; findings with fixes where
     instances cannot share; a pressure ranking; and the longest cached prefixes (first tokens
-    decoded, length, which instances and media hold them)."""
+    decoded, length, which instances and media hold them); LMCache L1/L2 memory."""
     conn = await _connection(ctx, "fleet_status")
-    return await fleet_service.status(conn, prefixes=prefixes)
+    return await fleet_service.status(
+        conn, prefixes=prefixes, tiers=TierSources(state_of(ctx).settings)
+    )
 
 
 async def fleet_where_cached(

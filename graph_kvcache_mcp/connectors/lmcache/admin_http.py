@@ -11,6 +11,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.fleet.tier_trust import process_start_s
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, keying_from_config
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
 from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
@@ -100,6 +101,14 @@ class LmcacheHttp:
                 status=reply.status_code,
             )
         return reply.text
+
+    async def started_s(self) -> float | None:
+        """When the server process started (its /metrics); None when it does not say."""
+        try:
+            reply = await self._http.get(self.http_url + "/metrics")
+        except httpx2.HTTPError:
+            return None
+        return process_start_s(reply.text) if reply.status_code == 200 else None
 
     async def _get(self, path: str) -> Any:
         try:

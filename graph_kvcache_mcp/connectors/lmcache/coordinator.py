@@ -12,6 +12,7 @@ from typing import Any, Self
 import httpx2
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.fleet.tier_trust import Registration, process_start_s
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -34,14 +35,41 @@ class CoordinatorHttp:
         await self._http.aclose()
 
     async def instance_id(self, ip: str, http_port: int) -> str | Unavailable | None:
-        """The id the server at `ip:http_port` registered under; None when it is not registered."""
+        """The id the server at `ip:http_port` registered under (the newest registration there:
+        a killed predecessor's lingers for the instance timeout); None when none is registered."""
+        found = await self.registrations(ip, http_port)
+        if isinstance(found, Unavailable):
+            return found
+        if not found:
+            return None
+        return max(found, key=lambda r: r.registered_at or 0.0).instance_id
+
+    async def registrations(self, ip: str, http_port: int) -> list[Registration] | Unavailable:
+        """Every registration at `ip:http_port` (`GET /instances`)."""
         body = await self._call("GET", "/instances")
         if isinstance(body, Unavailable):
             return body
-        for item in body.get("instances") or []:
-            if item.get("ip") == ip and int(item.get("http_port") or 0) == http_port:
-                return str(item.get("instance_id"))
-        return None
+        return [
+            Registration(
+                instance_id=str(item.get("instance_id")),
+                registered_at=_number(item.get("registration_time")),
+            )
+            for item in body.get("instances") or []
+            if item.get("ip") == ip and int(item.get("http_port") or 0) == http_port
+        ]
+
+    async def started_s(self) -> float | None:
+        """When the coordinator process started (its /metrics); None when it does not say."""
+        try:
+            reply = await self._http.get(self.url + "/metrics")
+        except httpx2.HTTPError:
+            return None
+        return process_start_s(reply.text) if reply.status_code == 200 else None
+
+    async def usage(self) -> dict[str, Any] | Unavailable:
+        """Fleet memory (`GET /instances/usage`): per server its L1 (and unshared L2) used and
+        capacity bytes; shared pools (the engine declared shared) once, in `shared_modules`."""
+        return await self._call("GET", "/instances/usage")
 
     async def l1_chunks(
         self, token_ids: Sequence[int], *, model: str, instance_id: str, cache_salt: str = ""
@@ -122,3 +150,7 @@ class CoordinatorHttp:
         if not isinstance(payload, dict):
             return Unavailable(f"LMCache coordinator at {self.url} sent an unexpected {path} body")
         return payload
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

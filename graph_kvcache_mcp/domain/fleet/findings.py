@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.diagnosis.stack_facts import Severity
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
+from graph_kvcache_mcp.domain.fleet.memory import PoolUse, describe_pool
 
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 
@@ -150,18 +151,34 @@ def _instance_problems(item: InstanceFacts) -> list[tuple[Severity, str, str, st
     return problems
 
 
-def pressure_ranking(facts: Sequence[InstanceFacts]) -> list[PressureRank]:
-    """Reachable instances, most pressed first: preemptions, then waiting requests, then KV use."""
+def pressure_ranking(
+    facts: Sequence[InstanceFacts], l1: Mapping[str, PoolUse] | None = None
+) -> list[PressureRank]:
+    """Reachable instances, most pressed first: preemptions, then waiting requests, then KV use,
+    then the use of its LMCache server's L1 (`l1`, per instance, where known)."""
+    l1 = l1 or {}
     live = [f for f in facts if f.reachable]
+
+    def l1_ratio(name: str) -> float:
+        pool = l1.get(name)
+        return pool.usage_ratio or 0.0 if pool is not None else 0.0
+
     ordered = sorted(
-        live, key=lambda f: (-(f.preemptions or 0), -(f.waiting or 0), -(f.kv_usage or 0.0))
+        live,
+        key=lambda f: (
+            -(f.preemptions or 0),
+            -(f.waiting or 0),
+            -(f.kv_usage or 0.0),
+            -l1_ratio(f.name),
+        ),
     )
     return [
         PressureRank(
             rank=i + 1,
             name=f.name,
             reason=f"{f.preemptions or 0} preemptions, {f.waiting or 0} waiting, KV "
-            f"{(f.kv_usage or 0.0) * 100:.1f}% used",
+            f"{(f.kv_usage or 0.0) * 100:.1f}% used"
+            + (f", LMCache L1 {describe_pool(pool)}" if (pool := l1.get(f.name)) else ""),
         )
         for i, f in enumerate(ordered)
     ]

@@ -261,6 +261,8 @@ def _l2_adapter(
                 "max_connections": choices.max_connections,
             },
             "max_capacity_gb": 0,
+            # one engine behind every server: the coordinator counts its bytes once for the fleet
+            "shared": True,
         }
         server_env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = TOKEN_REF
     else:
@@ -270,6 +272,7 @@ def _l2_adapter(
             "port": choices.redis_port,
             "num_workers": 8,
             "max_capacity_gb": 0,
+            "shared": True,
         }
         server_env["LMCACHE_RESP_USERNAME"] = "${LMCACHE_RESP_USERNAME}"
         server_env["LMCACHE_RESP_PASSWORD"] = "${LMCACHE_RESP_PASSWORD}"

@@ -30,6 +30,7 @@ from graph_kvcache_mcp.domain.fleet.findings import (
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness, freshness_of
 from graph_kvcache_mcp.domain.fleet.index import prompt_keys
 from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
+from graph_kvcache_mcp.domain.fleet.memory import l1_pressure
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, counters_moved
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import window_tiers
@@ -41,6 +42,7 @@ from graph_kvcache_mcp.domain.vllm.metrics import (
     window,
 )
 from graph_kvcache_mcp.errors import VllmRequestError
+from graph_kvcache_mcp.services.fleet.memory import fleet_memory
 from graph_kvcache_mcp.services.fleet.tiers import TierSources, server_counters, with_tiers
 from graph_kvcache_mcp.services.fleet.views import (
     CachedPrefix,
@@ -194,17 +196,22 @@ ListedPrefixes = Annotated[int, Field(ge=0, le=100)]
 """How many of the longest cached prefixes fleet_status lists."""
 
 
-async def status(conn: FleetConnection, *, prefixes: int = 10) -> FleetStatusOut:
-    """Every instance's facts, the findings, the pressure ranking and the longest prefixes."""
+async def status(
+    conn: FleetConnection, *, prefixes: int = 10, tiers: TierSources | None = None
+) -> FleetStatusOut:
+    """Every instance's facts, the findings, the pressure ranking and the longest prefixes; with
+    `tiers`, also each LMCache server's L1 and the shared L2 (`services.fleet.memory`)."""
     probes = await _probe_then_sync(conn)
     now = time.time()
     facts = [_facts(conn, probe, now) for probe in probes.values()]
+    memory = await fleet_memory(conn, tiers) if tiers is not None else None
     return FleetStatusOut(
         instances=facts,
         findings=sharing_findings(facts),
-        pressure=pressure_ranking(facts),
+        pressure=pressure_ranking(facts, l1_pressure(memory)),
         prefixes=await _prefixes(conn, probes, prefixes),
         index=_index_info(conn),
+        memory=memory,
     )
 
 

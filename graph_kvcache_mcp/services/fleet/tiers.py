@@ -23,6 +23,12 @@ from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.domain.fleet.tier_trust import (
+    Predecessor,
+    l1_distrust,
+    own_registration,
+    predecessor_reason,
+)
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, TierHeld, not_checked, total_cached
 from graph_kvcache_mcp.domain.lmcache.chunk_keys import (
     ChunkScheme,
@@ -199,11 +205,11 @@ async def _tiers_one(
 
 
 def _vllm_tier(item: InstanceWhere) -> dict[str, TierHeld]:
+    reason = item.reason
+    if reason is None and not item.trusted:
+        reason = f"untrusted: the instance's event feed is {item.freshness.state}"
     held = TierHeld(
-        tokens=item.held_tokens,
-        trusted=item.trusted,
-        source="KV-event index",
-        reason=None if item.held_tokens is not None else item.reason,
+        tokens=item.held_tokens, trusted=item.trusted, source="KV-event index", reason=reason
     )
     return {"vllm": held}
 
@@ -261,18 +267,24 @@ async def l1_held(
     if coordinator_url is None:
         return not_checked(L1_NOT_CHECKED, source=L1_SOURCE)
     parts = urlsplit(server_url)
+    async with LmcacheHttp(server_url) as server:
+        server_started = await server.started_s()
     async with CoordinatorHttp(coordinator_url) as coordinator:
-        instance = await coordinator.instance_id(parts.hostname or "", parts.port or 0)
-        if isinstance(instance, Unavailable):
-            return not_checked(f"unknown: {instance.reason}", source=L1_SOURCE)
-        if instance is None:
+        found = await coordinator.registrations(parts.hostname or "", parts.port or 0)
+        if isinstance(found, Unavailable):
+            return not_checked(f"unknown: {found.reason}", source=L1_SOURCE)
+        own = own_registration(found, server_started)
+        if own is None:
             return not_checked(
                 f"not checked: the LMCache server at {server_url} is not registered with the "
                 f"coordinator at {coordinator.url} (start it with --coordinator-url and "
                 "--coordinator-event-reporting)",
                 source=L1_SOURCE,
             )
-        chunks = await coordinator.l1_chunks(tokens, model=model, instance_id=instance)
+        if isinstance(own, Predecessor):
+            return not_checked(predecessor_reason(server_url, own), source=L1_SOURCE)
+        chunks = await coordinator.l1_chunks(tokens, model=model, instance_id=own.instance_id)
+        distrust = l1_distrust(await coordinator.started_s(), server_started)
     if isinstance(chunks, Unavailable):
         return not_checked(f"unknown: {chunks.reason}", source=L1_SOURCE)
     held = 0
@@ -280,4 +292,4 @@ async def l1_held(
         if not here:
             break
         held += keying.chunk_size
-    return TierHeld(tokens=held, trusted=True, source=L1_SOURCE)
+    return TierHeld(tokens=held, trusted=distrust is None, source=L1_SOURCE, reason=distrust)

@@ -11,6 +11,7 @@ from graph_kvcache_mcp.domain.fleet.findings import (
     SourceSplit,
 )
 from graph_kvcache_mcp.domain.fleet.freshness import Freshness
+from graph_kvcache_mcp.domain.fleet.memory import FleetMemory
 from graph_kvcache_mcp.domain.fleet.tiers import TierHeld
 from graph_kvcache_mcp.domain.vllm.chat import TierTokens
 
@@ -90,6 +91,7 @@ class FleetStatusOut(BaseModel):
     pressure: list[PressureRank] = Field(description="Most pressed first.")
     prefixes: list[CachedPrefix] = Field(description="Longest cached prefixes, longest first.")
     index: IndexInfo
+    memory: FleetMemory | None = Field(None, description="LMCache L1 per server, shared L2.")
 
 
 class InstanceEffect(BaseModel):

@@ -77,9 +77,10 @@ async def where(
     return out.instances[0]
 
 
-def send(stack: MpStack, prompt: str) -> dict[str, object]:
+def send(stack: MpStack, prompt: str, port: int | None = None) -> dict[str, object]:
+    """The prompt sent to the stack's vLLM (or the one on `port`); its raw answer."""
     reply = httpx.post(
-        f"{stack.vllm_root()}/v1/completions",
+        f"{stack.vllm_root(port)}/v1/completions",
         json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0},
         timeout=300.0,
     )
