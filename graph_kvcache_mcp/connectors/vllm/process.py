@@ -240,6 +240,10 @@ class ManagedVllm:
             served_model_name=state.served_model_name,
             dev_mode=state.dev_mode,
             prompt_tokens_details=state.prompt_tokens_details,
+            # the same command binds the same event sockets: the record keeps naming them
+            kv_events=state.kv_events is not None,
+            kv_events_endpoint=state.kv_events,
+            kv_events_replay_endpoint=state.kv_events_replay,
         )
         plan = LaunchPlan(
             args=state.process.command[3:],  # after `python -m <entry module>`
