@@ -24,7 +24,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
-from graph_kvcache_mcp.connectors.files.private import exclusive, narrow_tree, private_dir
+from graph_kvcache_mcp.connectors.files.private import (
+    exclusive,
+    narrow_tree,
+    private_dir,
+    refuse_link,
+)
 from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
 from graph_kvcache_mcp.connectors.processes.control import (
     reap_group,
@@ -61,6 +66,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
 from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, MP_CONNECTORS, rpc_socket_path
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as ENTRY_MODULE
+from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_NAME
 from graph_kvcache_mcp.domain.vllm.launch import (
     LaunchPlan,
     Platform,
@@ -148,6 +154,7 @@ class ManagedVllm:
             return self._reuse_foreign(launch, wanted)
         check_vllm_importable(self.python)
         launch = self._with_lmcache_socket(self._with_event_endpoints(launch))
+        launch = self._with_identity_file(launch)
         plan = plan_launch(
             launch,
             platform or detect_platform(),
@@ -224,6 +231,7 @@ class ManagedVllm:
         # connector, or by the user): the restart binds the same cores, so it computes alike.
         reserved = environment_value(state.process.pid, RESERVED_CPUS_ENV)
         self.stop()
+        _remove_identity_file(state.wiring.identity_file)  # the new connector writes its own
         if while_stopped is not None:
             while_stopped()
         launch = VllmLaunch(
@@ -232,6 +240,10 @@ class ManagedVllm:
             served_model_name=state.served_model_name,
             dev_mode=state.dev_mode,
             prompt_tokens_details=state.prompt_tokens_details,
+            # the same command binds the same event sockets: the record keeps naming them
+            kv_events=state.kv_events is not None,
+            kv_events_endpoint=state.kv_events,
+            kv_events_replay_endpoint=state.kv_events_replay,
         )
         plan = LaunchPlan(
             args=state.process.command[3:],  # after `python -m <entry module>`
@@ -387,6 +399,16 @@ class ManagedVllm:
             }
         )
 
+    def _with_identity_file(self, launch: VllmLaunch) -> VllmLaunch:
+        """`launch` with EngineKVConnector publishing its KV identity in our private dir; a
+        record left by an earlier vLLM is removed first, so the file read later is this one's."""
+        if launch.kv_connector != "engine":
+            return launch
+        private_dir(self.home)
+        path = launch.kv_identity_file or str(self.home / IDENTITY_FILE_NAME)
+        _remove_identity_file(path)
+        return launch.model_copy(update={"kv_identity_file": path})
+
     def _launch(
         self,
         launch: VllmLaunch,
@@ -481,3 +503,10 @@ class ManagedVllm:
                 path.unlink(missing_ok=True)
                 removed.append(name)
         return removed
+
+
+def _remove_identity_file(path: str | None) -> None:
+    """Remove an EngineKVConnector identity record (never through a link)."""
+    if path:
+        refuse_link(Path(path))
+        Path(path).unlink(missing_ok=True)

@@ -9,7 +9,7 @@ the prompt without its last token (vLLM must compute that one), so the connector
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -96,3 +96,27 @@ def total_cached(
             )
             best = max(best, extra)
     return best
+
+
+def leading_run(present: Sequence[bool], start: int = 0, stop: int | None = None) -> int:
+    """How many of `present[start:stop]`, from the first, are True."""
+    run = 0
+    for here in present[start:stop]:
+        if not here:
+            break
+        run += 1
+    return run
+
+
+def engine_connector_cached(
+    vllm_tokens: int | None, present: Sequence[bool], *, prompt_tokens: int, block_size: int
+) -> int | None:
+    """The next request's cached tokens on `EngineKVConnector`: vLLM's own hit, then the run
+    of stored blocks right after it, as the connector looks them up (never the block holding
+    the last prompt token, which vLLM must compute). `present[i]`: the engine holds block i.
+    None when vLLM's own hit is unknown."""
+    if vllm_tokens is None:
+        return None
+    start = vllm_tokens // block_size
+    stop = max(prompt_tokens - 1, 0) // block_size
+    return vllm_tokens + leading_run(present, start, stop) * block_size

@@ -25,6 +25,7 @@ from graph_kvcache_mcp.domain.vllm.hybrid_launch import (
     plan_hybrid,
     refuse_unservable,
 )
+from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_KEY
 from graph_kvcache_mcp.errors import ConfigError
 
 CPU_BLOCK_MULTIPLE = 32  # vLLM's CPU attention only takes block sizes that are multiples of 32
@@ -120,6 +121,11 @@ class VllmLaunch(BaseModel):
     )
     kv_events_replay_endpoint: str | None = Field(
         None, description="Where vLLM binds the replay socket (the lifecycle picks a private one)."
+    )
+    kv_identity_file: str | None = Field(
+        None,
+        description="Where EngineKVConnector publishes its KV identity (the lifecycle picks a "
+        "private one).",
     )
     extra_args: tuple[str, ...] = ()
 
@@ -248,13 +254,18 @@ def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
     """vLLM's `--kv-transfer-config` for `launch.kv_connector` (None for "none")."""
     match launch.kv_connector:
         case "engine":
-            return {
+            config: dict[str, Any] = {
                 "kv_connector": "EngineKVConnector",
                 "kv_connector_module_path": ENGINE_CONNECTOR_MODULE,
                 "kv_role": "kv_both",
                 # a block that vanished or fails its checksum is recomputed, never an error
                 "kv_load_failure_policy": "recompute",
             }
+            if launch.kv_identity_file:
+                # where the connector says how it keys blocks, for the fleet view's engine tier
+                extra = {IDENTITY_FILE_KEY: launch.kv_identity_file}
+                config["kv_connector_extra_config"] = extra
+            return config
         case "mp_native" | "redis_resp":
             return mp_kv_transfer_config(
                 launch.lmcache_host, launch.lmcache_port, launch.lmcache_rpc_url

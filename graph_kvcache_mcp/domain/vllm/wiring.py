@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_KEY
+
 KV_TRANSFER_FLAG = "--kv-transfer-config"
 
 
@@ -25,6 +27,9 @@ class KvWiring(BaseModel):
     lmcache_port: int | None = Field(None, description="The lmcache server its MP connector uses.")
     lmcache_target: str | None = Field(
         None, description="That server as host:port, or its private ipc:// socket."
+    )
+    identity_file: str | None = Field(
+        None, description="Where EngineKVConnector publishes how it keys blocks."
     )
 
 
@@ -49,8 +54,12 @@ def wiring_of(command: Sequence[str]) -> KvWiring:
         urls = extra.get("lmcache.mp.server_urls")
         if isinstance(urls, list) and len(urls) == 1 and str(urls[0]).startswith("ipc://"):
             target = str(urls[0])
+    identity = extra.get(IDENTITY_FILE_KEY) if isinstance(extra, dict) else None
     return KvWiring(
-        connector=str(config.get("kv_connector")), lmcache_port=port, lmcache_target=target
+        connector=str(config.get("kv_connector")),
+        lmcache_port=port,
+        lmcache_target=target,
+        identity_file=str(identity) if identity else None,
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,6 +41,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     SupportsHMA,
 )
 
+from graph_kvcache_mcp.connectors.files.private import write_private
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KvModelIdentity,
     encode_block,
@@ -47,6 +49,11 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     unsupported_setup,
 )
 from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad, HybridPlanner, StateTransfer
+from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
+    IDENTITY_FILE_KEY,
+    identity_file_json,
+    published_identity,
+)
 from graph_kvcache_mcp.domain.vllm.kv_plan import (
     BlockTransfer,
     ScheduledRequest,
@@ -135,6 +142,8 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             self._kv_transfer_config.kv_load_failure_policy = "recompute"
         if role == KVConnectorRole.SCHEDULER:
             give_workers_time_to_drain(os.environ, drain_seconds(os.environ))
+            # One process (the scheduler's) tells the fleet view how this vLLM keys its blocks.
+            self._publish_identity()
         logger.info(
             "EngineKVConnector (%s) ready: engine %s, identity %s (%s, %d layers, block %d "
             "tokens, %d bytes per block, layout %s)",
@@ -157,6 +166,19 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
                 self.state_identity.digest,
                 self.state_identity.block_bytes,
             )
+
+    def _publish_identity(self) -> None:
+        """Write the identity record where the launch plan asked (best effort: logged)."""
+        extra = self._kv_transfer_config.kv_connector_extra_config or {}
+        path = extra.get(IDENTITY_FILE_KEY)
+        if not path:
+            return
+        states = self.state_identity if self._layout is not None else None
+        record = published_identity(self.identity, states)
+        try:
+            write_private(Path(str(path)), identity_file_json(record))
+        except Exception:  # the fleet view then says "not checked"; serving goes on
+            logger.exception("EngineKVConnector: could not write its identity to %s", path)
 
     @property
     def requires_kv_delivery(self) -> bool:

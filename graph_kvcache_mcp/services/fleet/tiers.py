@@ -21,15 +21,21 @@ from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.kv_identity import read_kv_identity
 from graph_kvcache_mcp.domain.fleet.tier_trust import (
     Predecessor,
     l1_distrust,
     own_registration,
     predecessor_reason,
 )
-from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, TierHeld, not_checked, total_cached
+from graph_kvcache_mcp.domain.fleet.tiers import (
+    ServerKeying,
+    TierHeld,
+    engine_connector_cached,
+    leading_run,
+    not_checked,
+    total_cached,
+)
 from graph_kvcache_mcp.domain.lmcache.chunk_keys import (
     ChunkScheme,
     KeysUnknown,
@@ -38,7 +44,9 @@ from graph_kvcache_mcp.domain.lmcache.chunk_keys import (
 )
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Presence, Unavailable
+from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
 from graph_kvcache_mcp.services.fleet.views import InstanceWhere
+from graph_kvcache_mcp.services.stack.description import describe_stack
 
 L2_SOURCE = "engine HEAD on computed chunk keys"
 L1_SOURCE = "coordinator directory"
@@ -46,11 +54,11 @@ L1_NOT_CHECKED = (
     "not checked: L1 residency is read from an LMCache coordinator's directory; this server "
     "joined none and the fleet file names none (coordinator_url)"
 )
-MP_CONNECTOR = "LMCacheMPConnector"
 ENGINE_CONNECTOR = "EngineKVConnector"
-ENGINE_KEYS_NOT_CHECKED = (
-    "not checked: EngineKVConnector keys its blocks by a digest of the model's KV identity "
-    "(dtype, KV geometry, layout) that only its vLLM process knows"
+ENGINE_BLOCKS_SOURCE = "engine HEAD on EngineKVConnector's computed block keys"
+HYBRID_NOT_CHECKED = (
+    "not checked: a hybrid's hit also needs a stored Mamba state at a block boundary "
+    "(EngineKVConnector's kept-state rule), which this view does not compute yet"
 )
 
 
@@ -98,16 +106,19 @@ async def server_counters(
 def _managed_target(settings: Settings, base_url: str) -> str | None:
     """For the managed vLLM at `base_url`: the managed server's URL when it runs LMCache's MP
     connector, `ENGINE_CONNECTOR` on ours (read-only look at the state files)."""
-    vllm = ManagedVllm(settings.data_dir, python=settings.vllm_python, tidy=False).running_state()
-    if vllm is None or vllm.base_url.rstrip("/") != base_url.rstrip("/"):
+    stack = describe_stack(settings.data_dir)
+    if stack.vllm is None or stack.vllm.base_url.rstrip("/") != base_url.rstrip("/"):
         return None
-    command = " ".join(vllm.process.command)
-    if ENGINE_CONNECTOR in command:
+    if stack.connector == ENGINE_CONNECTOR:
         return ENGINE_CONNECTOR
-    if MP_CONNECTOR not in command:
-        return None
-    server = ManagedLmcache(settings.data_dir).running_state(tidy=False)
+    server = stack.vllm_server
     return None if server is None else server.http_url
+
+
+def _identity_file(settings: Settings) -> str | None:
+    """Where the managed vLLM's EngineKVConnector publishes its KV identity."""
+    vllm = describe_stack(settings.data_dir).vllm
+    return None if vllm is None else vllm.wiring.identity_file
 
 
 async def with_tiers(
@@ -127,19 +138,20 @@ async def with_tiers(
         if item.reachable
         and (url := await anyio.to_thread.run_sync(sources.lmcache_url, conn, item.name))
     }
-    for index, url in list(targets.items()):
-        if url == ENGINE_CONNECTOR:
-            l2 = not_checked(ENGINE_KEYS_NOT_CHECKED, source=L2_SOURCE)
-            out[index] = out[index].model_copy(
-                update={"tiers": {**_vllm_tier(out[index]), "l2": l2}}
-            )
-            del targets[index]
     if not targets:
         return out
+    identity_file = None
+    if ENGINE_CONNECTOR in targets.values():
+        identity_file = await anyio.to_thread.run_sync(_identity_file, sources.settings)
     async with open_kv_client(_engine_settings(conn, sources.settings)) as kv:
 
         async def one(index: int, url: str) -> None:
-            out[index] = await _tiers_one(conn, kv, out[index], url, request, prompt)
+            if url == ENGINE_CONNECTOR:
+                out[index] = await _engine_connector_tiers(
+                    conn, kv, out[index], identity_file, request, prompt
+                )
+            else:
+                out[index] = await _tiers_one(conn, kv, out[index], url, request, prompt)
 
         async with anyio.create_task_group() as group:
             for index, url in targets.items():
@@ -202,6 +214,46 @@ async def _tiers_one(
     )
     trusted = item.trusted and l2.trusted and (l1.trusted or l1.tokens is None)
     return item.model_copy(update={"tiers": tiers, "cached_tokens": total, "trusted": trusted})
+
+
+async def _engine_connector_tiers(
+    conn: FleetConnection,
+    kv: KvClient,
+    item: InstanceWhere,
+    identity_file: str | None,
+    request: Mapping[str, Any] | None,
+    prompt: str | None,
+) -> InstanceWhere:
+    """An instance on EngineKVConnector: its tier is the engine, under the block keys its
+    published identity names (exact: HEAD moves none of the engine's read counters)."""
+    tiers = _vllm_tier(item)
+    record = await anyio.to_thread.run_sync(read_kv_identity, identity_file)
+    if isinstance(record, str):
+        tiers["l2"] = not_checked(f"not checked: {record}", source=ENGINE_BLOCKS_SOURCE)
+        return item.model_copy(update={"tiers": tiers})
+    if record.state_identity_digest is not None:
+        tiers["l2"] = not_checked(HYBRID_NOT_CHECKED, source=ENGINE_BLOCKS_SOURCE)
+        return item.model_copy(update={"tiers": tiers})
+    tokens = await _tokens(conn, item.name, request, prompt)
+    if isinstance(tokens, Unavailable):
+        why = f"unknown: {tokens.reason}"
+        tiers["l2"] = not_checked(why, source=ENGINE_BLOCKS_SOURCE)
+        return item.model_copy(update={"tiers": tiers})
+    salt = None if request is None else request.get("cache_salt")
+    keys = block_keys(
+        record.identity_digest, tokens, record.block_size, cache_salt=str(salt) if salt else None
+    )
+    found = await kv.contains_many(keys) if keys else []
+    if down := next((f for f in found if isinstance(f, Unavailable)), None):
+        tiers["l2"] = not_checked(f"unknown: {down.reason}", source=ENGINE_BLOCKS_SOURCE)
+        return item.model_copy(update={"tiers": tiers})
+    present = [isinstance(f, Presence) and f.present for f in found]
+    held = leading_run(present) * record.block_size
+    tiers["l2"] = TierHeld(tokens=held, trusted=True, source=ENGINE_BLOCKS_SOURCE)
+    total = engine_connector_cached(
+        item.cached_tokens, present, prompt_tokens=len(tokens), block_size=record.block_size
+    )
+    return item.model_copy(update={"tiers": tiers, "cached_tokens": total})
 
 
 def _vllm_tier(item: InstanceWhere) -> dict[str, TierHeld]:

@@ -12,6 +12,7 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     parse_nvidia_smi,
     plan_launch,
 )
+from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError
 
 CPU = Platform(kind="cpu", detail="nvidia-smi not found on PATH")
@@ -197,3 +198,14 @@ def test_the_engine_connector_gives_a_stop_time_to_upload_the_queued_saves() -> 
     assert args.count("--shutdown-timeout") == 1 and flag_value(args, "--shutdown-timeout") == "60"
     plain = plan_launch(VllmLaunch(model="/m"), CPU, host="127.0.0.1")
     assert "--shutdown-timeout" not in plain.args
+
+
+def test_the_engine_connector_is_told_where_to_publish_its_identity_and_the_wiring_records_it() -> (
+    None
+):
+    launch = VllmLaunch(model="/m", kv_connector="engine", kv_identity_file="/d/vllm/id.json")
+    plan = plan_launch(launch, CPU, host="127.0.0.1")
+    config = json.loads(flag_value(plan.args, "--kv-transfer-config"))
+    assert config["kv_connector_extra_config"] == {"identity_file": "/d/vllm/id.json"}
+    assert wiring_of(plan.args).identity_file == "/d/vllm/id.json"
+    assert wiring_of(plan_launch(VllmLaunch(model="/m"), CPU, host="h").args).identity_file is None

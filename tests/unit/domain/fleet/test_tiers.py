@@ -11,6 +11,7 @@ from graph_kvcache_mcp.domain.fleet.tiers import (
     ENGINE_ADAPTER_MODULE,
     TierHeld,
     connector_tokens,
+    engine_connector_cached,
     keying_from_config,
     total_cached,
 )
@@ -74,3 +75,22 @@ def test_a_fleet_file_names_each_instances_lmcache_server_under_the_url_policy()
     remote = {**entry, "lmcache_http_url": "http://10.9.8.7:8080"}
     with pytest.raises(ConfigError, match="lmcache_http_url"):
         parse_fleet(json.dumps({"instances": [remote]}), source="f.json")
+
+
+@pytest.mark.parametrize(
+    ("vllm_tokens", "present", "prompt_tokens", "expected"),
+    [
+        (0, [True, True, True], 96, 64),  # the block with the last token is computed
+        (0, [True, True, True], 97, 96),
+        (0, [False, True, True], 97, 0),  # a chain: nothing after a missing first block
+        (32, [False, True, False], 97, 64),  # looked up after vLLM's own hit
+        (64, [True, False, False], 97, 64),  # vLLM's own hit is longer
+        (0, [], 10, 0),
+        (None, [True], 64, None),
+    ],
+)
+def test_the_engine_connectors_total_follows_its_lookup(
+    vllm_tokens: int | None, present: list[bool], prompt_tokens: int, expected: int | None
+) -> None:
+    got = engine_connector_cached(vllm_tokens, present, prompt_tokens=prompt_tokens, block_size=32)
+    assert got == expected
