@@ -44,6 +44,19 @@ def refuse_link(path: Path) -> None:
         )
 
 
+def remove_own(path: Path, kind: Callable[[int], bool] = stat.S_ISREG) -> bool:
+    """Remove `path` if it is of `kind` (a `stat.S_IS*` test) and ours, never through a link:
+    what a stopped process of ours left behind. Whether it was removed."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    if not kind(info.st_mode) or info.st_uid != os.getuid():
+        return False
+    path.unlink(missing_ok=True)
+    return True
+
+
 def private_dir(path: Path) -> Path:
     """Create `path` (and missing parents) and make sure only the owner can enter it (0700).
 

@@ -10,11 +10,11 @@ process we started mapped it, it is a regular file of our user, and no live proc
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from graph_kvcache_mcp.connectors.files.private import remove_own
 from graph_kvcache_mcp.connectors.processes.identity import group_members
 
 SHM_DIR = Path("/dev/shm")
@@ -72,14 +72,4 @@ def remove_unmapped(names: Iterable[str]) -> list[str]:
     if not wanted:
         return []
     live = mapped_segments(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
-    removed = []
-    for name in sorted(wanted - live):
-        path = SHM_DIR / name
-        try:
-            info = path.lstat()
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
-            path.unlink(missing_ok=True)
-            removed.append(name)
-    return removed
+    return [name for name in sorted(wanted - live) if remove_own(SHM_DIR / name)]

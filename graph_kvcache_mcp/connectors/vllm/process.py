@@ -15,7 +15,6 @@ log is where vLLM says why it is not ready. Platform, interpreter and environmen
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 import time
@@ -29,6 +28,7 @@ from graph_kvcache_mcp.connectors.files.private import (
     narrow_tree,
     private_dir,
     refuse_link,
+    remove_own,
 )
 from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
 from graph_kvcache_mcp.connectors.processes.control import (
@@ -479,30 +479,14 @@ class ManagedVllm:
         """Remove the KV event sockets our stopped vLLM bound in its private dir (vLLM leaves
         them behind): only sockets of ours, never through a link."""
         for name in EVENT_SOCKETS:
-            path = self.home / name
-            try:
-                info = path.lstat()
-            except OSError:
-                continue
-            if stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid():
-                path.unlink(missing_ok=True)
+            remove_own(self.home / name, stat.S_ISSOCK)
 
     def remove_rendezvous(self, state: VllmState | None) -> list[str]:
         """Remove the `vllm_dist_*` rendezvous files of our (stopped or exited) vLLM: those its
         state recorded and those its log names since its start. Only regular files of ours
         with that name are removed, never through a link; what was removed."""
         names = {*(state.rendezvous if state else ()), *map(str, rendezvous_files(self.log_path))}
-        removed = []
-        for name in sorted(names):
-            path = Path(name)
-            try:
-                info = path.lstat()
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
-                path.unlink(missing_ok=True)
-                removed.append(name)
-        return removed
+        return [name for name in sorted(names) if remove_own(Path(name))]
 
 
 def _remove_identity_file(path: str | None) -> None:
