@@ -31,8 +31,8 @@ from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_as
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.errors import shortened
 from graph_kvcache_mcp.fixtures.tiny_model import build_tiny_model
-from graph_kvcache_mcp.services.stack.engine import stop_engine
 from graph_kvcache_mcp.services.stack.ports import free_port
+from graph_kvcache_mcp.services.stack.stack import Stack
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -94,7 +94,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         if temporary:
             # The server stops the engine it started on exit; make sure nothing outlives the demo.
-            leftover = stop_engine(settings.model_copy(update={"data_dir": data_dir}), wait_s=5.0)
+            stack = Stack.of(settings.model_copy(update={"data_dir": data_dir}))
+            leftover = stack.stop_engine(wait_s=5.0)
             shutil.rmtree(data_dir, ignore_errors=True)
             who = "the demo" if leftover.stopped else "the server, on exit"
             say(f"cleaned up: the engine was stopped by {who}; {data_dir} removed")

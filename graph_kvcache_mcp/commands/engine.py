@@ -15,7 +15,7 @@ from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
-from graph_kvcache_mcp.services.stack.engine import engine_status, start_engine, stop_engine
+from graph_kvcache_mcp.services.stack.stack import Stack
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,8 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
-    status = start_engine(
-        settings,
+    status = Stack.of(settings).start_engine(
         port=args.port,
         backend=args.backend,
         ready_timeout_s=args.ready_timeout_s,
@@ -60,13 +59,13 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = stop_engine(settings, wait_s=args.wait_s)
+    result = Stack.of(settings).stop_engine(wait_s=args.wait_s)
     emit(result, as_json=args.json, human=_describe_stop)
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    status = engine_status(settings)
+    status = Stack.of(settings).engine_status()
     emit(status, as_json=args.json, human=describe_status)
     return EXIT_OK if status.reachable else EXIT_UNAVAILABLE
 

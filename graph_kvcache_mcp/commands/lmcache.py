@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import get_args
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.commands._common import (
@@ -52,7 +54,8 @@ from graph_kvcache_mcp.services.lmcache.plan import (
     model_facts,
     plan_for_this_host,
 )
-from graph_kvcache_mcp.services.stack import lmcache as managed
+from graph_kvcache_mcp.services.stack.lifetime import RunsUntilStop
+from graph_kvcache_mcp.services.stack.stack import Stack
 
 
 class LmcacheKeyOut(BaseModel):
@@ -201,33 +204,36 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     server = plan.lmcache_server.model_copy(
         update={"argv": [*plan.lmcache_server.argv, *args.extra_arg]}
     )
-    status = managed.start_server_until_stop(
-        settings,
+    stack = Stack.of(settings, lmcache_python_override=args.lmcache_python)
+    start = partial(
+        stack.start_server,
         server,
+        RunsUntilStop(),  # the server (and a managed coordinator it starts) runs until stop
         ready_timeout_s=args.ready_timeout_s,
         resp=plan.mode == "redis_resp",  # the managed engine's RESP wire, answering first
         coordinator=args.coordinator,
-        python=args.lmcache_python,
         progress=None if args.json else note,
     )
+    status = anyio.run(start)
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    why = managed.stop_blocker(settings)
+    stack = Stack.of(settings)
+    why = stack.stop_blocker()
     if why is not None and not args.force:
         raise ConfigError(
             f"{why}. Stop vLLM first (graph-kvcache-mcp vllm stop), or pass --force to stop vLLM "
             "and then the server"
         )
-    result = managed.stop_server_until_stop(settings, wait_s=args.wait_s)
+    result = anyio.run(partial(stack.stop_server, RunsUntilStop(), wait_s=args.wait_s))
     emit(result, as_json=args.json, human=lambda r: r.reason or f"lmcache server {r.how}")
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    status = managed.server_status(settings)
+    status = Stack.of(settings).server_status()
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK if status.healthy else EXIT_UNAVAILABLE
 

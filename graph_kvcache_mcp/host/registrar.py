@@ -13,8 +13,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from mcp.types import ToolAnnotations
 
-from graph_kvcache_mcp.state import AppState
-
 Decorator = Callable[[Callable[..., Any]], Any]
 
 
@@ -52,8 +50,9 @@ class Registrar(Protocol):
     def withhold(self, name: str, reason: str) -> None:
         """Note a tool left out (read-only mode), so calling it says why."""
 
-    def live_state(self) -> AppState | None:
-        """The running lifespan's state (resources get no Context); None while not running."""
+    def live_state(self) -> object | None:
+        """The running lifespan's state as the composition root made it (resources get no
+        Context; the toolset knows its type, the runtime does not); None while not running."""
 
 
 @runtime_checkable

@@ -11,13 +11,22 @@ import os
 import signal
 import stat
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 
 if TYPE_CHECKING:
     from graph_kvcache_mcp.host.strict_server import StrictServer
-    from graph_kvcache_mcp.state import AppState
+
+
+class ClosesOnExit(Protocol):
+    """What stdio needs of the lifespan's state (the composition root's `AppState`): an event
+    set once its cleanup (stopping a managed engine) is done."""
+
+    closed: anyio.Event
+
+
+State = TypeVar("State", bound=ClosesOnExit)
 
 SIGNAL_CLEANUP_S = 30.0
 """How long a signalled stdio server waits for its cleanup (stopping its engine) before exiting."""
@@ -26,7 +35,7 @@ SIGNAL_CLEANUP_S = 30.0
 CLIENT_GONE = "the client closed its end of stdout; shutting down"
 
 
-async def serve_stdio(server: StrictServer[AppState]) -> None:
+async def serve_stdio(server: StrictServer[State]) -> None:
     """Serve until stdin closes, a signal arrives or the client stops reading stdout (it was
     killed); each way the lifespan cleans up (a managed engine is stopped) and the exit is 0."""
     watched = _client_pipe()

@@ -12,6 +12,7 @@ from pydantic import Field
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
+from graph_kvcache_mcp.state import AppState
 
 # Static resources get no Context in SDK 2.3, so the resource finds the live state by server.
 StatsSource = Callable[[KvAccess], Awaitable[KvStatsOut]]
@@ -57,7 +58,7 @@ def register(server: Registrar, *, stats: StatsSource) -> None:
 
     async def kv_stats_resource() -> str:
         state = server.live_state()
-        if state is None:
+        if not isinstance(state, AppState):  # None: not running yet
             raise ResourceError("server is not running; connect a client first")
         return (await stats(state.kv)).model_dump_json(indent=2)
 

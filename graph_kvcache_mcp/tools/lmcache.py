@@ -42,8 +42,8 @@ from graph_kvcache_mcp.services.lmcache.plan import (
     model_facts,
     plan_for_this_host,
 )
-from graph_kvcache_mcp.services.stack import lmcache as managed
-from graph_kvcache_mcp.services.stack.lifetime import SessionLease
+from graph_kvcache_mcp.services.stack.lifetime import LeasedToSession
+from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.stack.views import LmcacheStatusOut
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
@@ -281,10 +281,9 @@ async def lmcache_start(
     server = planned_server.model_copy(update={"argv": [*planned_server.argv, *(extra_args or [])]})
     state = state_of(ctx)
     try:
-        status = await managed.start_server(
-            state.settings,
+        status = await Stack.of(state.settings).start_server(
             server,
-            SessionLease(state.kv, access),
+            LeasedToSession(state.kv, access),
             ready_timeout_s=ready_timeout_s,
             resp=mode == "redis_resp",  # the managed engine's RESP wire, answering first
             coordinator=coordinator,
@@ -306,15 +305,16 @@ async def lmcache_stop(
     when the CLI started it, or while the managed vLLM uses it (forced, vLLM is stopped first).
     A server this project did not start is never signalled."""
     state = state_of(ctx)
-    why = await anyio.to_thread.run_sync(managed.stop_blocker, state.settings)
+    stack = Stack.of(state.settings)
+    why = await anyio.to_thread.run_sync(stack.stop_blocker)
     if why is not None and not force:
         raise ToolError(
             f"{why}. Stop vLLM first (vllm_stop), or pass force=true to stop vLLM and then the "
             "server"
         )
-    lifetime = SessionLease(state.kv, state.lmcache)
+    lifetime = LeasedToSession(state.kv, state.lmcache)
     try:
-        return await managed.stop_server(state.settings, lifetime, force=force, wait_s=wait_s)
+        return await stack.stop_server(lifetime, force=force, wait_s=wait_s)
     except LmcacheProcessError as exc:
         raise ToolError(str(exc)) from exc
 

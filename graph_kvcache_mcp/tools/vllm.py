@@ -38,7 +38,8 @@ from graph_kvcache_mcp.errors import (
     VllmRequestError,
 )
 from graph_kvcache_mcp.host.registrar import Registrar
-from graph_kvcache_mcp.services.stack.lifetime import SessionLease
+from graph_kvcache_mcp.services.stack.lifetime import LeasedToSession
+from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.stack.start import WaitProgress, start_vllm
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import (
@@ -224,7 +225,7 @@ async def _launch(
     return await start_vllm(
         state.settings,
         launch,
-        SessionLease(kv=state.kv, lmcache=state.lmcache),
+        LeasedToSession(kv=state.kv, lmcache=state.lmcache),
         options=options,
         ready_timeout_s=ready_timeout_s,
         progress=_progress_reporter(ctx),
@@ -239,19 +240,17 @@ async def vllm_stop(
 ) -> VllmStopResult:
     """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never one it
     did not start. Its prefix cache is lost."""
-    managed = state_of(ctx).vllm.managed
-    return await anyio.to_thread.run_sync(partial(vllm_service.stop, managed, wait_s=wait_s))
+    access = state_of(ctx).vllm
+    stack = Stack.of(access.settings, vllm=access.managed)
+    return await anyio.to_thread.run_sync(partial(stack.stop_vllm, access.base_url, wait_s=wait_s))
 
 
 async def vllm_status(ctx: Context[Any]) -> VllmStatusOut:
     """The managed vLLM (pid, port, model, notes, uptime, log) and whether it answers;
     else whether anything answers on the configured port."""
     access = state_of(ctx).vllm
-    return await anyio.to_thread.run_sync(
-        partial(
-            vllm_service.status, access.managed, port=access.port, tools_base_url=access.base_url
-        )
-    )
+    stack = Stack.of(access.settings, vllm=access.managed)
+    return await anyio.to_thread.run_sync(stack.vllm_status, access.base_url)
 
 
 async def vllm_logs(
@@ -259,8 +258,9 @@ async def vllm_logs(
     lines: Annotated[LogLines, Field(description="How many last lines.")] = 50,
 ) -> VllmLogs:
     """The last lines of the managed vLLM's log (why it failed to start)."""
-    managed = state_of(ctx).vllm.managed
-    return await anyio.to_thread.run_sync(partial(vllm_service.logs, managed, lines=lines))
+    access = state_of(ctx).vllm
+    stack = Stack.of(access.settings, vllm=access.managed)
+    return await anyio.to_thread.run_sync(partial(stack.vllm_logs, lines=lines))
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
@@ -326,8 +326,7 @@ async def vllm_restart_reuse(
     settings = access.settings
     try:
         return await measure_restart_reuse(
-            access.managed,
-            settings,
+            Stack.of(settings, vllm=access.managed),
             prompt_tokens=prompt_tokens,
             env=engine_environment(settings),
             ready_timeout_s=ready_timeout_s,

@@ -232,3 +232,42 @@ def test_adapters_reach_the_managed_processes_only_through_the_stack_service() -
         if module.removeprefix(PACKAGE + ".").startswith(("tools.", "commands."))
     }
     assert {module: names for module, names in reaching.items() if names} == {}
+
+
+def test_services_reach_the_managed_processes_only_through_the_stack_service() -> None:
+    reaching = {
+        module.removeprefix(PACKAGE + "."): names
+        for module, source in package_modules().items()
+        if module.removeprefix(PACKAGE + ".").startswith(("services.", "state"))
+        and not module.removeprefix(PACKAGE + ".").startswith("services.stack")
+        if (names := _stack_connectors_in(imported_modules(source, module)))
+    }
+    assert reaching == {}
+
+
+def test_the_mcp_runtime_imports_nothing_of_the_app_outside_itself() -> None:
+    reaching = {
+        module: sorted(
+            name
+            for name in imported_modules(source, module)
+            if not _is_host(name)
+            and name != f"{PACKAGE}.errors"
+            and not name.startswith(f"{PACKAGE}.errors.")
+        )
+        for module, source in package_modules().items()
+        if _is_host(module)
+    }
+    assert {module: names for module, names in reaching.items() if names} == {}
+
+
+def _stack_connectors_in(imports: set[str]) -> list[str]:
+    local = (name.removeprefix(PACKAGE + ".") for name in imports)
+    return sorted(
+        name
+        for name in local
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in STACK_CONNECTORS)
+    )
+
+
+def _is_host(name: str) -> bool:
+    return name == f"{PACKAGE}.host" or name.startswith(f"{PACKAGE}.host.")

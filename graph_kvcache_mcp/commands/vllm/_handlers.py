@@ -32,6 +32,7 @@ from graph_kvcache_mcp.connectors.files.trace_log import append_traces
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.stack import vllm as managed
+from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import measure_restart_reuse
 from graph_kvcache_mcp.services.vllm.views import VllmChatOut, VllmMetricsOut
@@ -88,8 +89,7 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
     out = anyio.run(
         partial(
             measure_restart_reuse,
-            managed.managed_vllm(settings),
-            settings,
+            Stack.of(settings),
             prompt_tokens=args.prompt_tokens,
             env=engine_environment(settings),
             ready_timeout_s=args.ready_timeout_s,
@@ -102,19 +102,19 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = managed.stop_vllm(settings, wait_s=args.wait_s)
+    result = Stack.of(settings).stop_vllm(settings.vllm_base_url, wait_s=args.wait_s)
     emit(result, as_json=args.json, human=describe_stop)
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    out = managed.vllm_status(settings)
+    out = Stack.of(settings).vllm_status(settings.vllm_base_url)
     emit(out, as_json=args.json, human=describe_status)
     return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 
 
 def run_logs(args: argparse.Namespace, settings: Settings) -> int:
-    logs = managed.vllm_logs(settings, lines=args.lines)
+    logs = Stack.of(settings).vllm_logs(lines=args.lines)
     emit(logs, as_json=args.json, human=describe_logs)
     return EXIT_OK if logs.exists else EXIT_UNAVAILABLE
 

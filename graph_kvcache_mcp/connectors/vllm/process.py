@@ -56,7 +56,7 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     detect_platform,
 )
 from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
-from graph_kvcache_mcp.connectors.vllm.readiness import foreign_status, status_of, wait_healthy
+from graph_kvcache_mcp.connectors.vllm.readiness import status_of, unmanaged_status, wait_healthy
 from graph_kvcache_mcp.connectors.vllm.state import (
     VllmLogs,
     VllmState,
@@ -64,6 +64,7 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStopResult,
 )
 from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, MP_CONNECTORS, rpc_socket_path
+from graph_kvcache_mcp.domain.targets import Target
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as ENTRY_MODULE
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_NAME
@@ -257,8 +258,9 @@ class ManagedVllm:
             launch, plan, {**plan.env, **kept, **(env or {})}, ready_timeout_s, note
         )
 
-    def status(self, *, port: int | None = None) -> VllmStatus:
-        """Our server's state; without one, whatever answers on `port` (reported, not owned)."""
+    def status(self, *, target: Target | None = None) -> VllmStatus:
+        """Our server's state; without one, whatever answers where `target` points (reported,
+        never owned)."""
         recorded = self.state_file.read()
         state = self.running_state()
         if state is not None:
@@ -276,16 +278,7 @@ class ManagedVllm:
                 f"{vllm_reason(self.log_path)} (log: {self.log_path}); start it again with "
                 "vllm_start",
             )
-        if port is not None and port_in_use(VLLM_HOST, port):
-            return foreign_status(port, self.data_dir)
-        return VllmStatus(
-            running=False,
-            data_dir=str(self.data_dir),
-            port=port,
-            reason=f"no managed vLLM runs for {self.data_dir}"
-            + (f" and nothing listens on port {port}" if port is not None else "")
-            + "; start one with vllm_start (CLI: graph-kvcache-mcp vllm start --model PATH)",
-        )
+        return unmanaged_status(target, self.data_dir)
 
     def logs(self, lines: int = 50) -> VllmLogs:
         exists = self.log_path.exists()

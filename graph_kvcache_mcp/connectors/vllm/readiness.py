@@ -19,11 +19,14 @@ from graph_kvcache_mcp.connectors.processes.identity import (
     is_ours,
     listener_owner,
 )
+from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.shared_memory import SegmentWatch
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, probe_server, vllm_reason
 from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
 from graph_kvcache_mcp.connectors.vllm.state import VllmState, VllmStatus
+from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.domain.targets import Configured, Target
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.errors import VllmProcessError
 
@@ -134,3 +137,44 @@ def foreign_status(port: int, data_dir: Path) -> VllmStatus:
             f"it is not a healthy vLLM: {reason}"
         ),
     )
+
+
+def unmanaged_status(target: Target | None, data_dir: Path) -> VllmStatus:
+    """Without a vLLM of ours: what answers where `target` points. A configured vLLM is probed
+    at its own URL; a managed one's port only on this machine's loopback, where we serve."""
+    if isinstance(target, Configured):
+        return configured_status(target.url, data_dir)
+    port = None if target is None or target.url is None else _port(target.url)
+    if port is not None and port_in_use(VLLM_HOST, port):
+        return foreign_status(port, data_dir)
+    return VllmStatus(
+        running=False,
+        data_dir=str(data_dir),
+        port=port,
+        reason=f"no managed vLLM runs for {data_dir}"
+        + (f" and nothing listens on port {port}" if port is not None else "")
+        + "; start one with vllm_start (CLI: graph-kvcache-mcp vllm start --model PATH)",
+    )
+
+
+def configured_status(base_url: str, data_dir: Path) -> VllmStatus:
+    """The status of a vLLM named by URL that runs elsewhere (probed there, never signalled)."""
+    healthy, served, reason = probe_server(base_url)
+    return VllmStatus(
+        running=healthy,
+        reachable=healthy,
+        managed_by_us=False,
+        port=_port(base_url),
+        base_url=base_url,
+        served_models=served,
+        data_dir=str(data_dir),
+        reason=(
+            f"a vLLM this data dir did not start answers at {base_url}"
+            if healthy
+            else f"no vLLM answers at {base_url}: {reason}"
+        ),
+    )
+
+
+def _port(base_url: str) -> int:
+    return parse_http_url(base_url, what="VLLM_BASE_URL").port

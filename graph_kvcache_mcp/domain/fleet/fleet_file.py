@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_kvcache_mcp.domain.endpoints import approve_http_url, plain_http_allowed
+from graph_kvcache_mcp.domain.targets import Configured
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 FLEET_ENV = "GRAPH_KVCACHE_FLEET"
@@ -41,6 +42,17 @@ class FleetInstance(BaseModel):
     lmcache_http_url: str | None = Field(
         None, description="Its LMCache server's HTTP API (L1/L2 tiers in fleet where)."
     )
+
+    @property
+    def vllm(self) -> Configured:
+        """Its vLLM as a target: named by URL, run by whoever runs it."""
+        return Configured("vLLM", self.base_url)
+
+    @property
+    def lmcache(self) -> Configured | None:
+        """Its LMCache server as a target, when the fleet file names one."""
+        url = self.lmcache_http_url
+        return None if url is None else Configured("lmcache server", url)
 
 
 class Fleet(BaseModel):

@@ -20,15 +20,7 @@ from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.stack.runtime import (
-    ManagedRuntime,
-    leaked_lmcache_segments,
-    managed_lmcache_runtime,
-    managed_vllm_runtime,
-)
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     EngineFacts,
@@ -43,6 +35,14 @@ from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
+from graph_kvcache_mcp.services.stack.runtime import (
+    ManagedRuntime,
+    leaked_lmcache_segments,
+    managed_lmcache_runtime,
+    managed_lmcache_url,
+    managed_vllm_record,
+    managed_vllm_runtime,
+)
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
@@ -174,18 +174,12 @@ async def vllm_facts(
 def _hybrid_served(data_dir: Path, runtime: ManagedRuntime | None, served: str) -> HybridRun | None:
     """The hybrid the checked vLLM serves: the managed one's model and command, else the served
     name when it is a local model dir (on this machine's platform)."""
-    state = ManagedVllm(data_dir, tidy=False).running_state() if runtime is not None else None
+    state = managed_vllm_record(data_dir) if runtime is not None else None
     if state is not None:
         config = local_model_config(state.model)
         return hybrid_run(config, state.process.command, state.platform.kind)
     config = local_model_config(served)
     return None if config is None else hybrid_run(config, (), detect_platform().kind)
-
-
-def managed_lmcache_url(data_dir: Path) -> str | None:
-    """The HTTP URL of the managed `lmcache server` when one runs (read-only look)."""
-    state = ManagedLmcache(data_dir).running_state(tidy=False)
-    return None if state is None else state.http_url
 
 
 async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:

@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.stack.runtime import managed_lmcache_runtime, managed_vllm_runtime
 from graph_kvcache_mcp.domain.diagnosis.tier_facts import (
     DirectoryFacts,
     ServerCounters,
@@ -33,6 +32,7 @@ from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.fleet.operations import where_cached
 from graph_kvcache_mcp.services.fleet.tiers import ENGINE_CONNECTOR, TierSources
 from graph_kvcache_mcp.services.fleet.views import InstanceWhere
+from graph_kvcache_mcp.services.stack.runtime import managed_lmcache_runtime, managed_vllm_runtime
 
 if TYPE_CHECKING:  # zmq and openai load with the first call
     from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection

@@ -72,9 +72,9 @@ class TierSources:
         """Its LMCache server's HTTP URL, `ENGINE_CONNECTOR` when it is the managed vLLM on
         EngineKVConnector, or None (no tier known: the answer stays vLLM's own)."""
         item = conn.fleet.instance(name)
-        if item.lmcache_http_url is not None:
-            return item.lmcache_http_url
-        return _managed_target(self.settings, item.base_url)
+        if item.lmcache is not None:  # configured in the fleet file
+            return item.lmcache.url
+        return _managed_target(self.settings, item.vllm.url)
 
 
 async def server_counters(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.engine.client import KvClient
-from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
+from graph_kvcache_mcp.services.stack.runtime import engine_l2_counters
 
 
 async def kv_stats(kv: KvClient, data_dir: Path) -> KvStatsOut:

@@ -27,12 +27,9 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
-from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
-from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
+from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S
+from graph_kvcache_mcp.connectors.lmcache.state import RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
     check_lmcache_reusable,
     check_vllm_reusable,
@@ -51,12 +48,11 @@ from graph_kvcache_mcp.domain.lmcache.stack import (
 )
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
-from graph_kvcache_mcp.errors import ConfigError, FileRefused, LmcacheProcessError
+from graph_kvcache_mcp.errors import ConfigError, FileRefused
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
-from graph_kvcache_mcp.services.stack.lifetime import Lifetime, RunsUntilStop, SessionLease
-from graph_kvcache_mcp.services.stack.lmcache import join_coordinator
-from graph_kvcache_mcp.services.vllm import operations as vllm_service
-from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
+from graph_kvcache_mcp.services.stack.lifetime import Lifetime
+from graph_kvcache_mcp.services.stack.stack import Stack, Undo
+from graph_kvcache_mcp.services.stack.views import VllmStatusOut
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +82,7 @@ async def start_vllm(
         LmcacheProcessError: the server is missing, runs with other settings, or did not start.
         VllmProcessError: vLLM runs with another tier, or did not start.
     """
-    managed = managed or ManagedVllm(settings.data_dir, python=settings.vllm_python)
+    stack = Stack.of(settings, vllm=managed)
     coordinator = options.coordinator if options is not None else None
     if coordinator is not None and launch.kv_connector not in MP_CONNECTORS:
         raise ConfigError(
@@ -95,9 +91,8 @@ async def start_vllm(
         )
     if launch.kv_connector in MP_CONNECTORS:
         return await _start_mp_stack(
-            managed,
+            stack,
             launch,
-            settings,
             lifetime,
             options=options,
             ready_timeout_s=ready_timeout_s,
@@ -107,23 +102,14 @@ async def start_vllm(
         )
     if launch.needs_engine_environment:
         env = {**engine_environment(settings), **(env or {})}
-    return await anyio.to_thread.run_sync(
-        partial(
-            vllm_service.start,
-            managed,
-            launch,
-            env=env,
-            ready_timeout_s=ready_timeout_s,
-            progress=progress,
-            calls_base_url=calls_base_url,
-        )
-    )
+    start = partial(stack.vllm.start, launch, env=env, ready_timeout_s=ready_timeout_s)
+    status = await anyio.to_thread.run_sync(partial(start, progress=progress))
+    return VllmStatusOut.of(status, status.base_url or calls_base_url)
 
 
 async def _start_mp_stack(
-    managed: ManagedVllm,
+    stack: Stack,
     launch: VllmLaunch,
-    settings: Settings,
     lifetime: Lifetime,
     *,
     options: StackOptions | None,
@@ -137,25 +123,32 @@ async def _start_mp_stack(
     where = platform if platform is not None else await anyio.to_thread.run_sync(_detect)
     # A hybrid LMCache cannot serve here is refused before the engine or server starts.
     refuse_unservable(await _model_config(launch.model), where.kind, lmcache_mp=True)
-    started = _Started(lifetime, settings)
+    settings = stack.settings
+    started = Undo(stack, lifetime)
     try:
-        started.engine = await _ensure_engine(lifetime, settings, launch)
+        resp = launch.l2_over_resp
+        started.engine = await lifetime.ensure_engine(stack, resp=resp, progress=None)
         target = resolve_kv_target(settings)
         await say(f"L2: the {target.source} engine at {target.base_url}")
-        server = await _planned_server(launch, settings, where, target.base_url, options, say)
+        server = await _planned_server(launch, stack, where, target.base_url, options, say)
         coordinator = options.coordinator if options else None
-        join = partial(join_coordinator, settings, server.spec, coordinator)
+        join = partial(stack.join_coordinator, server.spec, coordinator)
         joined, started.coordinator = await anyio.to_thread.run_sync(join)
         server = replace(server, spec=joined)
-        lmcache = ManagedLmcache(settings.data_dir)
-        await anyio.to_thread.run_sync(check_vllm_reusable, managed, launch)
-        await anyio.to_thread.run_sync(check_lmcache_reusable, lmcache, server.spec)
+        await anyio.to_thread.run_sync(check_vllm_reusable, stack.vllm, launch)
+        await anyio.to_thread.run_sync(check_lmcache_reusable, stack.lmcache, server.spec)
         await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
-        server_status = await _start_lmcache(lifetime, settings, server)
+        server_status = await lifetime.start_server(
+            stack,
+            server.spec,
+            env=server.env,
+            ready_timeout_s=DEFAULT_READY_TIMEOUT_S,
+            resp_peer=server.peer,
+        )
         started.lmcache = not server_status.reused
         status = await anyio.to_thread.run_sync(
             partial(
-                managed.start,
+                stack.vllm.start,
                 launch,
                 env=env,
                 ready_timeout_s=ready_timeout_s,
@@ -165,7 +158,7 @@ async def _start_mp_stack(
         )
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await started.stop()
+            await started.run()
         raise
     out = VllmStatusOut.of(status, status.base_url or settings.vllm_base_url)
     return out.model_copy(
@@ -175,75 +168,6 @@ async def _start_mp_stack(
             "stack_notes": server.notes,
         }
     )
-
-
-async def _ensure_engine(lifetime: Lifetime, settings: Settings, launch: VllmLaunch) -> bool:
-    """Make sure the L2 engine answers; True when this call started one that is ours to stop."""
-    match lifetime:
-        case SessionLease(kv=kv):
-            if launch.l2_over_resp and settings.kv_url is None:
-                await kv.start_engine(resp=True)  # the RESP wire is the managed engine's
-            else:
-                await kv.client()
-            return False  # the session's engine: its KV tools use it, it ends with the session
-        case RunsUntilStop():
-            if settings.kv_url is not None:
-                return False
-            engine = ManagedEngine(settings.data_dir)
-            status = await anyio.to_thread.run_sync(partial(engine.start, resp=launch.l2_over_resp))
-            return not status.reused
-
-
-async def _start_lmcache(
-    lifetime: Lifetime, settings: Settings, server: _ServerLaunch
-) -> LmcacheStatus:
-    match lifetime:
-        case SessionLease(lmcache=access):
-            return await access.start(server.spec, env=server.env, resp_peer=server.peer)
-        case RunsUntilStop():
-            lmcache = ManagedLmcache(settings.data_dir, python=lmcache_python(settings))
-            return await anyio.to_thread.run_sync(
-                partial(lmcache.start, server.spec, env=server.env, resp_peer=server.peer)
-            )
-
-
-@dataclass
-class _Started:
-    """What a stack start has started itself so far: what a failed start stops again."""
-
-    lifetime: Lifetime
-    settings: Settings
-    engine: bool = False
-    lmcache: bool = False
-    coordinator: bool = False
-
-    async def stop(self) -> None:
-        """The lmcache server first (it writes to the engine), then the coordinator it
-        joined, then the engine."""
-        if self.lmcache:
-            await self._stop_lmcache()
-        if self.coordinator:
-            await anyio.to_thread.run_sync(ManagedCoordinator(self.settings.data_dir).stop)
-            log.warning("the stack did not start: stopped the lmcache coordinator it started")
-        if self.engine:
-            engine = ManagedEngine(self.settings.data_dir)
-            result = await anyio.to_thread.run_sync(engine.stop)
-            log.warning("the stack did not start: stopped the engine it started (%s)", result.how)
-
-    async def _stop_lmcache(self) -> None:
-        match self.lifetime:
-            case SessionLease(lmcache=access):
-                try:
-                    result = await access.stop()
-                except LmcacheProcessError as exc:  # another session took it up meanwhile
-                    log.warning("the stack did not start; left the lmcache server: %s", exc)
-                    return
-            case RunsUntilStop():
-                lmcache = ManagedLmcache(self.settings.data_dir)
-                result = await anyio.to_thread.run_sync(lmcache.stop)
-        log.warning(
-            "the stack did not start: stopped the lmcache server it started (%s)", result.how
-        )
 
 
 Say = Callable[[str], Awaitable[None]]
@@ -272,7 +196,7 @@ class _ServerLaunch:
 
 async def _planned_server(
     launch: VllmLaunch,
-    settings: Settings,
+    stack: Stack,
     where: Platform,
     engine_url: str,
     options: StackOptions | None,
@@ -286,11 +210,10 @@ async def _planned_server(
     )
     server = plan.lmcache_server
     assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
-    server_env = server_environment(server.env, settings)
+    server_env = server_environment(server.env, stack.settings)
     if not launch.l2_over_resp:
         return _ServerLaunch(server, server_env, None, list(plan.notes))
-    engine = ManagedEngine(settings.data_dir)
-    resp = await anyio.to_thread.run_sync(prepare_resp_launch, engine, server, server_env)
+    resp = await anyio.to_thread.run_sync(prepare_resp_launch, stack.engine, server, server_env)
     await say(f"L2: LMCache's resp adapter on the engine's RESP wire {resp.peer.address}")
     return _ServerLaunch(resp.server, resp.env, resp.peer, list(plan.notes))
 

@@ -1,10 +1,11 @@
-"""What the stack's tools return about the managed engine and `lmcache server`: each process's
-status (its connector's `state.py` model) plus this server session's part in it (which engine
-the KV tools use, the leases it holds, what happens on exit)."""
+"""What the stack's tools return about the managed engine, `lmcache server` and vLLM: each
+process's status (its connector's `state.py` model) plus this server session's part in it
+(which engine the KV tools use, the leases it holds, what happens on exit; where vLLM calls
+go)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field
 
@@ -12,6 +13,7 @@ from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.engine.state import EngineStatus
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
+from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
 
 
 class EngineStatusOut(EngineStatus):
@@ -57,3 +59,18 @@ class LmcacheStatusOut(LmcacheStatus):
     @classmethod
     def build(cls, status: LmcacheStatus, access: LmcacheAccess) -> LmcacheStatusOut:
         return cls(**status.model_dump(), holds_lease=access.holds_lease)
+
+
+class VllmStatusOut(VllmStatus):
+    tools_base_url: str = Field(description="Where vllm_chat and vllm_metrics send requests now.")
+    lmcache: LmcacheStatus | None = Field(
+        None, description="The lmcache server vLLM's MP connector uses (stack start only)."
+    )
+    l2_engine_url: str | None = Field(None, description="The engine the server's L2 writes to.")
+    stack_notes: list[str] = Field(
+        default_factory=list, description="Why the lmcache server got its flags."
+    )
+
+    @classmethod
+    def of(cls, status: VllmStatus, tools_base_url: str) -> Self:
+        return cls(**status.model_dump(), tools_base_url=tools_base_url)

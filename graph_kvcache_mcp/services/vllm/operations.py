@@ -1,14 +1,15 @@
 """vLLM operations shared by the `vllm_*` tools and `graph-kvcache-mcp vllm ...`.
 
 Each returns the one model its tool returns and its command prints (`services.vllm.views`).
-The caller brings the client (the server's shared one, or the command's own) or the managed
-server; calls that block (process lifecycle, files) are plain functions a tool runs in a thread.
+The caller brings the client (the server's shared one, or the command's own); calls that block
+(files) are plain functions a tool runs in a thread. vLLM's lifecycle is the stack's
+(`services.stack`), the one door to the processes.
 The vLLM client is only a type here: openai loads when a client is first made, not with this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,13 +17,10 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.connectors.files.trace_log import read_traces
 from graph_kvcache_mcp.connectors.vllm.metrics import final_snapshots
-from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
-from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, counters_moved
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import DEFAULT_MAX_TOKENS, window_tiers
-from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, restarted, window
 from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
 from graph_kvcache_mcp.errors import InvalidValue
@@ -31,7 +29,6 @@ from graph_kvcache_mcp.services.vllm.views import (
     VllmChatOut,
     VllmMetricsOut,
     VllmResetOut,
-    VllmStatusOut,
     VllmTraceSummaryOut,
 )
 
@@ -122,44 +119,6 @@ async def metrics(
 async def reset_prefix_cache(client: VllmClient) -> VllmResetOut:
     """Drop vLLM's prefix cache; reset=false (and why) without dev mode."""
     return VllmResetOut.from_result(await client.reset_prefix_cache())
-
-
-def start(
-    managed: ManagedVllm,
-    launch: VllmLaunch,
-    *,
-    ready_timeout_s: float,
-    progress: WaitProgress | None = None,
-    calls_base_url: str,
-    env: Mapping[str, str] | None = None,
-) -> VllmStatusOut:
-    """Ensure a vLLM runs as `launch` asks (reusing a healthy one); blocks until it answers.
-
-    `tools_base_url` is the server's own URL (the caller then points its calls at it), else
-    `calls_base_url`, where calls went before. `env` is added to vLLM's environment (the
-    engine's URL and token for the engine KV connector).
-
-    Raises:
-        VllmProcessError: it could not be started (the log's telling line says why).
-        ConfigError: the launch cannot work here (no vLLM in the interpreter, bad flags).
-    """
-    status = managed.start(launch, env=env, ready_timeout_s=ready_timeout_s, progress=progress)
-    return VllmStatusOut.of(status, status.base_url or calls_base_url)
-
-
-def status(managed: ManagedVllm, *, port: int, tools_base_url: str) -> VllmStatusOut:
-    """The managed vLLM (or whatever answers on `port`) and where calls go now."""
-    return VllmStatusOut.of(managed.status(port=port), tools_base_url)
-
-
-def stop(managed: ManagedVllm, *, wait_s: float) -> VllmStopResult:
-    """Stop the vLLM this data dir started: SIGTERM to its group, SIGKILL after `wait_s`."""
-    return managed.stop(term_wait_s=wait_s)
-
-
-def logs(managed: ManagedVllm, *, lines: int) -> VllmLogs:
-    """The last `lines` of the managed vLLM's log."""
-    return managed.logs(max(1, lines))
 
 
 def session_summary(traces: Iterable[Trace]) -> VllmTraceSummaryOut:

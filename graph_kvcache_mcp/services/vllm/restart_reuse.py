@@ -23,7 +23,6 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
@@ -33,15 +32,15 @@ from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import VllmProcessError
-from graph_kvcache_mcp.services.stack.description import StackDescription, describe_stack
-from graph_kvcache_mcp.services.stack.lmcache import restart_server
+from graph_kvcache_mcp.services.stack.description import StackDescription
+from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.stack.vllm import open_metered_client
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
-    from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm, WaitProgress
     from graph_kvcache_mcp.connectors.vllm.state import VllmState
+    from graph_kvcache_mcp.services.stack.start import WaitProgress
 
 RestartMode = Literal["vllm", "stack"]
 ReusePromptTokens = Annotated[int, Field(ge=64, le=131072)]
@@ -106,8 +105,7 @@ class RestartReuseOut(BaseModel):
 
 
 async def measure_restart_reuse(
-    managed: ManagedVllm,
-    settings: Settings,
+    stack: Stack,
     *,
     prompt_tokens: int,
     env: Mapping[str, str] | None = None,
@@ -115,16 +113,17 @@ async def measure_restart_reuse(
     progress: WaitProgress | None = None,
     mode: RestartMode = "vllm",
 ) -> RestartReuseOut:
-    """Cold call, restart (`mode`), warm call on the managed vLLM.
+    """Cold call, restart (`mode`), warm call on the stack's managed vLLM.
 
     Raises:
         VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
             `stack` without an lmcache server), it does not answer, or it does not come back.
     """
-    stack = await anyio.to_thread.run_sync(describe_stack, managed.data_dir)
-    vllm = _running(stack)
-    connector = stack.connector
-    server = _lmcache_of(stack, mode)
+    settings = stack.settings
+    running = await anyio.to_thread.run_sync(stack.describe)
+    vllm = _running(running)
+    connector = running.connector
+    server = _lmcache_of(running, mode)
     model = vllm.served_model_name
     # On the MP stack the client's traces split the external hit by the server's own counters.
     opened = partial(open_client if server is None else open_metered_client, settings)
@@ -136,10 +135,10 @@ async def measure_restart_reuse(
             cold = await _call(client, prompt, model, kv)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
         stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
-        between, restarted_processes = _while_stopped(settings, server, mode)
+        between, restarted_processes = _while_stopped(stack, server, mode)
         began = time.monotonic()
         await anyio.to_thread.run_sync(
-            lambda: managed.restart(
+            lambda: stack.vllm.restart(
                 env=env if server is None else None,  # the engine's token only where it is used
                 ready_timeout_s=ready_timeout_s,
                 progress=progress,
@@ -178,13 +177,13 @@ def _running(stack: StackDescription) -> VllmState:
 
 
 def _while_stopped(
-    settings: Settings, server: LmcacheState | None, mode: RestartMode
+    stack: Stack, server: LmcacheState | None, mode: RestartMode
 ) -> tuple[Callable[[], object] | None, list[str]]:
     """What runs while vLLM is down (`stack`: restarting the lmcache server), and the names of
     the processes the measurement restarts."""
     if mode != "stack" or server is None:
         return None, ["vllm"]
-    return partial(restart_server, settings), ["vllm", "lmcache server"]
+    return stack.restart_server, ["vllm", "lmcache server"]
 
 
 def _bytes_loaded(

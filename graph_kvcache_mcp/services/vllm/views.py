@@ -10,13 +10,13 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
-from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStatus, VllmStopResult
+from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset, TierTokens
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
 from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
+from graph_kvcache_mcp.services.stack.views import VllmStatusOut  # the stack's lifecycle view
 
 MAX_BAD_LINES_SHOWN = 50
 
@@ -69,21 +69,6 @@ class VllmMetricsOut(BaseModel):
     )
     tiers: TierTokens = None
     reason: str | None = None
-
-
-class VllmStatusOut(VllmStatus):
-    tools_base_url: str = Field(description="Where vllm_chat and vllm_metrics send requests now.")
-    lmcache: LmcacheStatus | None = Field(
-        None, description="The lmcache server vLLM's MP connector uses (stack start only)."
-    )
-    l2_engine_url: str | None = Field(None, description="The engine the server's L2 writes to.")
-    stack_notes: list[str] = Field(
-        default_factory=list, description="Why the lmcache server got its flags."
-    )
-
-    @classmethod
-    def of(cls, status: VllmStatus, tools_base_url: str) -> Self:
-        return cls(**status.model_dump(), tools_base_url=tools_base_url)
 
 
 class VllmResetOut(BaseModel):

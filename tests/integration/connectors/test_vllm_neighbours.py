@@ -12,6 +12,7 @@ import anyio
 
 from graph_kvcache_mcp.connectors.processes.identity import group_members
 from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.targets import ManagedHere
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult
 from tests.support.engines import require_in_ci
 from tests.support.neighbour import as_nobody, as_owner, can_run_as_nobody
@@ -98,7 +99,8 @@ def test_status_after_a_crash_names_the_port_vllm_used_and_says_it_crashed(
         deadline = time.monotonic() + 15
         while _alive(server.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        status = server.managed.status(port=8000)  # the default a caller without a port passes
+        default = ManagedHere("vLLM", server.managed.data_dir, "http://127.0.0.1:8000/v1")
+        status = server.managed.status(target=default)  # what a caller with no URL set passes
     assert not status.running
     assert status.port == server.port != 8000
     assert status.reason is not None and "crashed" in status.reason, status.reason

@@ -15,6 +15,7 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.vllm.health import probe_server
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.targets import ManagedHere
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import VllmProcessError
@@ -64,7 +65,7 @@ def test_a_port_held_by_another_process_is_reported_and_never_signalled(
     message = str(caught.value)
     assert f"port {port}" in message and f"pid {holder.pid}" in message
     assert "did not start" in message and "left alone" in message
-    status = managed.status(port=port)
+    status = managed.status(target=ManagedHere("vLLM", tmp_path, f"http://127.0.0.1:{port}/v1"))
     stop = managed.stop()
     assert (status.running, status.managed_by_us, status.reachable) == (True, False, False)
     assert (stop.stopped, stop.how) == (False, "not_running")
@@ -81,7 +82,8 @@ def test_an_interpreter_without_vllm_gets_a_clear_install_hint(tmp_path: Path) -
 
 
 def test_status_without_a_server_says_how_to_start_one(tmp_path: Path) -> None:
-    status = ManagedVllm(tmp_path).status(port=free_port())
+    where = ManagedHere("vLLM", tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    status = ManagedVllm(tmp_path).status(target=where)
     assert (status.running, status.reachable) == (False, False)
     assert status.reason is not None and "vllm start" in status.reason
 

@@ -1,0 +1,41 @@
+"""What the data dir's running stack records about itself, read-only, for the services that
+inspect it (diagnosis, kv stats, the fleet's tiers) and the server's tier meter: the stack
+service is their one door to the process connectors, so none of them imports one.
+
+Reading signals nothing and tidies no state file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
+from graph_kvcache_mcp.connectors.stack.mp_stack import (
+    ManagedServerCounters as ManagedServerCounters,
+)
+from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason as dependency_reason
+from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters as engine_l2_counters
+from graph_kvcache_mcp.connectors.stack.runtime import LmcacheRuntime as LmcacheRuntime
+from graph_kvcache_mcp.connectors.stack.runtime import ManagedRuntime as ManagedRuntime
+from graph_kvcache_mcp.connectors.stack.runtime import (
+    leaked_lmcache_segments as leaked_lmcache_segments,
+)
+from graph_kvcache_mcp.connectors.stack.runtime import (
+    managed_lmcache_runtime as managed_lmcache_runtime,
+)
+from graph_kvcache_mcp.connectors.stack.runtime import (
+    managed_vllm_runtime as managed_vllm_runtime,
+)
+from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.connectors.vllm.state import VllmState
+
+
+def managed_vllm_record(data_dir: Path) -> VllmState | None:
+    """The managed vLLM's state record while it runs."""
+    return ManagedVllm(data_dir, tidy=False).running_state()
+
+
+def managed_lmcache_url(data_dir: Path) -> str | None:
+    """The HTTP URL of the managed `lmcache server` when one runs."""
+    state = ManagedLmcache(data_dir).running_state(tidy=False)
+    return None if state is None else state.http_url
