@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
 import anyio
+import sniffio
 from pydantic import BaseModel
 
 from graph_kvcache_mcp.config import Settings
@@ -25,6 +27,7 @@ Handler = Callable[[argparse.Namespace, Settings], int]
 Verbs: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """The sub-parsers of one command group, where each verb adds its parser."""
 M = TypeVar("M", bound=BaseModel)
+Result = TypeVar("Result")
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -104,6 +107,18 @@ def emit(model: BaseModel, *, as_json: bool, human: Callable[[Any], str]) -> Non
 
 def run_async(function: Callable[[], Awaitable[int]]) -> int:
     return anyio.run(function)
+
+
+def run_blocking(function: Callable[[], Awaitable[Result]]) -> Result:
+    """Run an async stack verb to its end for a verb that blocked before it was async: in this
+    thread, or, when this thread already runs an event loop (`main()` called from async code),
+    in a worker thread with a loop of its own."""
+    try:
+        sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return anyio.run(function)
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(anyio.run, function).result()
 
 
 def note(message: str) -> None:

@@ -9,7 +9,6 @@ from functools import partial
 from pathlib import Path
 from typing import get_args
 
-import anyio
 from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.commands._common import (
@@ -20,6 +19,7 @@ from graph_kvcache_mcp.commands._common import (
     common_options,
     emit,
     note,
+    run_blocking,
 )
 from graph_kvcache_mcp.commands._flags import (
     add_flag,
@@ -214,7 +214,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         coordinator=args.coordinator,
         progress=None if args.json else note,
     )
-    status = anyio.run(start)
+    status = run_blocking(start)
     emit(status, as_json=args.json, human=_describe_status)
     return EXIT_OK
 
@@ -227,7 +227,7 @@ def run_stop(args: argparse.Namespace, settings: Settings) -> int:
             f"{why}. Stop vLLM first (graph-kvcache-mcp vllm stop), or pass --force to stop vLLM "
             "and then the server"
         )
-    result = anyio.run(partial(stack.stop_server, RunsUntilStop(), wait_s=args.wait_s))
+    result = run_blocking(partial(stack.stop_server, RunsUntilStop(), wait_s=args.wait_s))
     emit(result, as_json=args.json, human=lambda r: r.reason or f"lmcache server {r.how}")
     return EXIT_OK
 

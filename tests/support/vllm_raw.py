@@ -37,16 +37,18 @@ def raw_vllm(
     *flags: str,
     max_model_len: int = 4096,
     kv_cache_memory_bytes: int = 256 * 1024 * 1024,
+    host: str = "127.0.0.1",
+    port: int | None = None,
 ) -> Iterator[str]:
-    """Serve the tiny model with exactly `flags` added (no prefix-caching flag of our own);
-    yields the OpenAI base URL."""
+    """Serve the tiny model on `host` with exactly `flags` added (no prefix-caching flag of our
+    own); yields the OpenAI base URL."""
     python = require_vllm_venv()
     model_dir = tiny_model_dir()
-    port = free_port()
+    port = port or free_port(host)
     command = [
         str(python), "-m", ENTRY_MODULE,
         "--model", str(model_dir), "--served-model-name", MODEL_NAME,
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
+        "--host", host, "--port", str(port), "--dtype", "bfloat16",
         "--max-model-len", str(max_model_len), "--block-size", str(BLOCK_SIZE),
         "--kv-cache-memory-bytes", str(kv_cache_memory_bytes), "--enforce-eager",
         *flags,
@@ -65,8 +67,8 @@ def raw_vllm(
                 command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         try:
-            _wait_healthy(f"http://127.0.0.1:{port}", process, log_path)
-            yield f"http://127.0.0.1:{port}/v1"
+            _wait_healthy(f"http://{host}:{port}", process, log_path)
+            yield f"http://{host}:{port}/v1"
         finally:
             os.killpg(process.pid, signal.SIGTERM)  # our own new session: vLLM and its workers
             try:

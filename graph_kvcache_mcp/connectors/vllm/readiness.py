@@ -119,23 +119,14 @@ def status_of(
 
 def foreign_status(port: int, data_dir: Path) -> VllmStatus:
     """The status of a server on `port` that this tool did not start (never signalled)."""
-    base_url = VllmEndpoint.local(VLLM_HOST, port).api_base
-    healthy, served, reason = probe_server(base_url)
     holder = describe_listener(port)
-    return VllmStatus(
-        running=True,
-        reachable=healthy,
-        managed_by_us=False,
-        port=port,
-        base_url=base_url,
-        served_models=served,
-        data_dir=str(data_dir),
-        reason=(
-            f"a server this tool did not start answers on port {port} ({holder})"
-            if healthy
-            else f"port {port} is held by a process this tool did not start ({holder}) and "
-            f"it is not a healthy vLLM: {reason}"
-        ),
+    return _not_ours(
+        VllmEndpoint.local(VLLM_HOST, port).api_base,
+        data_dir,
+        held=True,
+        answers=f"a server this tool did not start answers on port {port} ({holder})",
+        fails=f"port {port} is held by a process this tool did not start ({holder}) and it is "
+        "not a healthy vLLM",
     )
 
 
@@ -159,20 +150,29 @@ def unmanaged_status(target: Target | None, data_dir: Path) -> VllmStatus:
 
 def configured_status(base_url: str, data_dir: Path) -> VllmStatus:
     """The status of a vLLM named by URL that runs elsewhere (probed there, never signalled)."""
+    return _not_ours(
+        base_url,
+        data_dir,
+        held=False,
+        answers=f"a vLLM this data dir did not start answers at {base_url}",
+        fails=f"no vLLM answers at {base_url}",
+    )
+
+
+def _not_ours(base_url: str, data_dir: Path, *, held: bool, answers: str, fails: str) -> VllmStatus:
+    """A server this data dir did not start, probed at `base_url`. `held`: a process holds its
+    port (running even when it is no healthy vLLM); the reason is `answers` when it is one, else
+    `fails` and what the probe got."""
     healthy, served, reason = probe_server(base_url)
     return VllmStatus(
-        running=healthy,
+        running=held or healthy,
         reachable=healthy,
         managed_by_us=False,
         port=_port(base_url),
         base_url=base_url,
         served_models=served,
         data_dir=str(data_dir),
-        reason=(
-            f"a vLLM this data dir did not start answers at {base_url}"
-            if healthy
-            else f"no vLLM answers at {base_url}: {reason}"
-        ),
+        reason=answers if healthy else f"{fails}: {reason}",
     )
 
 

@@ -9,8 +9,8 @@ runs under the session's lease. `RunsUntilStop`: the CLI's start. Each piece run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -19,7 +19,6 @@ import anyio.to_thread
 from graph_kvcache_mcp.connectors.engine.access import KvAccess
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
-from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, LmcacheStopResult, RespPeer
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.errors import LmcacheProcessError
@@ -28,6 +27,17 @@ if TYPE_CHECKING:
     from graph_kvcache_mcp.services.stack.stack import Stack
 
 Note = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """The lmcache server to start: its spec and environment, the RESP peer when its L2 goes
+    over the engine's RESP wire, and the plan's notes."""
+
+    spec: ProcessSpec
+    env: dict[str, str] = field(repr=False)  # holds the engine token or the RESP password
+    peer: RespPeer | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 class Lifetime(Protocol):
@@ -43,13 +53,7 @@ class Lifetime(Protocol):
         ...
 
     async def start_server(
-        self,
-        stack: Stack,
-        server: ProcessSpec,
-        *,
-        env: Mapping[str, str],
-        ready_timeout_s: float,
-        resp_peer: RespPeer | None,
+        self, stack: Stack, server: ServerLaunch, *, ready_timeout_s: float
     ) -> LmcacheStatus: ...
 
     async def stop_server(self, stack: Stack, *, force: bool, wait_s: float) -> LmcacheStopResult:
@@ -77,16 +81,11 @@ class LeasedToSession:
         return False  # the session's engine: its KV tools use it, it ends with the session
 
     async def start_server(
-        self,
-        stack: Stack,
-        server: ProcessSpec,
-        *,
-        env: Mapping[str, str],
-        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        resp_peer: RespPeer | None,
+        self, stack: Stack, server: ServerLaunch, *, ready_timeout_s: float
     ) -> LmcacheStatus:
+        spec, env, peer = server.spec, server.env, server.peer
         return await self.lmcache.start(
-            server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=resp_peer
+            spec, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
         )
 
     async def stop_server(self, stack: Stack, *, force: bool, wait_s: float) -> LmcacheStopResult:
@@ -111,22 +110,10 @@ class RunsUntilStop:
         return not (await anyio.to_thread.run_sync(start)).reused
 
     async def start_server(
-        self,
-        stack: Stack,
-        server: ProcessSpec,
-        *,
-        env: Mapping[str, str],
-        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-        resp_peer: RespPeer | None,
+        self, stack: Stack, server: ServerLaunch, *, ready_timeout_s: float
     ) -> LmcacheStatus:
-        start = partial(
-            stack.lmcache.start,
-            server,
-            env=env,
-            ready_timeout_s=ready_timeout_s,
-            resp_peer=resp_peer,
-        )
-        return await anyio.to_thread.run_sync(start)
+        start = partial(stack.lmcache.start, server.spec, env=server.env, resp_peer=server.peer)
+        return await anyio.to_thread.run_sync(partial(start, ready_timeout_s=ready_timeout_s))
 
     async def stop_server(self, stack: Stack, *, force: bool, wait_s: float) -> LmcacheStopResult:
         # runs until stop: stopped even while sessions use it

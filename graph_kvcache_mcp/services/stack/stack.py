@@ -4,7 +4,7 @@ call, and the verbs that span them.
 The lmcache server is started for one `Lifetime` (on the engine's RESP wire when planned so,
 joined to a coordinator when asked), described, restarted, and stopped in the order that never
 hangs vLLM: the managed vLLM that uses it first (only when forced), then the server, then the
-managed coordinator it joined (`_stop_in_order`, the one place that order is written). A
+managed coordinator it joined (`stop_server`, the one place that order is written). A
 coordinator named by URL is a configured target: used, never started or stopped. A failed start
 undoes what it started itself (`Undo`). The engine's and vLLM's own lifecycle verbs are here too,
 so no other service reaches a process connector.
@@ -13,7 +13,6 @@ so no other service reaches a process connector.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -43,12 +42,10 @@ from graph_kvcache_mcp.domain.lmcache.coordinator_plan import flag_value, join_c
 from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Target, not_managed_here
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 from graph_kvcache_mcp.services.stack.description import StackDescription, describe_stack
-from graph_kvcache_mcp.services.stack.lifetime import Lifetime, Note
+from graph_kvcache_mcp.services.stack.lifetime import Lifetime, Note, ServerLaunch
 from graph_kvcache_mcp.services.stack.views import VllmStatusOut
 
 log = logging.getLogger(__name__)
-
-_StopServer = Callable[[], Awaitable[LmcacheStopResult]]
 
 MANAGED_COORDINATOR = "managed"
 """What a caller passes to join the data dir's own coordinator (anything else is a URL)."""
@@ -113,15 +110,13 @@ class Stack:
         )
         undo = Undo(self, lifetime, coordinator=coordinator_started)
         try:
-            peer = None
+            planned = ServerLaunch(server, env)
             if resp:
                 await lifetime.ensure_engine(self, resp=True, progress=progress)
                 aim = partial(prepare_resp_launch, lifetime.engine(self), server, env)
-                launch = await anyio.to_thread.run_sync(aim)
-                server, env, peer = launch.server, launch.env, launch.peer
-            return await lifetime.start_server(
-                self, server, env=env, ready_timeout_s=ready_timeout_s, resp_peer=peer
-            )
+                wire = await anyio.to_thread.run_sync(aim)
+                planned = ServerLaunch(wire.server, wire.env, wire.peer)
+            return await lifetime.start_server(self, planned, ready_timeout_s=ready_timeout_s)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await undo.run()
@@ -174,13 +169,9 @@ class Stack:
         Raises:
             LmcacheProcessError: a session's stop that others rely on, without `force`.
         """
-        stop = partial(lifetime.stop_server, self, force=force, wait_s=wait_s)
-        return await self._stop_in_order(stop, wait_s)
-
-    async def _stop_in_order(self, stop_server: _StopServer, wait_s: float) -> LmcacheStopResult:
         server = await anyio.to_thread.run_sync(partial(self.lmcache.running_state, tidy=False))
         also = await anyio.to_thread.run_sync(self._stop_dependent_vllm, server, wait_s)
-        result = await stop_server()
+        result = await lifetime.stop_server(self, force=force, wait_s=wait_s)
         if result.stopped and server is not None:
             joined = server.process.command
             pid = await anyio.to_thread.run_sync(self.coordinator.stop_if_joined, joined)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,6 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S
-from graph_kvcache_mcp.connectors.lmcache.state import RespPeer
 from graph_kvcache_mcp.connectors.stack.mp_stack import (
     check_lmcache_reusable,
     check_vllm_reusable,
@@ -38,7 +37,6 @@ from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.process import WaitProgress as WaitProgress  # for adapters
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config
 from graph_kvcache_mcp.domain.lmcache.stack import (
     MP_CONNECTORS,
@@ -50,7 +48,7 @@ from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from graph_kvcache_mcp.errors import ConfigError, FileRefused
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
-from graph_kvcache_mcp.services.stack.lifetime import Lifetime
+from graph_kvcache_mcp.services.stack.lifetime import Lifetime, ServerLaunch
 from graph_kvcache_mcp.services.stack.stack import Stack, Undo
 from graph_kvcache_mcp.services.stack.views import VllmStatusOut
 
@@ -138,13 +136,8 @@ async def _start_mp_stack(
         await anyio.to_thread.run_sync(check_vllm_reusable, stack.vllm, launch)
         await anyio.to_thread.run_sync(check_lmcache_reusable, stack.lmcache, server.spec)
         await say(f"starting (or reusing) the lmcache server on port {launch.lmcache_port}")
-        server_status = await lifetime.start_server(
-            stack,
-            server.spec,
-            env=server.env,
-            ready_timeout_s=DEFAULT_READY_TIMEOUT_S,
-            resp_peer=server.peer,
-        )
+        ready_s = DEFAULT_READY_TIMEOUT_S
+        server_status = await lifetime.start_server(stack, server, ready_timeout_s=ready_s)
         started.lmcache = not server_status.reused
         status = await anyio.to_thread.run_sync(
             partial(
@@ -183,17 +176,6 @@ def _announcer(progress: WaitProgress | None) -> Say:
     return say
 
 
-@dataclass(frozen=True)
-class _ServerLaunch:
-    """The lmcache server to start: its spec and environment, the RESP peer when its L2 goes
-    over the engine's RESP wire, and the plan's notes."""
-
-    spec: ProcessSpec
-    env: dict[str, str] = field(repr=False)  # holds the engine token or the RESP password
-    peer: RespPeer | None = None
-    notes: list[str] = field(default_factory=list)
-
-
 async def _planned_server(
     launch: VllmLaunch,
     stack: Stack,
@@ -201,7 +183,7 @@ async def _planned_server(
     engine_url: str,
     options: StackOptions | None,
     say: Say,
-) -> _ServerLaunch:
+) -> ServerLaunch:
     """The server the config generator plans for `launch`, its `${NAME}`s filled in, moved
     onto the engine's RESP wire when the launch asks for it."""
     facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
@@ -212,10 +194,10 @@ async def _planned_server(
     assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
     server_env = server_environment(server.env, stack.settings)
     if not launch.l2_over_resp:
-        return _ServerLaunch(server, server_env, None, list(plan.notes))
+        return ServerLaunch(server, server_env, None, list(plan.notes))
     resp = await anyio.to_thread.run_sync(prepare_resp_launch, stack.engine, server, server_env)
     await say(f"L2: LMCache's resp adapter on the engine's RESP wire {resp.peer.address}")
-    return _ServerLaunch(resp.server, resp.env, resp.peer, list(plan.notes))
+    return ServerLaunch(resp.server, resp.env, resp.peer, list(plan.notes))
 
 
 async def _model_config(model: str) -> dict[str, Any] | None:
