@@ -15,7 +15,7 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port, port_in_use
 from graph_kvcache_mcp.connectors.vllm.health import probe_server
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
-from graph_kvcache_mcp.domain.targets import ManagedHere
+from graph_kvcache_mcp.domain.targets import Configured, ManagedHere
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import VllmProcessError
@@ -86,6 +86,17 @@ def test_status_without_a_server_says_how_to_start_one(tmp_path: Path) -> None:
     status = ManagedVllm(tmp_path).status(target=where)
     assert (status.running, status.reachable) == (False, False)
     assert status.reason is not None and "vllm start" in status.reason
+
+
+def test_a_configured_vllm_that_does_not_answer_is_named_not_probed_on_loopback(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.2:{port}/v1"  # the same port on 127.0.0.1 is not asked
+    status = ManagedVllm(tmp_path).status(target=Configured("vLLM", url))
+    assert (status.running, status.reachable, status.managed_by_us) == (False, False, False)
+    assert status.base_url == url and status.port == port
+    assert status.reason is not None and status.reason.startswith(f"no vLLM answers at {url}: ")
 
 
 @pytest.mark.vllm

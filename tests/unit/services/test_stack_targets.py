@@ -1,0 +1,45 @@
+"""Which target a vLLM URL or a coordinator argument names: managed here (this data dir serves
+it) or configured (something else runs it). Resolution reads nothing and starts nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, not_managed_here
+from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.services.stack.stack import Stack
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "http://localhost:8123/v1"])
+def test_a_url_where_this_data_dir_serves_vllm_is_managed_here(url: str, tmp_path: Path) -> None:
+    stack = Stack.of(Settings.build(data_dir=tmp_path))
+    assert stack.vllm_target(url) == ManagedHere("vLLM", stack.settings.data_dir, url)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.2:8000/v1", "https://gpu-box.example.com/v1", "http://[::1]:8000/v1"]
+)
+def test_any_other_vllm_url_is_configured(url: str, tmp_path: Path) -> None:
+    target = Stack.of(Settings.build(data_dir=tmp_path)).vllm_target(url)
+    assert target == Configured("vLLM", url)
+    assert not_managed_here(target).startswith(f"not managed here: {url} ")
+
+
+def test_a_vllm_url_that_is_not_http_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="VLLM_BASE_URL"):
+        Stack.of(Settings.build(data_dir=tmp_path)).vllm_target("ftp://127.0.0.1/v1")
+
+
+def test_the_coordinator_is_the_data_dirs_own_or_one_named_by_url(tmp_path: Path) -> None:
+    stack = Stack.of(Settings.build(data_dir=tmp_path))
+    assert stack.coordinator_target("managed") == ManagedHere(
+        "lmcache coordinator", stack.settings.data_dir
+    )
+    assert stack.coordinator_target("http://127.0.0.1:8300/") == Configured(
+        "lmcache coordinator", "http://127.0.0.1:8300"
+    )
+    with pytest.raises(ConfigError, match="coordinator"):
+        stack.coordinator_target("http://10.9.8.7:8300")  # plain http off loopback, unlisted
