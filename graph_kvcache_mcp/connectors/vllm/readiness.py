@@ -78,11 +78,17 @@ def wait_healthy(
                 pass
             now = time.monotonic()
             if now >= next_note:
-                note(
-                    now - began,
-                    timeout_s,
-                    f"waiting for vLLM /health ({last_log_line(vllm.log_path)})",
-                )
+                try:
+                    note(
+                        now - began,
+                        timeout_s,
+                        f"waiting for vLLM /health ({last_log_line(vllm.log_path)})",
+                    )
+                except BaseException:
+                    # The caller gave up on this start (a cancelled MCP task raises here):
+                    # nothing it started is left running.
+                    vllm.abandon(state, watch.seen)
+                    raise
                 next_note = now + 5.0
             watch.sample()
             time.sleep(0.25)  # poll interval; the deadline above bounds the wait
