@@ -128,8 +128,11 @@ async def test_cancelling_a_vllm_start_task_stops_the_vllm_it_started(
             created = await start_task(client, "vllm_start", start)
             # Half-way: vLLM has been spawned and the start waits for its /health.
             record = await _spawned(managed, timeout_s=60)
+            half_way = await get_task(client, created.task_id)
             await cancel_task(client, created.task_id)
             ended = await wait_ended(client, created.task_id, timeout_s=90)
+        assert half_way.status == "working" and half_way.status_message is not None
+        assert "vLLM" in half_way.status_message  # the start's own progress, through tasks/get
         assert ended.status == "cancelled", ended
         assert managed.state_file.read() is None
         wait_until(lambda: not _alive(record.process.pid), timeout_s=30, what="vLLM gone")

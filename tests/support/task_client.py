@@ -44,11 +44,17 @@ class _TaskIdParams(RequestParams):
     task_id: str
 
 
+class _UpdateParams(_TaskIdParams):
+    input_responses: dict[str, Any]
+
+
 class _TaskRequest(McpRequest[_TaskIdParams, str]):
     name_param = "taskId"
 
 
-class _Ack(Result):
+class Ack(Result):
+    """The empty acknowledgement of `tasks/update` and `tasks/cancel`."""
+
     model_config = ConfigDict(extra="allow")
 
 
@@ -77,9 +83,16 @@ async def get_task(client: Client, task_id: str) -> TaskState:
     return await client.session.send_request(request, TaskState)
 
 
-async def cancel_task(client: Client, task_id: str) -> None:
+async def cancel_task(client: Client, task_id: str) -> Ack:
     request = _TaskRequest(method="tasks/cancel", params=_TaskIdParams(task_id=task_id))
-    await client.session.send_request(request, _Ack)
+    return await client.session.send_request(request, Ack)
+
+
+async def update_task(client: Client, task_id: str, responses: dict[str, Any]) -> Ack:
+    params = _UpdateParams(task_id=task_id, input_responses=responses)
+    return await client.session.send_request(
+        _TaskRequest(method="tasks/update", params=params), Ack
+    )
 
 
 async def wait_ended(client: Client, task_id: str, *, timeout_s: float) -> TaskState:
