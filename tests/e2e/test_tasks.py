@@ -5,17 +5,18 @@ half-way (nothing is left running), and a client that does not opt in gets the c
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.types import CallToolResult
 
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.processes.identity import is_alive
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
@@ -51,27 +52,25 @@ def _stdio(data_dir: Path, **env: str) -> StdioServerParameters:
     )
 
 
-@contextmanager
-def _engine_stopped_afterwards(data_dir: Path) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        ManagedEngine(data_dir).stop(term_wait_s=5.0)
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir whose managed engine (a task started it) is stopped after the test."""
+    yield tmp_path
+    ManagedEngine(tmp_path).stop(term_wait_s=5.0)
 
 
 async def test_over_stdio_a_long_call_is_a_task_and_without_the_extension_it_is_inline(
-    tmp_path: Path,
+    data_dir: Path,
 ) -> None:
-    with _engine_stopped_afterwards(tmp_path):
-        async with Client(_stdio(tmp_path), extensions=[TasksClientExtension()]) as client:
-            advertised = client.session.server_capabilities
-            created = await start_task(client, "engine_start", ENGINE_START)
-            ended = await wait_ended(client, created.task_id, timeout_s=120)
-            with pytest.raises(MCPError) as unknown:
-                await get_task(client, "no-such-task")
-            quick = await client.session.call_tool("engine_status", {}, allow_claimed=True)
-        async with Client(_stdio(tmp_path)) as plain:
-            inline = await plain.call_tool("engine_start", ENGINE_START)
+    async with Client(_stdio(data_dir), extensions=[TasksClientExtension()]) as client:
+        advertised = client.session.server_capabilities
+        created = await start_task(client, "engine_start", ENGINE_START)
+        ended = await wait_ended(client, created.task_id, timeout_s=120)
+        with pytest.raises(MCPError) as unknown:
+            await get_task(client, "no-such-task")
+        quick = await client.session.call_tool("engine_status", {}, allow_claimed=True)
+    async with Client(_stdio(data_dir)) as plain:
+        inline = await plain.call_tool("engine_start", ENGINE_START)
     assert advertised is not None and advertised.extensions == {TASKS: {}}
     assert created.status == "working" and created.poll_interval_ms and created.ttl_ms
     assert ended.status == "completed" and ended.result is not None
@@ -79,14 +78,14 @@ async def test_over_stdio_a_long_call_is_a_task_and_without_the_extension_it_is_
     started = EngineStatusOut.model_validate(ended.result["structuredContent"])
     assert started.running and started.pid is not None
     assert unknown.value.error.code == -32602 and "no task" in unknown.value.error.message
-    assert not isinstance(quick, type(created))  # a quick tool stays inline for task clients
+    assert isinstance(quick, CallToolResult)  # a quick tool stays inline for task clients
     assert not inline.is_error and inline.structured_content is not None
     assert inline.structured_content["running"] is True
 
 
-async def test_over_http_a_task_outlives_the_session_that_opened_it(tmp_path: Path) -> None:
-    env = {"GRAPH_KVCACHE_DATA_DIR": str(tmp_path)}
-    with _engine_stopped_afterwards(tmp_path), http_server(env, "--no-auth") as server:
+async def test_over_http_a_task_outlives_the_session_that_opened_it(data_dir: Path) -> None:
+    env = {"GRAPH_KVCACHE_DATA_DIR": str(data_dir)}
+    with http_server(env, "--no-auth") as server:
         async with Client(server.url, extensions=[TasksClientExtension()]) as first:
             created = await start_task(first, "engine_start", ENGINE_START)
         async with Client(server.url, extensions=[TasksClientExtension()]) as second:
@@ -135,7 +134,8 @@ async def test_cancelling_a_vllm_start_task_stops_the_vllm_it_started(
         assert "vLLM" in half_way.status_message  # the start's own progress, through tasks/get
         assert ended.status == "cancelled", ended
         assert managed.state_file.read() is None
-        wait_until(lambda: not _alive(record.process.pid), timeout_s=30, what="vLLM gone")
+        gone = partial(is_alive, record.process.pid, record.process.start_ticks)
+        wait_until(lambda: not gone(), timeout_s=30, what="the cancelled vLLM gone")
     finally:
         managed.stop(term_wait_s=5.0)
 
@@ -147,11 +147,3 @@ async def _spawned(managed: ManagedVllm, *, timeout_s: float) -> VllmState:
         assert time.monotonic() < deadline, f"no vLLM spawned within {timeout_s:g} s"
         await anyio.sleep(0.5)
     return record
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
