@@ -141,7 +141,7 @@ class TaskRunner(Extension):
         record = self.book.find(task_id, self._clock())
         if record is not None and record.cancel_requested:
             raise TaskCancelled(f"the client cancelled task {task_id}")
-        of = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+        of = f"{round(progress, 1):g}" + (f"/{round(total, 1):g}" if total else "")
         self.book.note(task_id, f"{message} ({of})" if message else of, self._clock())
 
     async def _run(
