@@ -108,7 +108,7 @@ class TaskRunner(Extension):
             log.warning("%s; %s runs inline", full, params.name)
             return await call_next(ctx)
         session = cast(ServerSession, _TaskSession(ctx.session, self, task_id))
-        self._groups[-1].start_soon(self._run, task_id, replace(ctx, session=session), call_next)
+        self._groups[-1].start_soon(self._run, record, replace(ctx, session=session), call_next)
         return {**self.wire(record), "resultType": "task"}
 
     # --- the runner ---------------------------------------------------------------------------
@@ -145,29 +145,27 @@ class TaskRunner(Extension):
         self.book.note(task_id, f"{message} ({of})" if message else of, self._clock())
 
     async def _run(
-        self, task_id: str, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+        self, record: TaskRecord, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> None:
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         with anyio.CancelScope() as scope:
-            self._scopes[task_id] = scope
+            self._scopes[record.task_id] = scope
+            if record.cancel_requested:  # cancelled before this started
+                scope.cancel()
             try:
                 outcome = await call_next(ctx)
-                result = (
-                    outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
-                    if (isinstance(outcome, BaseModel))
-                    else dict(cast(dict[str, Any], outcome or {}))
-                )
+                result = _as_json(outcome)
             except MCPError as exc:
                 error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
             except Exception:
-                log.exception("task %s (%s) raised", task_id, ctx.method)
+                log.exception("task %s (%s) raised", record.task_id, record.tool)
                 error = {"code": INTERNAL_ERROR, "message": "the call raised (see the server log)"}
             finally:
-                self._scopes.pop(task_id, None)
+                self._scopes.pop(record.task_id, None)
         if scope.cancelled_caught:
-            self.book.ask_cancel(task_id, self._clock())
-        self.book.end(task_id, self._clock(), result=result, error=error)
+            self.book.ask_cancel(record.task_id, self._clock())
+        self.book.end(record.task_id, self._clock(), result=result, error=error)
 
     # --- the methods --------------------------------------------------------------------------
 
@@ -244,6 +242,12 @@ class _TaskSession:
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
         self._runner.progress(self._task_id, progress, total, message)
+
+
+def _as_json(outcome: HandlerResult) -> dict[str, Any]:
+    if isinstance(outcome, BaseModel):
+        return outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(cast(dict[str, Any], outcome or {}))
 
 
 def _iso(epoch_s: float) -> str:
