@@ -19,8 +19,15 @@ from graph_kvcache_mcp.errors import quoted
 from graph_kvcache_mcp.host.catalog import CATALOG, TOOLSET_MODULES, entry_of
 from graph_kvcache_mcp.host.registrar import Toolset
 from graph_kvcache_mcp.host.strict_server import StrictServer
+from graph_kvcache_mcp.host.tasks import TaskRunner
 from graph_kvcache_mcp.state import AppState
 from graph_kvcache_mcp.tools import toolsets as toolsets_tool
+
+TASK_TOOLS = frozenset(
+    {"vllm_start", "vllm_restart_reuse", "cache_warm", "lmcache_start", "engine_start"}
+)
+"""The tools that can take over ~10 s (a vLLM start takes minutes on CPU): each runs as an MCP
+task for a client that opts in to the tasks extension (host/tasks.py), inline for the others."""
 
 REACHABLE = {"kv": "the engine for the KV, engine and bundle cache calls", "vllm": "vLLM for chats"}
 
@@ -64,7 +71,8 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
         app.bind_live(state)
         try:
             await state.startup()
-            yield state
+            async with tasks.serving():  # background calls end before the state closes
+                yield state
         finally:
             try:
                 # Shielded: the lifespan ends by cancellation (a signal, a vanished client), and
@@ -76,12 +84,14 @@ def build_server(settings: Settings) -> StrictServer[AppState]:
                 app.unbind_live(state)
                 state.closed.set()
 
+    tasks = TaskRunner(lambda name: name in TASK_TOOLS and name in server.tool_names())
     server: StrictServer[AppState] = StrictServer(
         "graph-kvcache-mcp",
         title="graph-kvcache-mcp",
         version=__version__,
         instructions=instructions_for(settings.toolsets, read_only=settings.read_only),
         lifespan=lifespan,
+        extensions=[tasks],
     )
     switch = RuntimeToolsets(server, settings)
     for name in settings.toolsets:

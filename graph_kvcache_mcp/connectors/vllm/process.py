@@ -56,7 +56,12 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     detect_platform,
 )
 from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
-from graph_kvcache_mcp.connectors.vllm.readiness import status_of, unmanaged_status, wait_healthy
+from graph_kvcache_mcp.connectors.vllm.readiness import (
+    note_or_abandon,
+    status_of,
+    unmanaged_status,
+    wait_healthy,
+)
 from graph_kvcache_mcp.connectors.vllm.state import (
     VllmLogs,
     VllmState,
@@ -447,7 +452,8 @@ class ManagedVllm:
         state = state.model_copy(update={"rendezvous": found, "shared_memory": sorted(segments)})
         self.state_file.write(state)
         startup = time.monotonic() - began
-        note(startup, ready_timeout_s, f"vLLM ready at {state.base_url} after {startup:.1f} s")
+        ready = f"vLLM ready at {state.base_url} after {startup:.1f} s"
+        note_or_abandon(self, state, segments, note, startup, ready_timeout_s, ready)
         healthy, served, reason = probe_server(state.base_url)
         status = status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         return status.model_copy(update={"startup_s": round(startup, 3)})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,11 +82,8 @@ def wait_healthy(
                 pass
             now = time.monotonic()
             if now >= next_note:
-                note(
-                    now - began,
-                    timeout_s,
-                    f"waiting for vLLM /health ({last_log_line(vllm.log_path)})",
-                )
+                waiting = f"waiting for vLLM /health ({last_log_line(vllm.log_path)})"
+                note_or_abandon(vllm, state, watch.seen, note, now - began, timeout_s, waiting)
                 next_note = now + 5.0
             watch.sample()
             time.sleep(0.25)  # poll interval; the deadline above bounds the wait
@@ -94,6 +92,25 @@ def wait_healthy(
         f"vLLM was not healthy on port {state.port} within {timeout_s:g} s and was stopped; "
         f"its log says: {vllm_reason(vllm.log_path)} (log: {vllm.log_path})"
     )
+
+
+def note_or_abandon(
+    vllm: ManagedVllm,
+    state: VllmState,
+    segments: Iterable[str],
+    note: WaitProgress,
+    elapsed_s: float,
+    total_s: float,
+    message: str,
+) -> None:
+    """Report progress on a start; a caller that gives up there (its callback raises, as a
+    cancelled MCP task's does) has the vLLM this start spawned stopped first, so nothing it
+    started is left running."""
+    try:
+        note(elapsed_s, total_s, message)
+    except BaseException:
+        vllm.abandon(state, segments)
+        raise
 
 
 def status_of(
