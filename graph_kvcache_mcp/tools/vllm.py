@@ -41,6 +41,7 @@ from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.stack.lifetime import SessionLease
 from graph_kvcache_mcp.services.stack.start import WaitProgress, start_vllm
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
+from graph_kvcache_mcp.services.vllm.engine_death import chat_with_death
 from graph_kvcache_mcp.services.vllm.restart_reuse import (
     RestartMode,
     RestartReuseOut,
@@ -113,6 +114,7 @@ async def vllm_chat(
                 temperature=temperature,
                 stream=stream,
             )
+        out = await chat_with_death(out, access.managed)
     except InvalidValue as exc:
         raise ToolError(str(exc)) from exc
     except VllmRequestError as exc:

@@ -33,6 +33,7 @@ from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.stack import vllm as managed
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
+from graph_kvcache_mcp.services.vllm.engine_death import chat_with_death
 from graph_kvcache_mcp.services.vllm.restart_reuse import measure_restart_reuse
 from graph_kvcache_mcp.services.vllm.views import VllmChatOut, VllmMetricsOut
 
@@ -45,7 +46,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
     async def call() -> VllmChatOut:
         async with managed.open_metered_client(settings) as client:
-            return await vllm_service.chat(
+            out = await vllm_service.chat(
                 client,
                 messages,
                 model=args.model or settings.vllm_model,
@@ -53,6 +54,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
                 temperature=args.temperature,
                 stream=args.stream,
             )
+        return await chat_with_death(out, managed.managed_vllm(settings))
 
     out = _guarded(call)
     if isinstance(out, int):

@@ -26,6 +26,7 @@ from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot, restarted, window
 from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
 from graph_kvcache_mcp.errors import InvalidValue
+from graph_kvcache_mcp.services.vllm.engine_death import status_with_death
 from graph_kvcache_mcp.services.vllm.views import (
     MAX_BAD_LINES_SHOWN,
     VllmChatOut,
@@ -149,7 +150,7 @@ def start(
 
 def status(managed: ManagedVllm, *, port: int, tools_base_url: str) -> VllmStatusOut:
     """The managed vLLM (or whatever answers on `port`) and where calls go now."""
-    return VllmStatusOut.of(managed.status(port=port), tools_base_url)
+    return status_with_death(VllmStatusOut.of(managed.status(port=port), tools_base_url), managed)
 
 
 def stop(managed: ManagedVllm, *, wait_s: float) -> VllmStopResult:

@@ -17,6 +17,7 @@ from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult, PrefixCacheReset, TierTokens
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsDelta, MetricsSnapshot
 from graph_kvcache_mcp.domain.vllm.traces import Trace, TraceSummary
+from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 
 MAX_BAD_LINES_SHOWN = 50
 
@@ -79,6 +80,9 @@ class VllmStatusOut(VllmStatus):
     l2_engine_url: str | None = Field(None, description="The engine the server's L2 writes to.")
     stack_notes: list[str] = Field(
         default_factory=list, description="Why the lmcache server got its flags."
+    )
+    worker_death: WorkerDeath | None = Field(
+        None, description="How its worker died since its last start (from its log), if it did."
     )
 
     @classmethod
