@@ -29,8 +29,7 @@ from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.vllm.views import VllmChatOut, VllmStatusOut
 from tests.support.mcp_calls import call_ok
 from tests.support.mp_stack import CHUNK_SIZE, MpStack, module_stack
-from tests.support.vllm import MODEL_NAME, READY_TIMEOUT_S, VLLM_PYTHON, tiny_model_dir
-from tests.support.vllm_bench import bench_serve
+from tests.support.vllm import READY_TIMEOUT_S
 
 pytestmark = [pytest.mark.vllm, pytest.mark.lmcache]
 
@@ -48,13 +47,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpStack]:
 
 def bench(stack: MpStack, out: Path) -> dict[str, Any]:
     """16 prompts over 4 shared ~1.4k-token prefixes, 4 at a time, the same prompts each run."""
-    return bench_serve(
-        VLLM_PYTHON,
-        stack.vllm_root(),
-        model=MODEL_NAME,
-        tokenizer=tiny_model_dir(),
-        out_dir=out,
-        env={**os.environ, **stack.env},
+    return stack.bench(
+        out,
         prefixes=PREFIXES,
         prefix_len=PREFIX_LEN,
         suffix_len=SUFFIX_LEN,
