@@ -38,6 +38,7 @@ from graph_kvcache_mcp.errors import (
     VllmRequestError,
 )
 from graph_kvcache_mcp.host.registrar import Registrar
+from graph_kvcache_mcp.services.stack.engine_death import chat_with_death
 from graph_kvcache_mcp.services.stack.lifetime import LeasedToSession
 from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.stack.start import WaitProgress, start_vllm
@@ -114,6 +115,7 @@ async def vllm_chat(
                 temperature=temperature,
                 stream=stream,
             )
+        out = await chat_with_death(out, access.managed)
     except InvalidValue as exc:
         raise ToolError(str(exc)) from exc
     except VllmRequestError as exc:

@@ -41,6 +41,7 @@ from tests.support.vllm import (
     require_vllm_venv,
     tiny_model_dir,
 )
+from tests.support.vllm_bench import bench_serve
 
 CHUNK_SIZE = 256  # the stack's default: a tool start must plan the same server to reuse it
 STACK_KV_BYTES = 8 * 1024 * 1024
@@ -174,6 +175,19 @@ class MpStack:
         )
         response.raise_for_status()
         return dict(response.json())
+
+    def bench(self, out_dir: Path, **options: Any) -> dict[str, Any]:
+        """vLLM's own benchmark client (`bench_serve`, its prefix_repetition options) against
+        this stack's vLLM; vLLM's result."""
+        return bench_serve(
+            VLLM_PYTHON,
+            self.vllm_root(),
+            model=MODEL_NAME,
+            tokenizer=tiny_model_dir(),
+            out_dir=out_dir,
+            env={**os.environ, **self.env},
+            **options,
+        )
 
     def healthy(self) -> bool:
         return httpx.get(f"{self.vllm_root()}/health", timeout=30.0).status_code == 200

@@ -32,6 +32,7 @@ from graph_kvcache_mcp.connectors.files.trace_log import append_traces
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.stack import vllm as managed
+from graph_kvcache_mcp.services.stack.engine_death import chat_with_death
 from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.vllm import operations as vllm_service
 from graph_kvcache_mcp.services.vllm.restart_reuse import measure_restart_reuse
@@ -46,7 +47,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
     async def call() -> VllmChatOut:
         async with managed.open_metered_client(settings) as client:
-            return await vllm_service.chat(
+            out = await vllm_service.chat(
                 client,
                 messages,
                 model=args.model or settings.vllm_model,
@@ -54,6 +55,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
                 temperature=args.temperature,
                 stream=args.stream,
             )
+        return await chat_with_death(out, Stack.of(settings).vllm)
 
     out = _guarded(call)
     if isinstance(out, int):

@@ -9,6 +9,7 @@ import httpx2
 
 from graph_kvcache_mcp.connectors.processes.control import tail
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
+from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath, worker_death
 
 
 def probe_server(base_url: str, *, timeout_s: float = 3.0) -> tuple[bool, list[str], str | None]:
@@ -59,7 +60,7 @@ def vllm_reason(log_path: Path) -> str:
     """The most telling line of vLLM's log since our last start: the last exception or error
     line that names a cause (not vLLM's generic "Engine core initialization failed"), else the
     last line."""
-    lines = [line.strip() for line in _since_start(tail(log_path, 400)) if line.strip()]
+    lines = [line.strip() for line in since_start(tail(log_path, 400)) if line.strip()]
     telling = [line for line in lines if not any(text in line for text in GENERIC_FAILURES)]
     for marker in ("Error:", "Exception:", "ERROR"):
         hits = [line for line in telling if marker in line]
@@ -72,11 +73,26 @@ def rendezvous_files(log_path: Path) -> list[Path]:
     """The `vllm_dist_*` rendezvous files (torch's FileStore) vLLM named in its log since our
     last start: vLLM creates one in the temp dir per start and never removes it."""
     text = tail(log_path, 100_000, max_bytes=4 * 1024 * 1024)
-    found = _RENDEZVOUS.findall("\n".join(_since_start(text)))
+    found = _RENDEZVOUS.findall("\n".join(since_start(text)))
     return [Path(name) for name in dict.fromkeys(found)]
 
 
-def _since_start(text: str) -> list[str]:
+DEATH_TAIL_LINES = 20_000
+DEATH_TAIL_BYTES = 2 * 1024 * 1024
+"""Enough for a worker's death, the faulthandler dump before it (~100 lines) and the last
+scheduler stats (every 10 s), even after thousands of HTTP 500 lines from clients that kept
+calling."""
+
+
+def read_worker_death(log_path: Path) -> WorkerDeath | None:
+    """The last worker death in vLLM's log since our last start (one before a restart is
+    history), or None: no log, no death."""
+    if not log_path.is_file():
+        return None
+    return worker_death(since_start(tail(log_path, DEATH_TAIL_LINES, max_bytes=DEATH_TAIL_BYTES)))
+
+
+def since_start(text: str) -> list[str]:
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("=== graph-kvcache-mcp:")]
     return lines[starts[-1] + 1 :] if starts else lines

@@ -96,6 +96,9 @@ def child_environment(launch: VllmLaunch, extra: Mapping[str, str]) -> dict[str,
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("VLLM_HOST_IP", VLLM_HOST)
+    # A worker killed by a signal (SIGILL, SIGSEGV, ...) leaves its Python stack in the log, so a
+    # death names the library it happened in (domain/vllm/worker_death.py reads it).
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     if launch.kv_connector != "none":
         # vLLM's CPU worker keeps cores free of its OpenMP threads for its other processes: one
         # per rank, and one more when any KV connector is configured (meant for NIXL). On two

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun
 from graph_kvcache_mcp.domain.vllm.metrics import CacheConfig
+from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 
 Severity = Literal["error", "warning", "info"]
 Component = Literal["engine", "vllm", "lmcache"]
@@ -104,6 +105,9 @@ class VllmFacts(BaseModel):
     )
     lmcache_transfer_mode: str | None = Field(
         None, description="LMCACHE_MP_TRANSFER_MODE in the managed vLLM's environment."
+    )
+    worker_death: WorkerDeath | None = Field(
+        None, description="How the managed vLLM's worker died since its last start (its log)."
     )
 
 

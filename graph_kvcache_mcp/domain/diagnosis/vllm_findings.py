@@ -11,22 +11,37 @@ from collections.abc import Callable
 from graph_kvcache_mcp.domain.diagnosis.stack_facts import Finding, Severity, VllmFacts
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import CPU_DEFAULT_BATCHED_TOKENS
 from graph_kvcache_mcp.domain.vllm.metrics.models import int_label
+from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 
 KV_PRESSURE_USAGE = 0.9
 
 
 def vllm_findings(facts: VllmFacts) -> list[Finding]:
-    """What is wrong with vLLM: no answer, or each rule of `RULES` that fires, in order."""
+    """What is wrong with vLLM: its worker's death, no answer, or each rule of `RULES` that
+    fires, in order."""
+    died = [] if facts.worker_death is None else [_worker_died(facts.worker_death)]
     if not facts.reachable:
         return [
+            *died,
             _finding(
                 "vllm_unreachable",
                 "error",
                 facts.reason or f"{facts.target} did not answer",
                 "start vLLM (vllm_start) or point VLLM_BASE_URL at the running server",
-            )
+            ),
         ]
-    return [found for rule in RULES if (found := rule(facts)) is not None]
+    return [*died, *(found for rule in RULES if (found := rule(facts)) is not None)]
+
+
+def _worker_died(death: WorkerDeath) -> Finding:
+    code = "unknown" if death.exit_code is None else str(death.exit_code)
+    stats = f"; last scheduler stats {death.last_stats}" if death.last_stats else ""
+    return _finding(
+        "vllm_worker_died",
+        "error",
+        f"{death.what_happened} (at {death.at}, exit code {code}){stats}",
+        death.what_to_do,
+    )
 
 
 def _prefix_caching_off(facts: VllmFacts) -> Finding | None:

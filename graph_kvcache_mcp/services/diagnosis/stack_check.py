@@ -4,7 +4,8 @@ Nothing is started: an engine that is not running is reported, never launched. v
 probe call (one token) to see whether its usage carries prompt_tokens_details. LMCache is checked
 at `lmcache_url`, or else the managed `lmcache server` of the data dir when one runs; for the
 processes this data dir started, their command lines, the two names of their environments that
-matter (PYTHONHASHSEED, LMCACHE_MP_TRANSFER_MODE) and the server's log are read too. Shared by the
+matter (PYTHONHASHSEED, LMCACHE_MP_TRANSFER_MODE) and the server's log are read too, and the
+managed vLLM's log for a worker that died since its last start. Shared by the
 `diagnose_stack` tool and the `diagnose stack` CLI.
 """
 
@@ -35,6 +36,7 @@ from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
+from graph_kvcache_mcp.services.stack.engine_death import data_dir_death
 from graph_kvcache_mcp.services.stack.runtime import (
     ManagedRuntime,
     leaked_lmcache_segments,
@@ -76,6 +78,8 @@ async def check_stack(
         lmcache_url = await anyio.to_thread.run_sync(managed_lmcache_url, settings.data_dir)
     engine = await engine_facts(settings, server_manages_engine=server_manages_engine)
     served = await vllm_facts(settings, vllm, model=model, shared=shared_prefix_tokens)
+    death = await anyio.to_thread.run_sync(data_dir_death, settings.data_dir, vllm.base_url)
+    served = served.model_copy(update={"worker_death": death})
     lmcache = None if lmcache_url is None else await lmcache_facts(lmcache_url, settings.data_dir)
     return stack_findings(engine, served, lmcache)
 

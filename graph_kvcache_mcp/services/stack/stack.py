@@ -42,6 +42,7 @@ from graph_kvcache_mcp.domain.lmcache.coordinator_plan import flag_value, join_c
 from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Target, not_managed_here
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 from graph_kvcache_mcp.services.stack.description import StackDescription, describe_stack
+from graph_kvcache_mcp.services.stack.engine_death import status_with_death
 from graph_kvcache_mcp.services.stack.lifetime import Lifetime, Note, ServerLaunch
 from graph_kvcache_mcp.services.stack.views import VllmStatusOut
 
@@ -259,7 +260,7 @@ class Stack:
             ConfigError: the URL is not an http(s) URL.
         """
         status = self.vllm.status(target=self.vllm_target(calls_base_url))
-        return VllmStatusOut.of(status, calls_base_url)
+        return status_with_death(VllmStatusOut.of(status, calls_base_url), self.vllm)
 
     def stop_vllm(self, calls_base_url: str, *, wait_s: float) -> VllmStopResult:
         """Stop the vLLM this data dir started: SIGTERM to its group, SIGKILL after `wait_s`

@@ -14,6 +14,7 @@ from graph_kvcache_mcp.connectors.engine.state import EngineStatus
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
+from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 
 
 class EngineStatusOut(EngineStatus):
@@ -69,6 +70,9 @@ class VllmStatusOut(VllmStatus):
     l2_engine_url: str | None = Field(None, description="The engine the server's L2 writes to.")
     stack_notes: list[str] = Field(
         default_factory=list, description="Why the lmcache server got its flags."
+    )
+    worker_death: WorkerDeath | None = Field(
+        None, description="How its worker died since its last start (from its log), if it did."
     )
 
     @classmethod

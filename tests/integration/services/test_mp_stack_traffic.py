@@ -9,7 +9,6 @@ fleet_effectiveness's per-instance tier split is checked here too, on the same s
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -38,8 +37,7 @@ from tests.support.mp_stack import (
     cached_tokens_of,
     module_stack,
 )
-from tests.support.vllm import MODEL_NAME, READY_TIMEOUT_S, VLLM_PYTHON, tiny_model_dir
-from tests.support.vllm_bench import bench_serve
+from tests.support.vllm import MODEL_NAME, READY_TIMEOUT_S
 from tests.support.vllm_connector import random_prompt
 
 pytestmark = [pytest.mark.vllm, pytest.mark.lmcache]
@@ -64,15 +62,7 @@ async def stack(stack_root: MpStack) -> AsyncIterator[MpStack]:
 def bench(stack: MpStack, out: Path, seed: int) -> int:
     """16 prompts over 2 shared prefixes, 4 at a time; the prompt tokens vLLM counted for it."""
     before = stack.vllm_counters().prompt_tokens or 0
-    bench_serve(
-        VLLM_PYTHON,
-        stack.vllm_root(),
-        model=MODEL_NAME,
-        tokenizer=tiny_model_dir(),
-        out_dir=out,
-        env={**os.environ, **stack.env},
-        seed=seed,
-    )
+    stack.bench(out, seed=seed)
     return (stack.vllm_counters().prompt_tokens or 0) - before
 
 
