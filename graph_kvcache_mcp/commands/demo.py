@@ -94,7 +94,9 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         if temporary:
             # The server stops the engine it started on exit; make sure nothing outlives the demo.
-            leftover = stop_engine(settings.model_copy(update={"data_dir": data_dir}), wait_s=5.0)
+            leftover = stop_engine(
+                settings.model_copy(update={"data_dir": data_dir}), wait_s=5.0, force=True
+            )
             shutil.rmtree(data_dir, ignore_errors=True)
             who = "the demo" if leftover.stopped else "the server, on exit"
             say(f"cleaned up: the engine was stopped by {who}; {data_dir} removed")

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graph_kvcache_mcp.plugins.lmcache.owner_only import from_owner, refuse
+
 ADMIN_ROUTES = frozenset({"/", "/healthcheck", "/status", "/lmc_version", "/metrics", "/config"})
 """GET routes kept: what `connectors/lmcache/admin_http.py` and the lifecycle read (`/config`
 names the chunk size and hash; secrets reach the server by file, never through its config)."""
@@ -34,8 +36,8 @@ COORDINATOR_ROUTES = frozenset(
     {("POST", "/cache/prefetches"), ("DELETE", "/cache/objects"), ("GET", "/cache/objects")}
 )
 """What LMCache's coordinator calls back on a server joined to it, to warm and evict L1 (and
-the poll of a prefetch, `GET /cache/prefetches/<id>`): no more than the coordinator itself
-already lets any local user do (docs/security.md)."""
+the poll of a prefetch, `GET /cache/prefetches/<id>`): served only to a connection our own user
+made (`owner_only.from_owner`), as the coordinator runs as that user."""
 PREFETCH_POLL = "/cache/prefetches/"
 COORDINATOR_URL_FLAG = "--coordinator-url"  # LMCache's flag; this module imports none of ours
 RESP_PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
@@ -60,10 +62,7 @@ class AdminRoutesOnly:
             return
         if scope["type"] != "http":
             return  # a websocket: closed unanswered
-        body = b'{"detail":"Not Found"}'
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await refuse(send, 404, "Not Found")
 
     def _serves(self, scope: Any) -> bool:
         method, path = scope["method"], scope["path"]
@@ -71,9 +70,10 @@ class AdminRoutesOnly:
             return True
         if not self.coordinator:
             return False
-        return (method, path) in COORDINATOR_ROUTES or (
+        callback = (method, path) in COORDINATOR_ROUTES or (
             method == "GET" and path.startswith(PREFETCH_POLL)
         )
+        return callback and from_owner(scope)  # our coordinator runs as our user
 
 
 def load_filed_secret(name: str) -> None:

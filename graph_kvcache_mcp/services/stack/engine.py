@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.children.dependents import dependents_refusal
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.state import Backend, EngineStatus, EngineStopResult
+from graph_kvcache_mcp.errors import EngineProcessError
 
 
 def start_engine(
@@ -33,8 +35,15 @@ def start_engine(
     )
 
 
-def stop_engine(settings: Settings, *, wait_s: float) -> EngineStopResult:
-    """Stop the engine this data dir started, even while sessions use it."""
+def stop_engine(settings: Settings, *, wait_s: float, force: bool = False) -> EngineStopResult:
+    """Stop the engine this data dir started, even while sessions use it; unless `force`, not
+    while an `lmcache server` or vLLM we started uses it as its KV tier.
+
+    Raises:
+        EngineProcessError: such processes run (the message names them).
+    """
+    if not force and (refusal := dependents_refusal(settings.data_dir)) is not None:
+        raise EngineProcessError(refusal)
     return ManagedEngine(settings.data_dir).stop(term_wait_s=wait_s)
 
 
