@@ -30,7 +30,7 @@ from graph_kvcache_mcp.connectors.files.private import (
     refuse_link,
     remove_own,
 )
-from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
+from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets, remove_filed_secrets
 from graph_kvcache_mcp.connectors.processes.control import (
     reap_group,
     spawn_logged,
@@ -196,6 +196,7 @@ class ManagedVllm:
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
+        remove_filed_secrets(self.home)
         self.remove_leftovers(state, segments)
         return VllmStopResult(
             stopped=how != "not_running",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from graph_kvcache_mcp.connectors.processes.peer_user import peer_uid
+from graph_kvcache_mcp.connectors.net.peer_user import socket_owner
 
 
 def from_owner(scope: Any) -> bool:
@@ -15,7 +15,7 @@ def from_owner(scope: Any) -> bool:
     client, server = scope.get("client"), scope.get("server")
     if not client or not server:
         return False
-    return peer_uid((client[0], int(client[1])), (server[0], int(server[1]))) == os.geteuid()
+    return socket_owner(tuple(client), tuple(server)) == os.geteuid()
 
 
 async def refuse(send: Any, status: int, detail: str) -> None:
