@@ -232,7 +232,8 @@ class ManagedVllm:
         # connector, or by the user): the restart binds the same cores, so it computes alike.
         reserved = environment_value(state.process.pid, RESERVED_CPUS_ENV)
         self.stop()
-        _remove_identity_file(state.wiring.identity_file)  # the new connector writes its own
+        # The new connector writes its own.
+        _remove_identity_file(state.wiring.identity_file, self.home)
         if while_stopped is not None:
             while_stopped()
         launch = VllmLaunch(
@@ -407,7 +408,7 @@ class ManagedVllm:
             return launch
         private_dir(self.home)
         path = launch.kv_identity_file or str(self.home / IDENTITY_FILE_NAME)
-        _remove_identity_file(path)
+        _remove_identity_file(path, self.home)
         return launch.model_copy(update={"kv_identity_file": path})
 
     def _launch(
@@ -490,8 +491,10 @@ class ManagedVllm:
         return [name for name in sorted(names) if remove_own(Path(name))]
 
 
-def _remove_identity_file(path: str | None) -> None:
-    """Remove an EngineKVConnector identity record (never through a link)."""
-    if path:
+def _remove_identity_file(path: str | None, home: Path) -> None:
+    """Remove an EngineKVConnector identity record we placed in our private dir `home` (a file
+    of ours, never through a link). A path elsewhere (named in hand-written extra args) is the
+    user's file: left alone."""
+    if path and Path(path).parent.resolve() == home.resolve():
         refuse_link(Path(path))
-        Path(path).unlink(missing_ok=True)
+        remove_own(Path(path))

@@ -5,8 +5,9 @@ LMCache's admin HTTP API has no authentication and listens on a loopback TCP por
 user can reach (0.5.6 binds it with uvicorn's host and port only: no unix socket). Among its
 routes, `GET /env` returns the server's whole environment, and others clear the cache, reset the
 metrics, change quotas, add or remove L2 adapters, or run a script. Before the server starts, this
-entry point answers 404 to all but the read-only routes the project reads (`ADMIN_ROUTES`), so a
-neighbour reaching the port learns health, status, version and counters, and changes nothing.
+entry point answers 404 to all but the read-only routes the project reads (`ADMIN_ROUTES`), and
+to every request whose client socket is not our user's (`owner_only.from_owner`), so a neighbour
+reaching the port learns nothing and changes nothing.
 
 LMCache's KV RPC (ZMQ, no authentication either) is bound by the 0.5.6 server on
 `tcp://<host>:<port>` only, though its clients accept `ipc://`. With `GRAPH_KVCACHE_LMCACHE_RPC_URL`
@@ -57,7 +58,11 @@ class AdminRoutesOnly:
         self.coordinator = coordinator  # joined: the coordinator's callbacks are served too
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" or (scope["type"] == "http" and self._serves(scope)):
+        # Every route to our own user only: the coordinator's callbacks, and `/config` (the
+        # chunk size, hash and L2 wiring) and the counters, which tell a neighbour how busy we are.
+        if scope["type"] == "lifespan" or (
+            scope["type"] == "http" and self._serves(scope) and from_owner(scope)
+        ):
             await self.app(scope, receive, send)
             return
         if scope["type"] != "http":
@@ -73,7 +78,7 @@ class AdminRoutesOnly:
         callback = (method, path) in COORDINATOR_ROUTES or (
             method == "GET" and path.startswith(PREFETCH_POLL)
         )
-        return callback and from_owner(scope)  # our coordinator runs as our user
+        return callback
 
 
 def load_filed_secret(name: str) -> None:

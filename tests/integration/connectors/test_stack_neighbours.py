@@ -16,7 +16,7 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from tests.integration.connectors.test_lmcache_server import REQUESTS, bench_server
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.lmcache import cpu_server_flags, require_lmcache
-from tests.support.neighbour import as_nobody, can_run_as_nobody
+from tests.support.neighbour import as_nobody, as_owner, can_run_as_nobody
 
 pytestmark = pytest.mark.lmcache
 
@@ -60,11 +60,16 @@ def test_a_neighbour_reads_no_engine_token_from_the_lmcache_servers_admin_api(
     assert status.http_url is not None and status.pid is not None
 
     env = as_nobody("http", "GET", status.http_url + "/env")
-    health = as_nobody("http", "GET", status.http_url + "/healthcheck")
+    health = as_owner("http", "GET", status.http_url + "/healthcheck")
+    refused = [
+        as_nobody("http", "GET", status.http_url + path)["status"]
+        for path in ("/healthcheck", "/config", "/metrics", "/status")
+    ]
     environ = Path(f"/proc/{status.pid}/environ").read_bytes().decode(errors="replace")
 
     assert env["status"] == 404 and token not in env["body"], env
     assert health["status"] == 200  # what we read ourselves still answers
+    assert refused == [404] * 4  # ... and to no one else
     # Not in its environment at all, only the private file's path, which nobody cannot open.
     assert token not in environ
     token_file = managed.home / "epistemic_graph_kvcache_token"
