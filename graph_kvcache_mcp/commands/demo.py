@@ -95,7 +95,7 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
         if temporary:
             # The server stops the engine it started on exit; make sure nothing outlives the demo.
             stack = Stack.of(settings.model_copy(update={"data_dir": data_dir}))
-            leftover = stack.stop_engine(wait_s=5.0)
+            leftover = stack.stop_engine(wait_s=5.0, force=True)
             shutil.rmtree(data_dir, ignore_errors=True)
             who = "the demo" if leftover.stopped else "the server, on exit"
             say(f"cleaned up: the engine was stopped by {who}; {data_dir} removed")

@@ -18,6 +18,7 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
+from graph_kvcache_mcp.connectors.net.peer_user import socket_owner
 from graph_kvcache_mcp.host.http_app import HTTP_HOST, http_url
 from graph_kvcache_mcp.services.stack.ports import port_in_use
 
@@ -129,5 +130,5 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             note(f"HTTP bearer token {made} {found.source} (send 'Authorization: Bearer <token>')")
     gate = " (bearer token required)" if token is not None else ""
     note(f"serving MCP over streamable HTTP at {http_url(args.port)}{gate}")
-    anyio.run(serve_http, server, args.port, token)
+    anyio.run(serve_http, server, args.port, token, socket_owner)
     return EXIT_OK

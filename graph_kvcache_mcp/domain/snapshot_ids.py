@@ -95,8 +95,12 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    """Raises: ValueError: not base64url."""
+    """Raises: ValueError: not base64url as `_b64` writes it (one spelling per id: the decoder
+    alone would also take stray characters and other trailing bits for the same bytes)."""
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise ValueError(str(exc)) from exc
+    if _b64(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw

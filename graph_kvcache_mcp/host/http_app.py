@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from graph_kvcache_mcp.host.http_guard import SocketOwner
+
 HTTP_HOST = "127.0.0.1"
 HTTP_PATH = "/mcp"
 KEPT_REQUEST_BYTES = 1024 * 1024
@@ -41,7 +43,9 @@ def http_url(port: int) -> str:
     return f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
 
 
-async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None) -> None:
+async def serve_http(
+    server: MCPServer[Any], port: int, token: SecretStr | None, socket_owner: SocketOwner
+) -> None:
     import uvicorn
 
     app: ASGIApp = server.streamable_http_app(
@@ -49,11 +53,11 @@ async def serve_http(server: MCPServer[Any], port: int, token: SecretStr | None)
     )
     app = ReadableRpcErrors(app)
     app = BearerTokenGate(app, token) if token is not None else NoOAuthDiscovery(app)
-    from graph_kvcache_mcp.host.http_guard import GuardedH11Protocol
+    from graph_kvcache_mcp.host.http_guard import guarded_protocol
 
     # A header deadline and a per-user connection cap (see http_guard): no slow-loris.
     config = uvicorn.Config(
-        app, host=HTTP_HOST, port=port, log_level="warning", http=GuardedH11Protocol
+        app, host=HTTP_HOST, port=port, log_level="warning", http=guarded_protocol(socket_owner)
     )
     await uvicorn.Server(config).serve()
 

@@ -17,16 +17,16 @@ until authenticated clients are refused, and every refused accept used to log a 
 from __future__ import annotations
 
 import logging
-import socket
-import struct
 import time
 from collections import Counter
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeAlias
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
+SocketOwner: TypeAlias = Callable[[Any, Any], int | None]
+"""(peer address, local address) -> the uid owning the client's socket, None when unknown."""
 
 HEADER_TIMEOUT_S = 10.0
 PER_USER_CONNECTIONS = 64
@@ -68,17 +68,24 @@ class _Tally:
 TALLY = _Tally()
 
 
+def _unknown_owner(_peer: Any, _local: Any) -> int | None:
+    return None
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the header deadline and the per-user cap."""
 
     _user: int | None = None
+    owner_of: ClassVar[SocketOwner] = staticmethod(_unknown_owner)
+    """Who owns a client's socket; `guarded_protocol` sets it (None counts every client as one
+    unknown user)."""
     _counted = False
     _header_timer: Any = None
     _waiting_cycle: Any = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self._user = socket_owner(
+        self._user = type(self).owner_of(
             transport.get_extra_info("peername"), transport.get_extra_info("sockname")
         )
         if TALLY.open[self._user] >= PER_USER_CONNECTIONS:
@@ -127,63 +134,9 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-_SOCK_DIAG = 4  # NETLINK_SOCK_DIAG
-_SOCK_DIAG_BY_FAMILY = 20
-_NLM_F_REQUEST = 1
-_NO_COOKIE = 0xFFFFFFFF
-_DIAG_UID_OFFSET = 16 + 4 + 48 + 12  # nlmsghdr, then inet_diag_msg up to idiag_uid
-
-
-def socket_owner(peer: Any, local: Any = None) -> int | None:
-    """The uid owning the TCP socket at `peer` ((host, port) of a loopback client connected to
-    `local`); None when it cannot be told.
-
-    The kernel is asked for that one socket by its four addresses (sock_diag), an exact lookup
-    that a burst of connections cannot disturb. /proc/net/tcp is the fallback: the kernel
-    writes it a page per read and resumes by position, so while connections come and go a read
-    can skip a row, and under a burst (the very slow-loris the cap is for) every retry could
-    miss it, leaving the connection counted for no one and one more of the attacker's let in.
-    """
-    if not isinstance(peer, tuple) or len(peer) < 2:
-        return None
-    host, port = peer[0], int(peer[1])
-    try:
-        packed = socket.inet_pton(socket.AF_INET, host)
-    except OSError:
-        return None
-    if isinstance(local, tuple) and len(local) >= 2:
-        try:
-            server = socket.inet_pton(socket.AF_INET, local[0])
-            request = (
-                struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
-                + struct.pack("!HH", port, int(local[1]))
-                + packed
-                + bytes(12)
-                + server
-                + bytes(12)
-                + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
-            )
-            header = struct.pack(
-                "=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0
-            )
-            with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _SOCK_DIAG) as diag:
-                diag.settimeout(1.0)
-                diag.sendto(header + request, (0, 0))
-                answer = diag.recv(65536)
-            if struct.unpack_from("=H", answer, 4)[0] == _SOCK_DIAG_BY_FAMILY:
-                return int(struct.unpack_from("=I", answer, _DIAG_UID_OFFSET)[0])
-        except (OSError, struct.error):
-            pass  # no netlink here (or the socket just closed): read the table instead
-    wanted = f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
-    # The kernel writes the table in pages, so a read while connections come and go can skip
-    # a row: look again before giving up.
-    for _ in range(3):
-        try:
-            rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
-        except OSError:
-            return None
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 7 and cols[1] == wanted:
-                return int(cols[7])
-    return None
+def guarded_protocol(socket_owner: SocketOwner) -> type[GuardedH11Protocol]:
+    """The protocol class whose per-user cap counts connections by `socket_owner` (the uid
+    owning a client's socket, from the kernel: `connectors/net/peer_user`, given by the
+    composition root, as the runtime does no I/O of its own)."""
+    owned = {"owner_of": staticmethod(socket_owner)}
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), owned)

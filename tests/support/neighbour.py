@@ -30,12 +30,38 @@ def can_run_as_nobody() -> bool:
 
 def as_nobody(*args: str, python: str = SYSTEM_PYTHON) -> dict[str, Any]:
     """Run this script as `nobody` (no groups) with `args`; its JSON answer."""
-    return _run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"], python, args)
+    return _run(list(AS_NOBODY), python, args)
 
 
 def as_owner(*args: str, python: str = SYSTEM_PYTHON) -> dict[str, Any]:
     """The same probe as this user: what the owner still reaches."""
     return _run([], python, args)
+
+
+AS_NOBODY = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
+SQUATTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "squatter.py")
+
+
+def squat_now(port: int) -> subprocess.Popen[str]:
+    """`nobody` listening on loopback `port` from now on (`squatter.py`), recording what each
+    connection sends; returns once the port is its."""
+    squatter = subprocess.Popen(
+        [*AS_NOBODY, SYSTEM_PYTHON, SQUATTER, str(port), "listen", ""],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert squatter.stdout is not None
+    assert squatter.stdout.readline().strip() == "ready"
+    assert squatter.stdout.readline().strip() == "won", f"port {port} was taken already"
+    return squatter
+
+
+def squatter_received(squatter: subprocess.Popen[str]) -> list[bytes]:
+    """Stop the squatter; what each connection it accepted sent (b"" for one that sent
+    nothing)."""
+    squatter.kill()
+    out, _ = squatter.communicate(timeout=30)
+    return [bytes.fromhex(line[4:]) for line in out.splitlines() if line.startswith("got ")]
 
 
 def _run(prefix: list[str], python: str, args: tuple[str, ...]) -> dict[str, Any]:

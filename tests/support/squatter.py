@@ -6,7 +6,8 @@ data dir's socket path) and takes its port the moment it sees it, before the eng
 engine is free to it) and records every byte a client sends it (a token would be there);
 `bind` mode only binds, without SO_REUSEADDR, so the engine's own bind fails with "Address
 already in use". It prints one line per event on stdout:
-`ready`, `won` or `lost`, then `got <hex>` for what each connection sent.
+`ready`, `won` or `lost`, then `got <hex>` for what each connection sent. An empty `marker` takes
+the port at once (the port of an engine that has stopped).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _wait_for_engine(marker: bytes, deadline: float) -> bool:
 def main() -> None:
     port, mode, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
     print("ready", flush=True)
-    if not _wait_for_engine(marker, time.monotonic() + 120):
+    # An empty marker: take the port now (one a stopped engine left).
+    if marker and not _wait_for_engine(marker, time.monotonic() + 120):
         return
     squat = socket.socket()
     if mode == "listen":

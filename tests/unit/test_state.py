@@ -3,6 +3,8 @@ as long as the data dir's key, whatever other sessions do meanwhile."""
 
 from __future__ import annotations
 
+import base64
+import string
 from typing import Any
 
 import pytest
@@ -61,3 +63,17 @@ def test_ids_are_bounded_before_anything_is_inflated() -> None:
 def test_a_snapshot_too_large_for_an_id_gets_none_not_an_error() -> None:
     store: Snapshots[str] = Snapshots("kv", lambda: KEY, lambda s: s, str)
     assert store.keep("x" * 300_000) is None
+
+
+def test_an_id_has_one_spelling_other_base64_of_the_same_bytes_is_refused() -> None:
+    snapshot_id = snapshots().keep({"hits": 1})
+    assert snapshot_id is not None
+    body, mac = snapshot_id.rsplit(".", 1)
+    alphabet = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
+    # The last character's low bits carry nothing (16 bytes in 22 characters): another value
+    # there decodes to the same MAC; so does a stray character the decoder would skip.
+    other_bits = mac[:-1] + alphabet[alphabet.index(mac[-1]) ^ 1]
+    for spelling in (other_bits, mac[:5] + "!" + mac[5:]):
+        assert base64.urlsafe_b64decode(spelling + "==") == base64.urlsafe_b64decode(mac + "==")
+        with pytest.raises(SnapshotIdError, match="signature does not match"):
+            snapshots().find(body + "." + spelling, "kv_stats")

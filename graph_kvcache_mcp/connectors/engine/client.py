@@ -169,9 +169,13 @@ class KvClient:
         while True:
             if deadline.remaining_s() <= 0:
                 return self.core.timed_out(deadline)
+            wire = self.core.current_wire()
+            if isinstance(wire, Unavailable):
+                return wire
             try:
-                return await self.core.wire.exchange_async(method, path, body, deadline=deadline)
+                return await wire.exchange_async(method, path, body, deadline=deadline)
             except WireError as exc:
+                self.core.wire_failed(wire, exc)
                 pause = self.core.retry_pause(exc, pauses, deadline)
                 if pause < 0:
                     return self.core.replies.give_up(exc)

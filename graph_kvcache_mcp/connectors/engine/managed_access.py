@@ -32,6 +32,7 @@ from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.access import AccessInfo, KvAccess, Source
+from graph_kvcache_mcp.connectors.engine.children.dependents import dependents_refusal
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import KvTarget, sync_client_for
 from graph_kvcache_mcp.connectors.engine.process import DEFAULT_READY_TIMEOUT_S, ManagedEngine
@@ -68,6 +69,7 @@ class ManagedKvAccess(KvAccess):
         self.settings = settings
         self.engine = ManagedEngine(settings.data_dir)
         self._client: KvClient | None = None
+        self._client_token: SecretStr | None = None
         self._binding: Binding | None = None
         self._lease = SessionLease(self.engine)
         self._started_pid: int | None = None
@@ -333,15 +335,18 @@ class ManagedKvAccess(KvAccess):
         self._binding = Binding(state, stamp)
 
     async def _point_at(self, base_url: str) -> KvClient:
-        if self._client is None or self._client.base_url != base_url:
+        # A restarted engine may have a new token (after an unclean stop) on the same port.
+        token = self.engine.existing_token()
+        if self._client is None or self._client.base_url != base_url or self._client_token != token:
             await self._drop_client()
-            self._client = self._new_client(base_url)
+            self._client = self._new_client(base_url, token)
+            self._client_token = token
         return self._client
 
-    def _new_client(self, base_url: str) -> KvClient:
+    def _new_client(self, base_url: str, token: SecretStr | None) -> KvClient:
         target = KvTarget(
             base_url,
-            self.engine.existing_token(),
+            token,
             "managed",
             # The state records the backend, so key limits need no stats call to learn it.
             self._binding.state.backend if self._binding is not None else None,
@@ -358,6 +363,9 @@ class ManagedKvAccess(KvAccess):
         return await self._lease.release(stop_if_last=stop_if_last)
 
     async def _stop_refusal(self, state: EngineState) -> str | None:
+        data_dir = self.engine.data_dir
+        if (refusal := await anyio.to_thread.run_sync(dependents_refusal, data_dir)) is not None:
+            return refusal
         return stop_refusal(
             state,
             await self._lease.others(),

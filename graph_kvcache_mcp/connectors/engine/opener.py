@@ -6,6 +6,7 @@ the data dir > the engine's default address, http://127.0.0.1:9130.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIABLE, engine_proof
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.reasons import EngineSource
@@ -52,10 +54,19 @@ def engine_environment(settings: Settings) -> dict[str, str]:
     }
     if target.token is not None:
         env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = target.token.get_secret_value()
+    env.update(engine_proof_environment(target, settings))
     return env
 
 
-def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
+def engine_proof_environment(target: KvTarget, settings: Settings) -> dict[str, str]:
+    """For a child that uses the managed engine: where that engine's record lives, so the child
+    proves the engine holds its port before each token leaves (`children.proof`)."""
+    return {ENGINE_DIR_VARIABLE: str(settings.data_dir)} if target.source == "managed" else {}
+
+
+def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = False) -> SyncKvClient:
+    """A blocking client for `target`; `proved`: inside a child we started, through the proof
+    its environment asks for (`children.proof.engine_proof`)."""
     return SyncKvClient(
         target.base_url,
         target.token,
@@ -63,6 +74,7 @@ def sync_client_for(target: KvTarget, settings: Settings) -> SyncKvClient:
         concurrency=settings.kv_concurrency,
         source=target.source,
         backend=target.backend,
+        proof=engine_proof(os.environ) if proved else None,
     )
 
 
@@ -87,7 +99,7 @@ def sync_client_from_params(
         kv_timeout_s=timeout_s,
         kv_concurrency=concurrency,
     )
-    return sync_client_for(resolve_kv_target(settings), settings)
+    return sync_client_for(resolve_kv_target(settings), settings, proved=True)
 
 
 @asynccontextmanager

@@ -208,6 +208,10 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         resp: bool,
     ) -> EngineStatus:
         note = progress or (lambda _message: None)
+        # A record whose process is gone: the engine died (killed, crashed) without `stop`. Its
+        # port was free for anyone since, and children kept sending the token to it until they
+        # saw it go: the next engine gets a new token.
+        unclean = self.state() is not None and self.running_state(tidy=False) is None
         if (state := self.running_state()) is not None:
             status = self.status()
             if resp and state.resp_port is None:
@@ -229,6 +233,8 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
                 f"`graph-kvcache-mcp engine stop --data-dir {self.data_dir}` and start again"
             )
         binary = engine_binary()
+        if unclean:
+            self.rotate_token()
         chosen = port or free_port(ENGINE_HOST)
         if not wait_port_free(ENGINE_HOST, chosen, PORT_RELEASE_GRACE_S):
             raise EngineProcessError(

@@ -139,6 +139,10 @@ class KvReplies:
         """The `Unavailable` for a request whose every attempt failed."""
         return self._fail(explain_fault(exc, self.url, self.source), None)
 
+    def refuse(self, reason: str) -> Unavailable:
+        """The `Unavailable` for a request that was not sent (`reason` says why)."""
+        return self._fail(reason, None)
+
     def _unexpected(self, response: WireResponse) -> Unavailable:
         reason = explain_status(response, self.url, self.token_given)
         return self._fail(reason, response.status)

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, TypeAlias, TypeVar
+from typing import Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic import SecretStr
 
@@ -61,6 +61,19 @@ R = TypeVar("R")
 _T = TypeVar("_T")
 
 
+class WireProof(Protocol):
+    """Where a child process gets its wire when the engine must be proved first
+    (`children.proof.ManagedEngineProof`)."""
+
+    def wire(self) -> EngineWire | str:
+        """The proved engine's wire, or why no request may be sent now."""
+        ...
+
+    def forget(self, wire: EngineWire) -> None:
+        """`wire`'s connection failed: prove the engine again before the next request."""
+        ...
+
+
 class SyncKvClient:
     """Blocking client for one engine; safe to share between threads.
 
@@ -77,6 +90,7 @@ class SyncKvClient:
         concurrency: int = 8,
         source: EngineSource = "configured",
         backend: EngineBackend | None = None,
+        proof: WireProof | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -86,6 +100,8 @@ class SyncKvClient:
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.wire = EngineWire(self.endpoint, token)
+        self.proof = proof
+        """With a proof every request goes through the wire it hands out (never `wire`)."""
         self.replies = KvReplies(self.endpoint.url, source, token_given=token is not None)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -229,6 +245,19 @@ class SyncKvClient:
             for key in keys
         ]
 
+    def current_wire(self) -> EngineWire | Unavailable:
+        """The wire for the next request: the proof's when there is one (or why none is sent)."""
+        if self.proof is None:
+            return self.wire
+        wire = self.proof.wire()
+        return self.replies.refuse(wire) if isinstance(wire, str) else wire
+
+    def wire_failed(self, wire: EngineWire, exc: WireError) -> None:
+        """A request on `wire` failed: a connection failure makes the proof be made again (a
+        timeout does not: the engine is slow, not gone)."""
+        if self.proof is not None and not isinstance(exc, WireTimeout):
+            self.proof.forget(wire)
+
     def timed_out(self, deadline: Deadline) -> Unavailable:
         """The answer for a request the call's deadline left no time to start."""
         return self.replies.give_up(WireTimeout("queue", deadline.budget_s))
@@ -295,9 +324,13 @@ class SyncKvClient:
         while True:
             if deadline.remaining_s() <= 0:
                 return self.timed_out(deadline)
+            wire = self.current_wire()
+            if isinstance(wire, Unavailable):
+                return wire
             try:
-                return self.wire.exchange(method, path, body, deadline=deadline, sink=sink)
+                return wire.exchange(method, path, body, deadline=deadline, sink=sink)
             except WireError as exc:
+                self.wire_failed(wire, exc)
                 pause = self.retry_pause(exc, pauses, deadline)
                 if pause < 0:
                     return self.replies.give_up(exc)

@@ -20,6 +20,7 @@ import asyncio
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -101,8 +102,17 @@ class Deadline:
 class EngineWire:
     """Sends single requests to one engine. Thread-safe: it holds no connection state."""
 
-    def __init__(self, endpoint: HttpEndpoint, token: SecretStr | None) -> None:
+    def __init__(
+        self,
+        endpoint: HttpEndpoint,
+        token: SecretStr | None,
+        *,
+        still_held: Callable[[], bool] | None = None,
+    ) -> None:
         self.endpoint = endpoint
+        self._still_held = still_held
+        """Asked after each connection is made, before a byte goes out: False when the process
+        proved to hold the port has gone (`children.proof`), and the port may be someone else's."""
         self._auth = (
             f"Authorization: Bearer {token.get_secret_value()}\r\n".encode("latin-1")
             if token is not None
@@ -135,9 +145,11 @@ class EngineWire:
         """
         size = 0 if body is None else len(body)
         head = self._head(method, path, body, headers)
+        self._check_holder()  # a known-dead holder: not even a connection to its old port
         sock = self._connect(deadline)
         stage: Stage = "write"
         try:
+            self._check_holder()
             sock.settimeout(deadline.socket_timeout_s())
             if body is None:
                 sock.sendall(head)
@@ -189,6 +201,7 @@ class EngineWire:
         loop = asyncio.get_running_loop()
         size = 0 if body is None else len(body)
         head = self._head(method, path, body, headers)
+        self._check_holder()
         sock = socket.socket(socket.AF_INET6 if ":" in self.endpoint.host else socket.AF_INET)
         sock.setblocking(False)
         stage: Stage = "connect"
@@ -203,6 +216,7 @@ class EngineWire:
                     raise WireRefused("connection refused") from exc
                 except (ConnectionResetError, ConnectionAbortedError) as exc:
                     raise WireUnsent(f"connection reset while connecting ({exc.strerror})") from exc
+                self._check_holder()
                 stage = "write"
                 if body is None:
                     await loop.sock_sendall(sock, head)
@@ -228,6 +242,10 @@ class EngineWire:
             ) from exc
         finally:
             sock.close()
+
+    def _check_holder(self) -> None:
+        if self._still_held is not None and not self._still_held():
+            raise WireUnsent("the engine proved to hold this port has exited; nothing was sent")
 
     def _head(self, method: str, path: str, body: bytes | None, headers: bytes) -> bytes:
         target = (self.endpoint.base_path + path).encode("ascii")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.files.private import private_dir, write_private
+from graph_kvcache_mcp.connectors.files.private import private_dir, remove_own, write_private
 
 FILE_SUFFIX = "_FILE"
 FILED_SECRETS = ("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "LMCACHE_RESP_PASSWORD")
@@ -32,3 +32,10 @@ def filed_secrets(env: Mapping[str, str], directory: Path) -> dict[str, str]:
         write_private(path, value)
         out[name + FILE_SUFFIX] = str(path)
     return out
+
+
+def remove_filed_secrets(directory: Path) -> None:
+    """Remove the files `filed_secrets` wrote to `directory` (once the child that read them has
+    stopped: a secret on disk outliving its process is one more copy to leak)."""
+    for name in FILED_SECRETS:
+        remove_own(directory / name.lower())

@@ -2,6 +2,11 @@
 which chunk in L1, from its directory. The API has no auth; only loopback or listed hosts are
 accepted (parse_http_url). Every call is bounded by the client's timeout: a coordinator that is
 down or hangs reads as `Unavailable(reason)`, never as "nothing cached".
+
+Our calls carry prompts' token ids and we believe the answers, so on loopback the port must be
+held by a process of our own user (`identity.listener_user`) before the first call, and again
+after a connection failure: another user who took the port of a coordinator that died (or bound
+it first) is sent nothing and its answers are never read.
 """
 
 from __future__ import annotations
@@ -9,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Self
 
+import anyio.to_thread
 import httpx2
 
-from graph_kvcache_mcp.domain.endpoints import parse_http_url
+from graph_kvcache_mcp.connectors.processes.identity import listener_user
+from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.fleet.tier_trust import Registration, process_start_s
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
@@ -22,8 +29,11 @@ class CoordinatorHttp:
     """One coordinator's HTTP API. Use as `async with`."""
 
     def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.url = parse_http_url(url, what="LMCache coordinator URL").url.rstrip("/")
+        self.endpoint: HttpEndpoint = parse_http_url(url, what="LMCache coordinator URL")
+        self.url = self.endpoint.url.rstrip("/")
         self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+        self._proved = not self.endpoint.is_loopback
+        """A listed remote host cannot be proved from here: the user named it."""
 
     def __repr__(self) -> str:
         return f"CoordinatorHttp({self.url!r})"
@@ -60,6 +70,8 @@ class CoordinatorHttp:
 
     async def started_s(self) -> float | None:
         """When the coordinator process started (its /metrics); None when it does not say."""
+        if await self._refusal() is not None:
+            return None
         try:
             reply = await self._http.get(self.url + "/metrics")
         except httpx2.HTTPError:
@@ -131,10 +143,28 @@ class CoordinatorHttp:
             return body
         return [item for item in body.get("instances") or [] if isinstance(item, dict)]
 
+    async def _refusal(self) -> Unavailable | None:
+        """Why nothing may be sent to the coordinator's port now (None once it is proved ours)."""
+        if self._proved:
+            return None
+        owner = await anyio.to_thread.run_sync(listener_user, self.endpoint.port)
+        if owner == "ours":
+            self._proved = True
+            return None
+        if owner == "none":
+            return Unavailable(f"LMCache coordinator not reachable at {self.url} (nothing listens)")
+        return Unavailable(
+            f"the port of the LMCache coordinator at {self.url} is held by another user's "
+            "process: nothing is sent to it (start the coordinator again on another port)"
+        )
+
     async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any] | Unavailable:
+        if (refused := await self._refusal()) is not None:
+            return refused
         try:
             reply = await self._http.request(method, self.url + path, json=body)
         except httpx2.HTTPError as exc:
+            self._proved = not self.endpoint.is_loopback  # the port may change hands: prove again
             return Unavailable(
                 f"LMCache coordinator not reachable at {self.url} ({type(exc).__name__})"
             )

@@ -1,6 +1,10 @@
 """The managed `lmcache coordinator`: started on loopback from LMCache's venv with the servers'
 chunk size and hash, its checkpoint and metadata in our private data dir, reused while it runs,
 stopped only by us. The plan is `domain.lmcache.coordinator_plan`.
+
+It counts as started, and is reused, only while its process group holds every listening socket on
+its port (`identity.listener_owner`): LMCache imports for seconds before it binds, and another user
+watching for it could take the port first.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from graph_kvcache_mcp.connectors.processes.control import (
     stop_process,
     tail,
 )
+from graph_kvcache_mcp.connectors.processes.identity import (
+    ListenerOwner,
+    describe_listener,
+    listener_owner,
+)
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.processes.state_file import ProcessState, StateFile
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import (
@@ -30,7 +39,8 @@ from graph_kvcache_mcp.domain.lmcache.coordinator_plan import (
 )
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
-ENTRY_MODULE = "lmcache.cli.main"
+ENTRY_MODULE = "graph_kvcache_mcp.plugins.lmcache.coordinator"
+"""LMCache's coordinator behind our owner-only filter (`plugins/lmcache/coordinator.py`)."""
 READY_TIMEOUT_S = 60.0
 
 
@@ -78,6 +88,12 @@ class ManagedCoordinator:
                     f"{state.chunk_size}-token chunks with {state.hash_algorithm}, the servers "
                     f"{chunk_size} with {hash_algorithm}: stop it (lmcache stop) and start again"
                 )
+            if (owner := listener_owner(state.process.pid, state.port, group=True)) != "ours":
+                raise LmcacheProcessError(
+                    f"the managed lmcache coordinator (pid {state.process.pid}) does not hold its "
+                    f"port {state.port} ({_holder(owner, state.port)}): nothing is sent there; "
+                    "stop it (lmcache stop) and start again"
+                )
             return state
         private_dir(self.home)
         port = free_port()
@@ -103,7 +119,18 @@ class ManagedCoordinator:
         )
         self.state_file.write(state)
         deadline = time.monotonic() + ready_timeout_s
-        while not _answers(state.url):
+        # LMCache imports for seconds before it binds: a process that binds the port first must
+        # not be taken for it (our servers would register and post token ids there).
+        while (owner := listener_owner(record.pid, port, group=True)) != "ours" or not _answers(
+            state.url
+        ):
+            if owner == "foreign":
+                holder = _holder(owner, port)
+                self.stop()
+                raise LmcacheProcessError(
+                    f"another process ({holder}) took the lmcache coordinator's port {port} before "
+                    "it bound: nothing was sent there; start again (a new port is picked)"
+                )
             if process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise LmcacheProcessError(
@@ -133,6 +160,10 @@ class ManagedCoordinator:
             return None
         self.stop(term_wait_s=term_wait_s)
         return state.process.pid
+
+
+def _holder(owner: ListenerOwner, port: int) -> str:
+    return "nothing listens there" if owner == "none" else describe_listener(port)
 
 
 def _answers(url: str) -> bool:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_kvcache_mcp.connectors.files.private import exclusive, private_dir
-from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
+from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets, remove_filed_secrets
 from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheState,
     LmcacheStatus,
@@ -65,7 +65,7 @@ from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
-from graph_kvcache_mcp.domain.lmcache.stack import rpc_socket_path
+from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, rpc_socket_path
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
@@ -215,6 +215,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             )
         how = stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
+        remove_filed_secrets(self.home)
         if state.rpc_url is not None:  # LMCache leaves its socket file behind
             Path(state.rpc_url.removeprefix("ipc://")).unlink(missing_ok=True)
         return LmcacheStopResult(
@@ -267,11 +268,18 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         command = (python or self.python, "-m", ENTRY_MODULE, *server.argv[1:])
         began = time.monotonic()
         socket = rpc_socket_path(self.data_dir, port)
-        rpc_url = None
-        if socket is not None:
-            socket.unlink(missing_ok=True)  # a socket a killed server left; ours (0700 dir)
-            rpc_url = f"ipc://{socket}"
-            env = {**env, RPC_URL_ENV: rpc_url}
+        if socket is None:
+            # LMCache would serve its KV RPC on loopback TCP, where every local user can read
+            # and write L1 (and, through our adapter, the engine): refused, never a fallback.
+            raise LmcacheProcessError(
+                f"the data dir {self.data_dir} is too long for the lmcache server's private KV "
+                f"RPC socket (over {MAX_IPC_PATH} characters with lmcache/rpc-{port}.sock): it "
+                "would fall back to a TCP port every local user can reach. Choose a shorter "
+                "--data-dir"
+            )
+        socket.unlink(missing_ok=True)  # a socket a killed server left; ours (0700 dir)
+        rpc_url = f"ipc://{socket}"
+        env = {**env, RPC_URL_ENV: rpc_url}
         process, record = spawn_logged(
             command,
             # Only what a Python + torch stack needs, then the plan's own (the engine's URL and

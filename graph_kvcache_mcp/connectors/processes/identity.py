@@ -180,6 +180,37 @@ def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner
     return "ours" if everyone <= ours else "foreign"
 
 
+def listener_user(port: int) -> ListenerOwner:
+    """Who listens on TCP `port`, by user: "ours" when every listening socket there belongs to
+    a process running as our user (another user's squatter fails), "none" when nothing listens,
+    else "foreign". For a port whose process we did not record (a coordinator given by URL)."""
+    try:
+        sockets = [
+            found
+            for found in psutil.net_connections(kind="tcp")
+            if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
+        ]
+    except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
+        mine = any(
+            _listening_addresses(_sockets_of(process.pid), port)
+            for process in psutil.process_iter()
+            if _is_our_user(process.pid)
+        )
+        return "ours" if mine else ("foreign" if _answers(port) else "none")
+    if not sockets:
+        return "none"
+    return "ours" if all(_is_our_user(found.pid) for found in sockets) else "foreign"
+
+
+def _is_our_user(pid: int | None) -> bool:
+    if pid is None:  # a holder hidden from us: not ours
+        return False
+    try:
+        return _same_user(psutil.Process(pid))
+    except _GONE:
+        return False
+
+
 def _sockets_of(pid: int) -> list[Any]:
     try:
         return list(psutil.Process(pid).net_connections(kind="tcp"))

@@ -30,7 +30,7 @@ from graph_kvcache_mcp.connectors.files.private import (
     refuse_link,
     remove_own,
 )
-from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets
+from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets, remove_filed_secrets
 from graph_kvcache_mcp.connectors.processes.control import (
     reap_group,
     spawn_logged,
@@ -202,6 +202,7 @@ class ManagedVllm:
         how = stop_process(state.process, term_wait_s=term_wait_s)
         leftovers = reap_group(state.process.pid, wait_s=term_wait_s)
         self.state_file.clear()
+        remove_filed_secrets(self.home)
         self.remove_leftovers(state, segments)
         return VllmStopResult(
             stopped=how != "not_running",
@@ -237,7 +238,8 @@ class ManagedVllm:
         # connector, or by the user): the restart binds the same cores, so it computes alike.
         reserved = environment_value(state.process.pid, RESERVED_CPUS_ENV)
         self.stop()
-        _remove_identity_file(state.wiring.identity_file)  # the new connector writes its own
+        # The new connector writes its own.
+        _remove_identity_file(state.wiring.identity_file, self.home)
         if while_stopped is not None:
             while_stopped()
         launch = VllmLaunch(
@@ -404,7 +406,7 @@ class ManagedVllm:
             return launch
         private_dir(self.home)
         path = launch.kv_identity_file or str(self.home / IDENTITY_FILE_NAME)
-        _remove_identity_file(path)
+        _remove_identity_file(path, self.home)
         return launch.model_copy(update={"kv_identity_file": path})
 
     def _launch(
@@ -488,8 +490,10 @@ class ManagedVllm:
         return [name for name in sorted(names) if remove_own(Path(name))]
 
 
-def _remove_identity_file(path: str | None) -> None:
-    """Remove an EngineKVConnector identity record (never through a link)."""
-    if path:
+def _remove_identity_file(path: str | None, home: Path) -> None:
+    """Remove an EngineKVConnector identity record we placed in our private dir `home` (a file
+    of ours, never through a link). A path elsewhere (named in hand-written extra args) is the
+    user's file: left alone."""
+    if path and Path(path).parent.resolve() == home.resolve():
         refuse_link(Path(path))
-        Path(path).unlink(missing_ok=True)
+        remove_own(Path(path))

@@ -31,7 +31,8 @@ MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, less elsewhere
 def rpc_socket_path(data_dir: Path, port: int) -> Path | None:
     """Where the managed `lmcache server` of `data_dir` serves its KV RPC instead of TCP `port`:
     a unix socket in its private dir, reachable by its owner only (LMCache's MP protocol has no
-    authentication). None when the path is too long for a unix socket: TCP then."""
+    authentication). None when the path is too long for a unix socket: the managed server then
+    refuses to start (its TCP port would be every local user's)."""
     path = data_dir / "lmcache" / f"rpc-{port}.sock"
     return path if len(str(path)) <= MAX_IPC_PATH else None
 

@@ -5,8 +5,9 @@ LMCache's admin HTTP API has no authentication and listens on a loopback TCP por
 user can reach (0.5.6 binds it with uvicorn's host and port only: no unix socket). Among its
 routes, `GET /env` returns the server's whole environment, and others clear the cache, reset the
 metrics, change quotas, add or remove L2 adapters, or run a script. Before the server starts, this
-entry point answers 404 to all but the read-only routes the project reads (`ADMIN_ROUTES`), so a
-neighbour reaching the port learns health, status, version and counters, and changes nothing.
+entry point answers 404 to all but the read-only routes the project reads (`ADMIN_ROUTES`), and
+to every request whose client socket is not our user's (`owner_only.from_owner`), so a neighbour
+reaching the port learns nothing and changes nothing.
 
 LMCache's KV RPC (ZMQ, no authentication either) is bound by the 0.5.6 server on
 `tcp://<host>:<port>` only, though its clients accept `ipc://`. With `GRAPH_KVCACHE_LMCACHE_RPC_URL`
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graph_kvcache_mcp.plugins.lmcache.owner_only import from_owner, refuse
+
 ADMIN_ROUTES = frozenset({"/", "/healthcheck", "/status", "/lmc_version", "/metrics", "/config"})
 """GET routes kept: what `connectors/lmcache/admin_http.py` and the lifecycle read (`/config`
 names the chunk size and hash; secrets reach the server by file, never through its config)."""
@@ -34,8 +37,8 @@ COORDINATOR_ROUTES = frozenset(
     {("POST", "/cache/prefetches"), ("DELETE", "/cache/objects"), ("GET", "/cache/objects")}
 )
 """What LMCache's coordinator calls back on a server joined to it, to warm and evict L1 (and
-the poll of a prefetch, `GET /cache/prefetches/<id>`): no more than the coordinator itself
-already lets any local user do (docs/security.md)."""
+the poll of a prefetch, `GET /cache/prefetches/<id>`): served only to a connection our own user
+made (`owner_only.from_owner`), as the coordinator runs as that user."""
 PREFETCH_POLL = "/cache/prefetches/"
 COORDINATOR_URL_FLAG = "--coordinator-url"  # LMCache's flag; this module imports none of ours
 RESP_PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
@@ -55,15 +58,16 @@ class AdminRoutesOnly:
         self.coordinator = coordinator  # joined: the coordinator's callbacks are served too
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" or (scope["type"] == "http" and self._serves(scope)):
+        # Every route to our own user only: the coordinator's callbacks, and `/config` (the
+        # chunk size, hash and L2 wiring) and the counters, which tell a neighbour how busy we are.
+        if scope["type"] == "lifespan" or (
+            scope["type"] == "http" and self._serves(scope) and from_owner(scope)
+        ):
             await self.app(scope, receive, send)
             return
         if scope["type"] != "http":
             return  # a websocket: closed unanswered
-        body = b'{"detail":"Not Found"}'
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await refuse(send, 404, "Not Found")
 
     def _serves(self, scope: Any) -> bool:
         method, path = scope["method"], scope["path"]
@@ -71,9 +75,10 @@ class AdminRoutesOnly:
             return True
         if not self.coordinator:
             return False
-        return (method, path) in COORDINATOR_ROUTES or (
+        callback = (method, path) in COORDINATOR_ROUTES or (
             method == "GET" and path.startswith(PREFETCH_POLL)
         )
+        return callback
 
 
 def load_filed_secret(name: str) -> None:

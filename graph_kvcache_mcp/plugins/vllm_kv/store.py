@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.children.proof import engine_proof
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.http_response import BodySink
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
@@ -156,7 +157,9 @@ class EngineBlockStore:
         """
         settings = Settings.from_env(environ)
         url = settings.kv_url or f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}"
-        client = SyncKvClient(url, settings.kv_token, timeout_s=settings.kv_timeout_s)
+        client = SyncKvClient(
+            url, settings.kv_token, timeout_s=settings.kv_timeout_s, proof=engine_proof(environ)
+        )
         return cls(client, timeout_s=settings.kv_timeout_s, concurrency=settings.kv_concurrency)
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.opener import engine_proof_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
@@ -118,11 +118,11 @@ def server_environment(
     engine token from the engine `settings` resolve to, anything else from `environ`; a reference
     with no value is left out rather than passed on literally."""
     source = os.environ if environ is None else environ
-    token = resolve_kv_target(settings).token
+    target = resolve_kv_target(settings)
     values = dict(source)
-    if token is not None:
-        values["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = token.get_secret_value()
-    env: dict[str, str] = {}
+    if target.token is not None:
+        values["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = target.token.get_secret_value()
+    env: dict[str, str] = engine_proof_environment(target, settings)
     for name, value in plan_env.items():
         match = _REFERENCE.match(value)
         if match is None:

@@ -21,6 +21,7 @@ import anyio
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.children.dependents import dependents_refusal
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.state import Backend, EngineStatus, EngineStopResult
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
@@ -40,6 +41,7 @@ from graph_kvcache_mcp.domain.endpoints import approve_http_url, parse_http_url
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import flag_value, join_coordinator
 from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Target, not_managed_here
+from graph_kvcache_mcp.errors import EngineProcessError
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 from graph_kvcache_mcp.services.stack.description import StackDescription, describe_stack
 from graph_kvcache_mcp.services.stack.engine_death import status_with_death
@@ -230,8 +232,15 @@ class Stack:
             resp=resp,
         )
 
-    def stop_engine(self, *, wait_s: float) -> EngineStopResult:
-        """Stop the engine this data dir started, even while sessions use it."""
+    def stop_engine(self, *, wait_s: float, force: bool = False) -> EngineStopResult:
+        """Stop the engine this data dir started, even while sessions use it; unless `force`,
+        not while an `lmcache server` or vLLM we started uses it as its KV tier.
+
+        Raises:
+            EngineProcessError: such processes run (the message names them).
+        """
+        if not force and (refusal := dependents_refusal(self.settings.data_dir)) is not None:
+            raise EngineProcessError(refusal)
         return self.engine.stop(term_wait_s=wait_s)
 
     def engine_status(self) -> EngineStatus:

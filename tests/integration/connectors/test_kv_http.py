@@ -145,5 +145,7 @@ def test_acknowledged_puts_survive_sigkill_and_restart(own_engine: RunningEngine
     os.kill(state.process.pid, signal.SIGKILL)
     assert wait_gone(state.process.pid, timeout_s=10)
     own_engine.managed.start(backend="durable", port=state.port)
-    with own_engine.sync_client() as client:
+    # An engine started after an unclean stop has a new token (the old one may have leaked).
+    assert own_engine.managed.token() != own_engine.token
+    with SyncKvClient(own_engine.base_url, own_engine.managed.token()) as client:
         assert client.get_many([k for k, _ in items]) == [Hit(v) for _, v in items]

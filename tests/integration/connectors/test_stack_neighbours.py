@@ -16,9 +16,23 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port
 from tests.integration.connectors.test_lmcache_server import REQUESTS, bench_server
 from tests.support.engines import RunningEngine, require_in_ci
 from tests.support.lmcache import cpu_server_flags, require_lmcache
-from tests.support.neighbour import as_nobody, can_run_as_nobody
+from tests.support.neighbour import as_nobody, as_owner, can_run_as_nobody
 
 pytestmark = pytest.mark.lmcache
+
+
+def _start_args(data_dir: Path) -> list[str]:
+    """`lmcache start` of a small CPU server in `data_dir`."""
+    python = str(require_lmcache().parent / "python")
+    return [
+        "lmcache",
+        "start",
+        *("--model", "test-model", "--num-layers", "2", "--kv-heads", "2"),
+        *("--head-dim", "64", "--l1-size-gb", "0.1", "--python", python),
+        *("--lmcache-port", str(free_port()), "--lmcache-http-port", str(free_port())),
+        *(f"--extra-arg={flag}" for flag in cpu_server_flags()),
+        *("--data-dir", str(data_dir)),
+    ]
 
 
 @pytest.fixture
@@ -30,21 +44,9 @@ def started_server(
         require_in_ci("root with setpriv and /usr/bin/python3 (a second local user)")
     monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", memory_engine.base_url)
     monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", memory_engine.token.get_secret_value())
-    python = str(require_lmcache().parent / "python")
     managed = ManagedLmcache(tmp_path)
     try:
-        code = main(
-            [
-                "lmcache",
-                "start",
-                *("--model", "test-model", "--num-layers", "2", "--kv-heads", "2"),
-                *("--head-dim", "64", "--l1-size-gb", "0.1", "--python", python),
-                *("--lmcache-port", str(free_port()), "--lmcache-http-port", str(free_port())),
-                *(f"--extra-arg={flag}" for flag in cpu_server_flags()),
-                *("--data-dir", str(tmp_path)),
-            ]
-        )
-        assert code == 0
+        assert main(_start_args(tmp_path)) == 0
         yield managed.status(), managed
     finally:
         managed.stop()
@@ -58,11 +60,16 @@ def test_a_neighbour_reads_no_engine_token_from_the_lmcache_servers_admin_api(
     assert status.http_url is not None and status.pid is not None
 
     env = as_nobody("http", "GET", status.http_url + "/env")
-    health = as_nobody("http", "GET", status.http_url + "/healthcheck")
+    health = as_owner("http", "GET", status.http_url + "/healthcheck")
+    refused = [
+        as_nobody("http", "GET", status.http_url + path)["status"]
+        for path in ("/healthcheck", "/config", "/metrics", "/status")
+    ]
     environ = Path(f"/proc/{status.pid}/environ").read_bytes().decode(errors="replace")
 
     assert env["status"] == 404 and token not in env["body"], env
     assert health["status"] == 200  # what we read ourselves still answers
+    assert refused == [404] * 4  # ... and to no one else
     # Not in its environment at all, only the private file's path, which nobody cannot open.
     assert token not in environ
     token_file = managed.home / "epistemic_graph_kvcache_token"
@@ -71,6 +78,9 @@ def test_a_neighbour_reads_no_engine_token_from_the_lmcache_servers_admin_api(
     # ... and the adapter inside the server found the token there: it reached the engine.
     # An HTTP 401 as its own number: ports, pids and timestamps (",401" ms) hold "401" too.
     assert not re.search(r"(?<![\d,.:])401(?!\d)", managed.log_path.read_text(errors="replace"))
+    # No copy of the token outlives the server.
+    managed.stop()
+    assert not token_file.exists()
 
 
 def test_a_neighbour_cannot_change_the_lmcache_servers_state_over_its_admin_api(
@@ -113,3 +123,17 @@ def test_a_neighbour_cannot_connect_to_the_lmcache_servers_kv_rpc(
     assert bench.count("CHECKSUM MATCH OK") == REQUESTS, bench[-2000:]
     managed.stop()
     assert not (managed.home / f"rpc-{state.port}.sock").exists()  # a stop leaves no socket
+
+
+def test_a_data_dir_too_long_for_the_rpc_socket_gets_no_tcp_kv_rpc(
+    memory_engine: RunningEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", memory_engine.base_url)
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", memory_engine.token.get_secret_value())
+    long_dir = tmp_path / ("d" * 100)
+    assert main(_start_args(long_dir)) != 0
+    assert "too long for the lmcache server's private KV RPC socket" in capsys.readouterr().err
+    assert ManagedLmcache(long_dir).running_state() is None  # refused before anything started
