@@ -43,7 +43,7 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolRequestParams, Req
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
-from graph_kvcache_mcp.domain.tasks import POLL_INTERVAL_S, BookFull, TaskBook, TaskRecord
+from graph_kvcache_mcp.host.task_book import POLL_INTERVAL_S, BookFull, TaskBook, TaskRecord
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_kvcache_mcp.domain.tasks import BookFull, TaskBook
+from graph_kvcache_mcp.host.task_book import BookFull, TaskBook
 
 DONE = {"content": [], "isError": False}
 
