@@ -19,6 +19,7 @@ from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.stack import Coordinator, StackOptions
 from graph_kvcache_mcp.domain.vllm.chat import AnswerTokens, Temperature
+from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV, PROBE_TIMEOUT_ENV
 from graph_kvcache_mcp.domain.vllm.launch import (
     BlockSize,
     GpuMemoryUtilization,
@@ -66,6 +67,7 @@ from graph_kvcache_mcp.tools._common import (
     state_of,
 )
 from graph_kvcache_mcp.tools.file_paths import path_inside_roots
+from graph_kvcache_mcp.tools.progress import with_progress
 
 TOOLSET = "vllm"
 # Dropping the prefix cache changes what later calls cost, so it is a destructive write.
@@ -105,13 +107,23 @@ async def vllm_chat(
     try:
         conversation = vllm_service.conversation(message, system, messages)
         async with access.borrowed() as client:
-            out = await vllm_service.chat(
+            call = partial(
+                vllm_service.chat,
                 client,
                 conversation,
                 model=model or access.settings.vllm_model,
                 max_tokens=max_tokens,
                 temperature=temperature,
                 stream=stream,
+            )
+            # The model lookup and the /metrics read before the call are probes; then the call.
+            bound_s = client.timeout_s + 2 * client.probe_timeout_s
+            out = await with_progress(
+                ctx,
+                call,
+                what=f"vLLM chat at {client.root_url}",
+                bound_s=bound_s,
+                knob=CALL_TIMEOUT_ENV,
             )
     except InvalidValue as exc:
         raise ToolError(str(exc)) from exc
@@ -138,12 +150,20 @@ async def vllm_metrics(
     access = state.vllm
     try:
         async with access.borrowed() as client:
-            out = await vllm_service.metrics(
+            scrape = partial(
+                vllm_service.metrics,
                 client,
                 model or access.settings.vllm_model,
                 before.vllm if before else None,
                 data_dir=access.settings.data_dir,
                 since_lmcache=before.lmcache if before else None,
+            )
+            out = await with_progress(
+                ctx,
+                scrape,
+                what=f"vLLM /metrics at {client.root_url}",
+                bound_s=client.probe_timeout_s,
+                knob=PROBE_TIMEOUT_ENV,
             )
     except UnknownModel as exc:
         raise ToolError(f"{exc}. Call vllm_metrics again with one of those models.") from exc
