@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
+from graph_kvcache_mcp.domain.outcomes import Presence
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -207,3 +208,32 @@ def test_engine_start_resp_opens_the_wire_and_status_shows_it(
         assert code == 0 and f"resp     {address}" in out
     finally:
         run(capsys, "engine", "stop", *data)
+
+
+def test_an_empty_value_is_refused_unless_allow_empty_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty put would spoil the key for good (the engine keeps the first value)."""
+    from tests.support.engines import running_engine
+
+    with running_engine(tmp_path, "memory") as engine:
+        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
+        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+        code, out, err = run(capsys, "kv", "put", "empty:1", "--json")
+        assert code == 2 and "--allow-empty" in err and "Traceback" not in err
+        refused = json.loads(out)  # --json: the error as one object on stdout too
+        assert refused["exit_code"] == 2 and "empty" in refused["error"]
+        assert engine.sync_client().contains("empty:1") == Presence(False)
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+        code, out, _ = run(capsys, "kv", "put", "empty:1", "--allow-empty", "--json")
+        assert code == 0 and json.loads(out)["size_bytes"] == 0
+
+
+def test_json_errors_are_one_object_on_stdout_and_the_text_stays_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "kv", "get", "a?b", "--json")
+    refused = json.loads(out)
+    assert code == 2 and refused["exit_code"] == 2 and "rule: charset" in refused["error"]
+    assert err.startswith("error: ") and "rule: charset" in err
