@@ -52,7 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(subparsers)
+    _describe_every_command(parser)
     return parser
+
+
+def _describe_every_command(parser: argparse.ArgumentParser) -> None:
+    """Give each command's `--help` a description: its own, else the line the list of commands
+    shows for it (so no `--help` opens with a bare usage line)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        listed = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            if not sub.description and listed.get(name):
+                sub.description = listed[name]
+            _describe_every_command(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

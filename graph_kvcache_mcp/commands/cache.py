@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser(
         "cache", help="warm, evict or pin a prompt on an instance's LMCache server"
     )
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{warm,evict,pin,unpin}")
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = fleet_options()
     parent.add_argument("--instance", required=True, help="the fleet instance to act on")
     what = parent.add_mutually_exclusive_group(required=True)
@@ -37,7 +37,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     warm = verbs.add_parser("warm", parents=[parent], help="copy the prompt from L2 into L1")
     warm.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
     evict = verbs.add_parser("evict", parents=[parent], help="drop the prompt from L1")
-    evict.add_argument("--tier", choices=("l1", "l2"), default="l1")
+    evict.add_argument(
+        "--tier",
+        choices=("l1", "l2"),
+        default="l1",
+        help="l1: the lmcache server's memory (default); l2: its L2 store",
+    )
     verbs.add_parser("pin", parents=[parent], help="pin the prompt's L2 keys (coordinator)")
     verbs.add_parser("unpin", parents=[parent], help="remove one pin from them")
     for verb in ("warm", "evict", "pin", "unpin"):

@@ -31,7 +31,7 @@ from graph_kvcache_mcp.commands._common import EXIT_OK, EXIT_UNAVAILABLE, run_as
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.errors import shortened
 from graph_kvcache_mcp.fixtures.tiny_model import build_tiny_model
-from graph_kvcache_mcp.services.stack.engine import stop_engine
+from graph_kvcache_mcp.services.stack.engine import check_engine_installed, stop_engine
 from graph_kvcache_mcp.services.stack.ports import free_port
 
 if TYPE_CHECKING:
@@ -52,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo = subparsers.add_parser(
         "demo",
         help="run a scripted MCP session (stats, put, get, probe) against a local engine",
+        description="Run a scripted MCP session: start this server over stdio with a temporary "
+        "data dir, drive its tools against the engine it starts (stats, put, get, probe) and "
+        "print each call and result. Needs the engine (the [engine] extra); --vllm adds a tiny "
+        "CPU vLLM.",
     )
     demo.add_argument(
         "--data-dir",
@@ -75,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
-    # The demo ignores configured engines on purpose: it shows the embedded default.
+    # The demo ignores configured engines on purpose: it shows the embedded default, so without
+    # the engine installed there is nothing to show (main exits 3 with the install command).
+    check_engine_installed()
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="graph-kvcache-demo-")) if temporary else args.data_dir
     say = _printer()

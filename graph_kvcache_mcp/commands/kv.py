@@ -28,7 +28,7 @@ from graph_kvcache_mcp.services.kv.views import KvExistsOut, KvGetOut, KvPutOut,
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("kv", help="read, write and inspect the engine's KV store")
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{stats,get,put,exists,probe}")
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
     parent.add_argument(
         "--url", dest="kv_url", default=None, help="engine base URL (overrides env)"
@@ -39,12 +39,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     get = verbs.add_parser("get", parents=[parent], help="read one key")
-    get.add_argument("key")
+    get.add_argument("key", help="the engine key to read")
     get.add_argument("-o", "--output", type=Path, help="write the value here (default: stdout)")
     get.set_defaults(handler=run_get)
 
     put = verbs.add_parser("put", parents=[parent], help="store FILE (or stdin) under KEY")
-    put.add_argument("key")
+    put.add_argument("key", help="the engine key to store the value under")
     put.add_argument("file", nargs="?", default="-", help="a file path, or - for stdin (default)")
     put.add_argument(
         "--allow-empty",
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     put.set_defaults(handler=run_put)
 
     exists = verbs.add_parser("exists", parents=[parent], help="which keys are present")
-    exists.add_argument("keys", nargs="+")
+    exists.add_argument("keys", nargs="+", help="engine keys to look up")
     exists.set_defaults(handler=run_exists)
 
     probe = verbs.add_parser("probe", parents=[parent], help="reachability, auth, round trip")

@@ -237,3 +237,18 @@ def test_json_errors_are_one_object_on_stdout_and_the_text_stays_on_stderr(
     refused = json.loads(out)
     assert code == 2 and refused["exit_code"] == 2 and "rule: charset" in refused["error"]
     assert err.startswith("error: ") and "rule: charset" in err
+
+
+def test_demo_without_the_engine_installed_says_so_and_how_to_install_it(tmp_path: Path) -> None:
+    script = (
+        "import sys; sys.modules['epistemic_graph_server'] = None\n"
+        "from graph_kvcache_mcp.cli import main\n"
+        f"raise SystemExit(main(['demo', '--data-dir', {str(tmp_path)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 3
+    assert "not installed" in done.stderr
+    assert "pip install 'graph-kvcache-mcp[engine]'" in done.stderr
+    assert "stopped by" not in done.stdout + done.stderr

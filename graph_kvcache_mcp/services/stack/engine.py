@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine, engine_binary
 from graph_kvcache_mcp.connectors.engine.state import Backend, EngineStatus, EngineStopResult
 
 
@@ -41,3 +41,12 @@ def stop_engine(settings: Settings, *, wait_s: float) -> EngineStopResult:
 def engine_status(settings: Settings) -> EngineStatus:
     """Whether the data dir's engine runs and answers, and which sessions use it."""
     return ManagedEngine(settings.data_dir).status()
+
+
+def check_engine_installed() -> None:
+    """Nothing, when the engine package and its binary are installed.
+
+    Raises:
+        EngineProcessError: they are not; the message gives the install command.
+    """
+    engine_binary()
