@@ -345,6 +345,7 @@ class ManagedKvAccess(KvAccess):
             "managed",
             # The state records the backend, so key limits need no stats call to learn it.
             self._binding.state.backend if self._binding is not None else None,
+            self.engine.token_path,
         )
         return KvClient(sync_client_for(target, self.settings))
 

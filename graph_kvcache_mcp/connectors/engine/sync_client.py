@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Literal, TypeAlias, TypeVar
 
 from pydantic import SecretStr
@@ -77,6 +78,7 @@ class SyncKvClient:
         concurrency: int = 8,
         source: EngineSource = "configured",
         backend: EngineBackend | None = None,
+        token_file: Path | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -86,7 +88,9 @@ class SyncKvClient:
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.wire = EngineWire(self.endpoint, token)
-        self.replies = KvReplies(self.endpoint.url, source, token_given=token is not None)
+        self.replies = KvReplies(
+            self.endpoint.url, source, token_given=token is not None, token_file=token_file
+        )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
