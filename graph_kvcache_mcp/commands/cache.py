@@ -30,7 +30,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     verbs = group.add_subparsers(dest="verb", required=True)
     parent = fleet_options()
-    parent.add_argument("--instance", required=True, help="the fleet instance to act on")
+    parent.add_argument(
+        "--instance",
+        default=None,
+        help="the fleet instance to act on (default: the only one, when the fleet has one)",
+    )
     what = parent.add_mutually_exclusive_group(required=True)
     what.add_argument("--messages", type=Path, help="JSON chat-completions body")
     what.add_argument("--prompt", help="a completions prompt")
@@ -61,23 +65,36 @@ def run_cache(args: argparse.Namespace, settings: Settings) -> int:
     async def main() -> int:
         try:
             async with FleetAccess.once(settings, args.fleet) as conn:
+                instance = args.instance or only_instance(conn.names)
                 target = await cache_service.resolve_target(
-                    conn, TierSources(settings), args.instance, request=request, prompt=args.prompt
+                    conn, TierSources(settings), instance, request=request, prompt=args.prompt
                 )
                 if isinstance(target, Unavailable):
-                    out = CacheOut(instance=args.instance, done=False, reason=target.reason)
+                    out = CacheOut(instance=instance, done=False, reason=target.reason)
                 elif args.verb == "warm":
-                    out = await cache_service.warm(args.instance, target, timeout_s=args.timeout)
+                    out = await cache_service.warm(instance, target, timeout_s=args.timeout)
                 elif args.verb == "evict":
-                    out = await cache_service.evict(args.instance, target, tier=args.tier)
+                    out = await cache_service.evict(instance, target, tier=args.tier)
                 else:
-                    out = await cache_service.pin(args.instance, target, on=args.verb == "pin")
+                    out = await cache_service.pin(instance, target, on=args.verb == "pin")
         except VllmRequestError as exc:
             raise ConfigError(str(exc)) from None
         emit(out, as_json=args.json, human=_describe)
         return EXIT_OK if out.done else EXIT_UNAVAILABLE
 
     return run_async(main)
+
+
+def only_instance(names: list[str]) -> str:
+    """The fleet's one instance, which `--instance` may then leave out.
+
+    Raises:
+        ConfigError: the fleet has several (or none): name one with --instance.
+    """
+    if len(names) == 1:
+        return names[0]
+    listed = ", ".join(names) or "none"
+    raise ConfigError(f"the fleet has {len(names)} instances ({listed}): name one with --instance")
 
 
 def _describe(out: CacheOut) -> str:
