@@ -102,9 +102,9 @@ async def graph_kvcache(
     key: CompatKey = None,
     value_b64: CompatValue = None,
 ) -> GraphKvcacheOut:
-    """The KV store as one tool, for agents written for it: get (value_b64 up to 64 KiB),
-    put (already_present: the first value was kept), contains or exists (same answer), stats.
-    Many keys: kv_exists."""
+    """The KV store as one tool (for agents written for it): get (value_b64 up to 64 KiB), put
+    (already_present: the first value was kept), contains/exists (same answer), stats. Many keys:
+    kv_exists."""
     return await _run(ctx, action, key, value_b64)
 
 

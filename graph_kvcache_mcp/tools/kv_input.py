@@ -33,8 +33,8 @@ MAX_B64_CHARS = (MAX_VALUE_BYTES + 2) // 3 * 4
 Key = Annotated[
     str,
     Field(
-        description="Engine key, sent as written: printable ASCII without spaces, '?' or '#'; "
-        f"at most {DURABLE_MAX_KEY_BYTES} bytes (durable) or {MEMORY_MAX_KEY_BYTES} (memory)."
+        description="Engine key, sent as written: printable ASCII, no spaces, '?' or '#'; at most "
+        f"{DURABLE_MAX_KEY_BYTES} bytes durable, {MEMORY_MAX_KEY_BYTES} memory."
     ),
 ]
 Keys = Annotated[

@@ -100,8 +100,8 @@ async def vllm_chat(
     temperature: Annotated[Temperature, Field(description="0 = greedy (repeatable).")] = 0.0,
     stream: Annotated[bool, Field(description="Stream, to measure TTFT.")] = False,
 ) -> VllmChatOut:
-    """One chat request to vLLM: the answer and a trace (prompt tokens; prefix_cache_hit_tokens
-    and cached_tokens_source, where that count came from, null = unknown; latency; TTFT when
+    """One chat request to vLLM: the answer and a trace (prompt tokens, prefix_cache_hit_tokens,
+    cached_tokens_source: where that count came from, null = unknown; latency; TTFT when
     streamed)."""
     access = state_of(ctx).vllm
     try:
@@ -139,12 +139,12 @@ async def vllm_metrics(
     model: Model = None,
     since: Annotated[
         str | None,
-        Field(description="snapshot_id of an earlier vllm_metrics result: adds `delta`."),
+        Field(description="snapshot_id of an earlier result: adds `delta`."),
     ] = None,
 ) -> VllmMetricsOut:
-    """vLLM /metrics for one model: prefix-cache queries, hits, hit rate, connector hits,
-    prompt tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass
-    its snapshot_id as since later for a delta."""
+    """vLLM /metrics for one model: prefix-cache queries, hits, hit rate, connector hits, prompt
+    tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass its
+    snapshot_id as since for a delta."""
     state = state_of(ctx)
     before = None if since is None else snapshot_since(state.vllm_snapshots, since, "vllm_metrics")
     access = state.vllm
@@ -257,8 +257,8 @@ async def vllm_stop(
     ctx: Context[Any],
     wait_s: Annotated[StopWait, Field(description="SIGTERM grace before SIGKILL.")] = 15,
 ) -> VllmStopResult:
-    """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never one it
-    did not start. Its prefix cache is lost."""
+    """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never another. Its
+    prefix cache is lost."""
     managed = state_of(ctx).vllm.managed
     return await anyio.to_thread.run_sync(partial(vllm_service.stop, managed, wait_s=wait_s))
 
@@ -284,8 +284,8 @@ async def vllm_logs(
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
-    """Drop vLLM's whole prefix cache so the next call is cold. Needs vllm_start
-    dev_mode=true; otherwise reset=false with the reason."""
+    """Drop vLLM's whole prefix cache so the next call is cold. Needs vllm_start dev_mode=true; else
+    reset=false with the reason."""
     async with state_of(ctx).vllm.borrowed() as client:
         return await vllm_service.reset_prefix_cache(client)
 
@@ -295,8 +295,8 @@ async def vllm_trace_summary(
     path: Annotated[
         str | None,
         Field(
-            description="Absolute path of a JSONL trace file (one Trace per line) inside the "
-            "allowed roots; default: this session's vllm_chat calls."
+            description="A JSONL trace file (absolute, in the allowed roots); default: this "
+            "session's vllm_chat calls."
         ),
     ] = None,
 ) -> VllmTraceSummaryOut:
@@ -339,9 +339,8 @@ async def vllm_restart_reuse(
     ] = 600.0,
     restart: Annotated[RestartMode, Field(description="stack: the lmcache server too.")] = "vllm",
 ) -> RestartReuseOut:
-    """On the managed vLLM with a KV tier (kv_connector engine, mp_native, redis_resp): a long
-    prompt cold, a restart, the same prompt again. Both TTFTs, cached tokens by tier, engine
-    bytes."""
+    """Managed vLLM with a KV tier (kv_connector engine, mp_native, redis_resp): a long prompt cold,
+    a restart, the same prompt again; both TTFTs, cached tokens by tier, engine bytes."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:
