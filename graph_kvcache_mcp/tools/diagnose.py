@@ -3,6 +3,7 @@ in the stack, how much KV a model needs. Default toolset "diagnose"."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -12,6 +13,7 @@ from pydantic import Field
 
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV
 from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind
 from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
@@ -21,6 +23,7 @@ from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, expl
 from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
 from graph_kvcache_mcp.tools.file_paths import hf_config_inside_roots
+from graph_kvcache_mcp.tools.progress import with_progress
 
 TOOLSET = "diagnose"
 
@@ -76,13 +79,20 @@ async def diagnose_stack(
     state = state_of(ctx)
     try:
         async with state.vllm.borrowed() as client:
-            return await check_stack(
+            check = partial(
+                check_stack,
                 state.settings,
                 client,
                 model=model,
                 lmcache_url=lmcache_url,
                 shared_prefix_tokens=shared_prefix_tokens,
                 server_manages_engine=state.kv.source == "managed",
+            )
+            # Three vLLM probes (health, models, /metrics), then a one-token chat.
+            bound_s = 3 * client.probe_timeout_s + client.timeout_s
+            what = f"checking the stack (vLLM at {client.root_url})"
+            return await with_progress(
+                ctx, check, what=what, bound_s=bound_s, knob=CALL_TIMEOUT_ENV
             )
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call diagnose_stack again.") from None
