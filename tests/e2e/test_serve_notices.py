@@ -4,14 +4,11 @@ start on a terminal that would otherwise look hung."""
 
 from __future__ import annotations
 
-import os
-import pty
-import select
 import subprocess
-import time
 from pathlib import Path
 
 from tests.support.processes import clean_env, venv_script
+from tests.support.terminal import CTRL_D, on_a_terminal
 
 SERVE = [str(venv_script("graph-kvcache-mcp")), "serve"]
 
@@ -44,25 +41,8 @@ def test_serve_with_a_port_but_no_http_transport_is_refused(tmp_path: Path) -> N
 
 
 def test_a_bare_serve_on_a_terminal_says_it_speaks_mcp_on_stdin(tmp_path: Path) -> None:
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        SERVE, cwd=tmp_path, env=_env(tmp_path), stdin=follower, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    os.close(follower)
-    try:
-        assert process.stderr is not None
-        said = b""
-        deadline = time.monotonic() + 60
-        while b"stdin" not in said and time.monotonic() < deadline:
-            ready, _, _ = select.select([process.stderr], [], [], 1.0)
-            if ready:
-                said += os.read(process.stderr.fileno(), 4096)
+    with on_a_terminal(SERVE, cwd=tmp_path, env=_env(tmp_path)) as terminal:
+        said = terminal.stderr_until(b"stdin")
         assert b"speaks MCP" in said and b"stdin" in said
-        os.write(leader, b"\x04")  # Ctrl-D: end of input on the terminal
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(leader)
+        terminal.type(CTRL_D)
+        assert terminal.process.wait(timeout=60) == 0

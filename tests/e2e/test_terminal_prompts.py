@@ -3,39 +3,19 @@
 
 from __future__ import annotations
 
-import os
-import pty
-import select
-import subprocess
-import time
 from pathlib import Path
 
 from tests.support.processes import clean_env, venv_script
+from tests.support.terminal import CTRL_D, on_a_terminal
 
 
 def test_kv_put_on_a_terminal_says_it_reads_the_value_from_stdin(tmp_path: Path) -> None:
-    leader, follower = pty.openpty()
     command = [str(venv_script("graph-kvcache-mcp")), "kv", "put", "k", "--url"]
-    process = subprocess.Popen(
-        [*command, "http://127.0.0.1:9"], cwd=tmp_path, stdin=follower,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env=clean_env(GRAPH_KVCACHE_DATA_DIR=str(tmp_path / "data")),
-    )  # fmt: skip
-    os.close(follower)
-    try:
-        assert process.stderr is not None
-        said = b""
-        deadline = time.monotonic() + 60
-        while b"Ctrl-D" not in said and time.monotonic() < deadline:
-            ready, _, _ = select.select([process.stderr], [], [], 1.0)
-            if ready:
-                said += os.read(process.stderr.fileno(), 4096)
+    env = clean_env(GRAPH_KVCACHE_DATA_DIR=str(tmp_path / "data"))
+    with on_a_terminal([*command, "http://127.0.0.1:9"], cwd=tmp_path, env=env) as terminal:
+        said = terminal.stderr_until(b"Ctrl-D")
         assert b"reading the value from stdin" in said and b"Ctrl-D" in said
-        os.write(leader, b"\x04")  # Ctrl-D at once: an empty value, refused
-        assert process.wait(timeout=60) == 2
-        assert b"--allow-empty" in process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(leader)
+        terminal.type(CTRL_D)  # at once: an empty value, refused
+        assert terminal.process.wait(timeout=60) == 2
+        assert terminal.process.stderr is not None
+        assert b"--allow-empty" in terminal.process.stderr.read()

@@ -7,11 +7,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.domain.outcomes import Presence
+
+if TYPE_CHECKING:
+    from tests.support.engines import RunningEngine
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -74,15 +78,20 @@ def test_engine_and_kv_commands_work_end_to_end(
     assert code == 3 and json.loads(out)["reachable"] is False
 
 
+def _cli_reads(engine: RunningEngine, monkeypatch: pytest.MonkeyPatch, *, stdin: bytes) -> None:
+    """Point the CLI at `engine` and give it `stdin` as its standard input."""
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+
+
 def test_put_from_stdin(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.support.engines import running_engine
 
     with running_engine(tmp_path, "memory") as engine:
-        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
-        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"from-stdin")))
+        _cli_reads(engine, monkeypatch, stdin=b"from-stdin")
         code, out, _ = run(capsys, "kv", "put", "stdin:1", "-", "--json")
         assert code == 0 and json.loads(out)["size_bytes"] == len(b"from-stdin")
         assert engine.token.get_secret_value() not in out
@@ -217,15 +226,13 @@ def test_an_empty_value_is_refused_unless_allow_empty_is_given(
     from tests.support.engines import running_engine
 
     with running_engine(tmp_path, "memory") as engine:
-        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
-        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+        _cli_reads(engine, monkeypatch, stdin=b"")
         code, out, err = run(capsys, "kv", "put", "empty:1", "--json")
         assert code == 2 and "--allow-empty" in err and "Traceback" not in err
         refused = json.loads(out)  # --json: the error as one object on stdout too
         assert refused["exit_code"] == 2 and "empty" in refused["error"]
         assert engine.sync_client().contains("empty:1") == Presence(False)
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+        _cli_reads(engine, monkeypatch, stdin=b"")
         code, out, _ = run(capsys, "kv", "put", "empty:1", "--allow-empty", "--json")
         assert code == 0 and json.loads(out)["size_bytes"] == 0
 
