@@ -11,17 +11,30 @@ PYTHON=${PYTHON:-python3}
 
 step() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
+project_stamp() {
+  # What an install was made from: pyproject.toml's hash (the editable install follows the code).
+  "$1" -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())'
+}
+
 setup_main() {
   if [ ! -x .venv/bin/python ]; then step "creating .venv"; "$PYTHON" -m venv .venv; fi
+  # A current install is kept as it is: no pip, so the demo also runs offline.
+  if [ -x .venv/bin/graph-kvcache-mcp ] && [ -f .venv/.installed ] &&
+    [ "$(cat .venv/.installed)" = "$(project_stamp .venv/bin/python)" ]; then
+    step ".venv is current for this pyproject.toml (remove .venv/.installed to reinstall)"
+    return
+  fi
   step "installing graph-kvcache-mcp and its dev tools into .venv (a minute or two the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[dev,engine,bench]'
+  mark_ready .venv "$(project_stamp .venv/bin/python)" .installed
   step ".venv ready: .venv/bin/graph-kvcache-mcp (activate with '. .venv/bin/activate')"
 }
 
 mark_ready() {
   # Replaced, not rewritten in place: a venv copied by hard links keeps its own marker.
-  echo "$2" > "$1/.ready.tmp" && mv -f "$1/.ready.tmp" "$1/.ready"
+  local name=${3:-.ready}
+  echo "$2" > "$1/$name.tmp" && mv -f "$1/$name.tmp" "$1/$name"
 }
 
 install_beside_package() {
@@ -36,7 +49,15 @@ install_beside_package() {
 }
 
 install_without_deps() {
+  # Once per pyproject.toml: the editable install follows the code, and a current one needs no
+  # network (so `demo --vllm` runs offline too).
+  local venv
+  venv=$(dirname "$(dirname "$1")")
+  if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$(project_stamp "$1")" ]; then
+    return
+  fi
   install_beside_package "$1" --no-deps -e .
+  mark_ready "$venv" "$(project_stamp "$1")" .installed
 }
 
 install_expecting_conflicts() {

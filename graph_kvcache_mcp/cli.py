@@ -1,7 +1,8 @@
 """`graph-kvcache-mcp`: the console entry. Parses, builds settings, dispatches to `commands/`.
 
 Bad input (`InvalidKey`, `InvalidValue`, `ConfigError`) exits 2 with one line on stderr; a managed
-process that cannot start or stop exits 3. No traceback for anything a user can fix.
+process that cannot start or stop exits 3. No traceback for anything a user can fix. With
+`--json` the error is also one JSON object on stdout (`CliErrorOut`), so a script reads it there.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from graph_kvcache_mcp.commands import (
     serve,
     vllm,
 )
-from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, settings_from_args
+from graph_kvcache_mcp.commands._common import (
+    EXIT_BAD_INPUT,
+    EXIT_UNAVAILABLE,
+    refuse,
+    settings_from_args,
+)
 from graph_kvcache_mcp.errors import (
     ConfigError,
     GraphKvcacheError,
@@ -46,7 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(subparsers)
+    _describe_every_command(parser)
     return parser
+
+
+def _describe_every_command(parser: argparse.ArgumentParser) -> None:
+    """Give each command's `--help` a description: its own, else the line the list of commands
+    shows for it (so no `--help` opens with a bare usage line)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        listed = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            if not sub.description and listed.get(name):
+                sub.description = listed[name]
+            _describe_every_command(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,19 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args, settings_from_args(args)))
     except (InvalidKey, InvalidValue, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse(args, str(exc), EXIT_BAD_INPUT)
     except ProcessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return refuse(args, str(exc), EXIT_UNAVAILABLE)
     except OSError as exc:
-        print(
-            f"error: {exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})", file=sys.stderr
-        )
-        return EXIT_BAD_INPUT
+        where = getattr(exc, "filename", "") or ""
+        return refuse(args, f"{exc.strerror or exc} ({where})", EXIT_BAD_INPUT)
     except GraphKvcacheError as exc:  # any other typed error of ours: the message says why
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse(args, str(exc), EXIT_BAD_INPUT)
     except (ValueError, RecursionError) as exc:  # e.g. a NUL byte in a path, absurd nesting
-        print(f"error: bad input: {str(exc)[:300]}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse(args, f"bad input: {str(exc)[:300]}", EXIT_BAD_INPUT)

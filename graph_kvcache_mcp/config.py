@@ -34,6 +34,12 @@ from graph_kvcache_mcp.domain.endpoints import (
 )
 from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
+from graph_kvcache_mcp.domain.vllm.deadlines import (
+    CALL_TIMEOUT_ENV,
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_PROBE_TIMEOUT_S,
+    PROBE_TIMEOUT_ENV,
+)
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
 # The toolset table is declared once, in host/catalog.py; settings name and validate from it.
@@ -112,11 +118,18 @@ class Settings(BaseModel):
         None, description="Interpreter of the venv that has vLLM; default: the current one."
     )
     vllm_timeout_s: float = Field(
-        120.0,
+        DEFAULT_CALL_TIMEOUT_S,
         gt=0,
         le=3600,
-        description="GRAPH_KVCACHE_VLLM_TIMEOUT_S: a plain vLLM call's whole answer, or the gap "
+        description=f"{CALL_TIMEOUT_ENV}: a plain vLLM call's whole answer, or the gap "
         "between two chunks of a streamed one.",
+    )
+    vllm_probe_timeout_s: float = Field(
+        DEFAULT_PROBE_TIMEOUT_S,
+        gt=0,
+        le=300,
+        description=f"{PROBE_TIMEOUT_ENV}: a vLLM /health probe, /metrics scrape or model "
+        "listing (never longer than the call deadline).",
     )
     lmcache_python: Path | None = Field(
         None, description="Interpreter of the venv that has LMCache; default: the current one."
@@ -343,7 +356,8 @@ ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     ("VLLM_API_KEY", "vllm_api_key", _given(SecretStr)),
     ("VLLM_MODEL", "vllm_model", _given(str)),
     ("GRAPH_KVCACHE_VLLM_PYTHON", "vllm_python", _given(Path)),
-    ("GRAPH_KVCACHE_VLLM_TIMEOUT_S", "vllm_timeout_s", _numeric(float)),
+    (CALL_TIMEOUT_ENV, "vllm_timeout_s", _numeric(float)),
+    (PROBE_TIMEOUT_ENV, "vllm_probe_timeout_s", _numeric(float)),
     ("GRAPH_KVCACHE_LMCACHE_PYTHON", "lmcache_python", _given(Path)),
     ("GRAPH_KVCACHE_FLEET", "fleet_file", _given(lambda text: Path(text).expanduser())),
     ("GRAPH_KVCACHE_LMCACHE_PORT", "lmcache_port", _numeric(int)),

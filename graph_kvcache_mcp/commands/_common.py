@@ -30,6 +30,21 @@ M = TypeVar("M", bound=BaseModel)
 Result = TypeVar("Result")
 
 
+class CliErrorOut(BaseModel):
+    """What `--json` prints on stdout when a command fails before it has a result."""
+
+    error: str
+    exit_code: int
+
+
+def refuse(args: argparse.Namespace, message: str, code: int) -> int:
+    """Report a failure: one line on stderr, and with `--json` one `CliErrorOut` on stdout."""
+    print(f"error: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(CliErrorOut(error=message, exit_code=code).model_dump_json())
+    return code
+
+
 def common_options() -> argparse.ArgumentParser:
     """Flags every leaf command takes (`--json`, `--data-dir`)."""
     parent = argparse.ArgumentParser(add_help=False)

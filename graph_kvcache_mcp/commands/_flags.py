@@ -106,7 +106,13 @@ def add_launch_flags(
         default=None,
         help=f"interpreter with {program} (default: ${python_env} or this one)",
     )
-    add_flag(parser, "--ready-timeout-s", ReadyTimeout, default=ready_timeout_s)
+    add_flag(
+        parser,
+        "--ready-timeout-s",
+        ReadyTimeout,
+        default=ready_timeout_s,
+        help=f"stop it if not ready by then (default {ready_timeout_s:g} s)",
+    )
 
 
 def field_type(info: FieldInfo) -> Any:

@@ -70,9 +70,7 @@ COMPILE_FLAGS = (
 
 def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser("bundle", help="compile, cache and render context bundles")
-    verbs = group.add_subparsers(
-        dest="verb", required=True, metavar="{compile,render,chat,reuse-measure}"
-    )
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
     parent.add_argument(
         "--url", dest="kv_url", default=None, help="engine base URL (overrides env)"
@@ -120,7 +118,12 @@ def _add_turn_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     turn.add_argument("key", help="a key printed by `bundle compile`")
     turn.add_argument("--turn", required=True, help="the user's message")
     turn.add_argument("--preamble", default=None, help="system preamble (default: built in)")
-    turn.add_argument("--preamble-file", type=Path, default=None)
+    turn.add_argument(
+        "--preamble-file",
+        type=Path,
+        default=None,
+        help="a file whose text goes before the bundle (a system preamble)",
+    )
     turn.add_argument("--history", type=Path, default=None, help="JSONL of earlier messages")
 
     render = verbs.add_parser("render", parents=[parent, turn], help="chat messages for one turn")
@@ -129,7 +132,7 @@ def _add_turn_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
     chat = verbs.add_parser(
         "chat", parents=[parent, turn], help="ask vLLM over a stored bundle; prints the Trace too"
     )
-    add_flag(chat, "--max-tokens", ChatAnswerTokens, default=64)
+    add_flag(chat, "--max-tokens", ChatAnswerTokens, default=64, help="answer length cap")
     _vllm_flags(chat)
     chat.set_defaults(handler=run_chat)
 
@@ -140,10 +143,12 @@ def _add_reuse_measure(verbs: Verbs) -> None:
         parents=[common_options()],
         help="cold vs warm vLLM calls over fresh bundles (prefix-cache reuse)",
     )
-    add_flag(measure, "--bundles", ReuseBundles, default=3)
+    add_flag(measure, "--bundles", ReuseBundles, default=3, help="how many bundles to measure")
     add_flag(measure, "--items", ReuseItems, default=40, help="evidence items per bundle")
     add_flag(measure, "--budget", ReuseBudget, default=1200, help="token budget per bundle")
-    add_flag(measure, "--max-tokens", ReuseAnswerTokens, default=4)
+    add_flag(
+        measure, "--max-tokens", ReuseAnswerTokens, default=4, help="answer length cap per call"
+    )
     _vllm_flags(measure)
     measure.set_defaults(handler=run_reuse_measure)
 

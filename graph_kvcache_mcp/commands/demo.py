@@ -52,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo = subparsers.add_parser(
         "demo",
         help="run a scripted MCP session (stats, put, get, probe) against a local engine",
+        description="Run a scripted MCP session: start this server over stdio with a temporary "
+        "data dir, drive its tools against the engine it starts (stats, put, get, probe) and "
+        "print each call and result. Needs the engine (the [engine] extra); --vllm adds a tiny "
+        "CPU vLLM.",
     )
     demo.add_argument(
         "--data-dir",
@@ -75,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
-    # The demo ignores configured engines on purpose: it shows the embedded default.
+    # The demo ignores configured engines on purpose: it shows the embedded default, so without
+    # the engine installed there is nothing to show (main exits 3 with the install command).
+    Stack.check_engine_installed()
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="graph-kvcache-demo-")) if temporary else args.data_dir
     say = _printer()

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser(
         "diagnose", help="why a request missed the prefix cache, stack checks, KV budget"
     )
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{miss,stack,budget}")
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
 
     miss = verbs.add_parser(

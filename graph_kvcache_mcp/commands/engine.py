@@ -20,13 +20,24 @@ from graph_kvcache_mcp.services.stack.stack import Stack
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("engine", help="manage a local epistemic-graph engine")
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{start,stop,status}")
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
 
     start = verbs.add_parser("start", parents=[parent], help="start (or reuse) the engine")
     add_flag(start, "--port", ServicePort, help="KV port (default: a free one)")
-    start.add_argument("--backend", choices=("durable", "memory"), default=None)
-    add_flag(start, "--ready-timeout-s", ReadyTimeout, default=30.0)
+    start.add_argument(
+        "--backend",
+        choices=("durable", "memory"),
+        default=None,
+        help="durable (on disk, the default) or memory (lost on stop)",
+    )
+    add_flag(
+        start,
+        "--ready-timeout-s",
+        ReadyTimeout,
+        default=30.0,
+        help="stop it if it does not answer by then (default 30 s)",
+    )
     start.add_argument(
         "--resp",
         action="store_true",

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser(
         "fleet", help="several vLLM instances: where prefixes are cached, pressure, payoff"
     )
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{status,where,effectiveness}")
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = fleet_options()
 
     status = verbs.add_parser("status", parents=[parent], help="instances, findings, index")

@@ -12,13 +12,14 @@ from graph_kvcache_mcp.commands._common import (
     EXIT_UNAVAILABLE,
     common_options,
     emit,
+    note,
     read_cli_input,
     run_async,
 )
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
-from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES, check_not_empty
 from graph_kvcache_mcp.domain.outcomes import Hit
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut, ProbeSamples, probe_kv
 from graph_kvcache_mcp.services.kv.stats import kv_stats
@@ -27,7 +28,7 @@ from graph_kvcache_mcp.services.kv.views import KvExistsOut, KvGetOut, KvPutOut,
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("kv", help="read, write and inspect the engine's KV store")
-    verbs = group.add_subparsers(dest="verb", required=True, metavar="{stats,get,put,exists,probe}")
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
     parent.add_argument(
         "--url", dest="kv_url", default=None, help="engine base URL (overrides env)"
@@ -38,17 +39,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     get = verbs.add_parser("get", parents=[parent], help="read one key")
-    get.add_argument("key")
+    get.add_argument("key", help="the engine key to read")
     get.add_argument("-o", "--output", type=Path, help="write the value here (default: stdout)")
     get.set_defaults(handler=run_get)
 
     put = verbs.add_parser("put", parents=[parent], help="store FILE (or stdin) under KEY")
-    put.add_argument("key")
+    put.add_argument("key", help="the engine key to store the value under")
     put.add_argument("file", nargs="?", default="-", help="a file path, or - for stdin (default)")
+    put.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="store an empty value (refused otherwise: the engine keeps a key's first value)",
+    )
     put.set_defaults(handler=run_put)
 
     exists = verbs.add_parser("exists", parents=[parent], help="which keys are present")
-    exists.add_argument("keys", nargs="+")
+    exists.add_argument("keys", nargs="+", help="engine keys to look up")
     exists.set_defaults(handler=run_exists)
 
     probe = verbs.add_parser("probe", parents=[parent], help="reachability, auth, round trip")
@@ -91,7 +97,11 @@ def run_get(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_put(args: argparse.Namespace, settings: Settings) -> int:
+    if args.file == "-" and sys.stdin.isatty():
+        note("reading the value from stdin; end with Ctrl-D (or give a FILE after the key)")
     value = read_cli_input(args.file, max_bytes=MAX_VALUE_BYTES, what="the value")
+    if not args.allow_empty:
+        check_not_empty(value, how_to_allow="pass --allow-empty to store an empty value on purpose")
 
     async def go() -> int:
         async with open_kv_client(settings) as kv:

@@ -73,9 +73,7 @@ def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser(
         "lmcache", help="LMCache with the engine as its remote tier: config, check, keys"
     )
-    verbs = group.add_subparsers(
-        dest="verb", required=True, metavar="{config,start,stop,status,check,key}"
-    )
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
 
     config = verbs.add_parser(
@@ -136,13 +134,33 @@ def _add_key_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
         "check", parents=[parent], help="validate the LMCache adapter against the engine"
     )
     check.add_argument("--url", dest="kv_url", default=None, help="engine base URL")
-    add_flag(check, "--page-bytes", PageBytes, default=DEFAULT_PAGE_BYTES)
-    add_flag(check, "--namespace", Namespace, default=DEFAULT_NAMESPACE)
+    add_flag(
+        check,
+        "--page-bytes",
+        PageBytes,
+        default=DEFAULT_PAGE_BYTES,
+        help=f"bytes of the test page written and read back (default {DEFAULT_PAGE_BYTES})",
+    )
+    add_flag(
+        check,
+        "--namespace",
+        Namespace,
+        default=DEFAULT_NAMESPACE,
+        help=f"key namespace of the check's test page (default {DEFAULT_NAMESPACE!r})",
+    )
     check.set_defaults(handler=run_check)
 
     key = verbs.add_parser("key", parents=[parent], help="the engine key of an LMCache key")
-    key.add_argument("lmcache_key", metavar="LMCACHE_KEY")
-    add_flag(key, "--namespace", Namespace, default=DEFAULT_NAMESPACE)
+    key.add_argument(
+        "lmcache_key", metavar="LMCACHE_KEY", help="an LMCache key, as LMCache writes it"
+    )
+    add_flag(
+        key,
+        "--namespace",
+        Namespace,
+        default=DEFAULT_NAMESPACE,
+        help=f"the engine key namespace LMCache writes under (default {DEFAULT_NAMESPACE!r})",
+    )
     key.set_defaults(handler=run_key)
 
 
@@ -166,10 +184,15 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model id as vLLM serves it (e.g. Qwen/Qwen3-8B)")
     parser.add_argument("--kind", choices=get_args(KvKind), help="KV layout without config.json")
     add_flag(parser, "--num-layers", Count, help="attention layers without config.json")
-    add_flag(parser, "--kv-heads", Count)
-    add_flag(parser, "--head-dim", Count)
-    parser.add_argument("--kv-dtype")
-    parser.add_argument("--vision", action="store_true", default=None)
+    add_flag(parser, "--kv-heads", Count, help="KV heads per layer (default: the model's)")
+    add_flag(parser, "--head-dim", Count, help="head dimension (default: the model's)")
+    parser.add_argument("--kv-dtype", help="KV cache dtype (default: the model's), e.g. fp8")
+    parser.add_argument(
+        "--vision",
+        action="store_true",
+        default=None,
+        help="the model takes images or video (LMCache caches text-token KV only: a warning)",
+    )
     add_model_flags(
         parser,
         LmcacheChoices,
@@ -177,6 +200,7 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
         flags={"tensor_parallel_size": "--tp"},
         defaults={"engine_url": None},
         helps={
+            "mode": "how LMCache runs: mp_native (default), redis_resp or inprocess_plugin",
             "engine_url": "engine KV base URL (default: the resolved engine)",
             "mamba_block_size": "vLLM's hybrid block size",
             "tensor_parallel_size": "tensor-parallel size",

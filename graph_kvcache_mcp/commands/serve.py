@@ -9,6 +9,7 @@ transports themselves (signals, the HTTP app and its gates) live in `host/stdio.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.commands._common import EXIT_BAD_INPUT, EXIT_OK, note
 from graph_kvcache_mcp.config import Settings, split_list
 from graph_kvcache_mcp.connectors.files.http_token import TOKEN_ENV, http_token
+from graph_kvcache_mcp.connectors.files.working_dir import implicit_root
 from graph_kvcache_mcp.connectors.net.peer_user import socket_owner
 from graph_kvcache_mcp.host.http_app import HTTP_HOST, http_url
 from graph_kvcache_mcp.services.stack.ports import port_in_use
@@ -33,9 +35,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run the MCP server. Hosts launch `graph-kvcache-mcp` (stdio) directly.",
     )
     add_server_options(serve)
-    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument(
-        "--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP port on 127.0.0.1 (http only)"
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (what hosts launch; the default) or streamable HTTP on 127.0.0.1",
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"HTTP port on 127.0.0.1 (with --transport http only; default {DEFAULT_HTTP_PORT})",
     )
     auth = serve.add_mutually_exclusive_group()
     auth.add_argument(
@@ -104,15 +114,29 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     from graph_kvcache_mcp.host.stdio import serve_stdio
     from graph_kvcache_mcp.server import build_server
 
+    if args.transport == "stdio" and args.port is not None:
+        note(
+            f"error: --port {args.port} applies to --transport http only; add --transport http "
+            "to serve HTTP, or drop --port to serve MCP over stdio"
+        )
+        return EXIT_BAD_INPUT
+    port: int = DEFAULT_HTTP_PORT if args.port is None else args.port
     server = build_server(settings)
+    if settings.file_roots is None and (broad := implicit_root()[1]) is not None:
+        note(f"warning: {broad} (file tools refuse until then, unless the host declares roots)")
     if args.transport == "stdio":
+        if sys.stdin.isatty():
+            note(
+                "graph-kvcache-mcp speaks MCP (JSON-RPC) on stdin/stdout: an MCP host launches "
+                "it. Try `graph-kvcache-mcp --help`, or `demo`; Ctrl-D or Ctrl-C ends it"
+            )
         anyio.run(serve_stdio, server)
         return EXIT_OK
-    if not 1 <= args.port <= 65535:
-        note(f"error: --port {args.port} is not a TCP port (1-65535)")
+    if not 1 <= port <= 65535:
+        note(f"error: --port {port} is not a TCP port (1-65535)")
         return EXIT_BAD_INPUT
-    if port_in_use(HTTP_HOST, args.port):
-        note(f"error: port {args.port} on {HTTP_HOST} is already in use; choose another --port")
+    if port_in_use(HTTP_HOST, port):
+        note(f"error: port {port} on {HTTP_HOST} is already in use; choose another --port")
         return EXIT_BAD_INPUT
     token: SecretStr | None = None
     if args.no_auth:
@@ -129,6 +153,6 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             made = "generated into" if found.created else "read from"
             note(f"HTTP bearer token {made} {found.source} (send 'Authorization: Bearer <token>')")
     gate = " (bearer token required)" if token is not None else ""
-    note(f"serving MCP over streamable HTTP at {http_url(args.port)}{gate}")
-    anyio.run(serve_http, server, args.port, token, socket_owner)
+    note(f"serving MCP over streamable HTTP at {http_url(port)}{gate}")
+    anyio.run(serve_http, server, port, token, socket_owner)
     return EXIT_OK

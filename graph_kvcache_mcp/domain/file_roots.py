@@ -3,7 +3,10 @@
 The roots are `GRAPH_KVCACHE_FILE_ROOTS` when set, else the MCP client's roots when it declares
 them, the session can ask and it lists at least one local directory, else the server's working
 directory (a client that declares roots but lists none, as the MCP Inspector does, gets that
-too: an empty list is no rule, not a rule that allows nothing). Callers resolve paths (and
+too: an empty list is no rule, not a rule that allows nothing). A working directory that is
+`/`, the home directory or above it is no root at all (`broad_working_dir`): a host that starts
+the server there and declares no roots gets file tools that refuse, saying how to set
+`GRAPH_KVCACHE_FILE_ROOTS`, instead of tools that read any file. Callers resolve paths (and
 roots) with symlinks followed before asking `FileRoots.contains`, so a link inside a root that
 points outside it is outside.
 """
@@ -72,3 +75,25 @@ def paths_from_root_uris(uris: Iterable[str]) -> tuple[PurePosixPath, ...]:
         if parts.scheme == "file" and parts.netloc in {"", "localhost"} and parts.path:
             paths.append(PurePosixPath(unquote(parts.path)))
     return tuple(paths)
+
+
+def broad_working_dir(cwd: PurePath, home: PurePath) -> str | None:
+    """What `cwd` (resolved) would open to tool paths as the implicit root when it is too broad
+    for one: `/`, the home directory `home` (resolved) or a directory above it. None: fine."""
+    if cwd == PurePath(cwd.anchor):
+        return "every file on this machine"
+    if cwd == home:
+        return "the whole home directory"
+    if home.is_relative_to(cwd):
+        return f"every home directory under {cwd}"
+    return None
+
+
+def broad_working_dir_refusal(cwd: PurePath, opens: str) -> str:
+    """Why file tools refuse when the only root would be a too-broad working directory."""
+    return (
+        f"no file roots: the MCP host declares none and the server's working directory is "
+        f"{cwd}, which would open {opens} to tool paths. Have the user set {ROOTS_ENV} to the "
+        "absolute directories tools may use (separated by ':') when starting the server, e.g. "
+        f"{ROOTS_ENV}=/path/to/project, or start the server from a project directory"
+    )

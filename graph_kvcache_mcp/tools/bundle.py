@@ -76,7 +76,7 @@ Key = Annotated[
 TurnText = Annotated[str, Field(description="This turn's user message.")]
 Preamble = Annotated[
     str,
-    Field(description="Goes before the bundle in the system message; keep it fixed."),
+    Field(description="Before the bundle in the system message; keep it fixed."),
 ]
 History = Annotated[
     list[ChatMessage] | None,
@@ -116,8 +116,8 @@ async def bundle_compile(
     token_counter: Annotated[
         TokenCounterChoice,
         Field(
-            description="vllm = the served model's tokenizer, estimate = bytes/4, auto = vllm "
-            "when VLLM_MODEL is set."
+            description="vllm: the served model's tokenizer; estimate: bytes/4; auto: vllm if "
+            "VLLM_MODEL is set."
         ),
     ] = "auto",
 ) -> BundleCompileOut:
@@ -220,9 +220,8 @@ async def bundle_chat(
         ChatAnswerTokens, Field(description="Most tokens the model may generate.")
     ] = 64,
 ) -> BundleChatOut:
-    """Ask vLLM one question over a stored bundle (rendered as bundle_render does): the
-    answer and a trace with prefix_cache_hit_tokens; later turns should hit. found=false: compile
-    first."""
+    """Ask vLLM one question over a stored bundle (rendered as by bundle_render): the answer and a
+    trace with prefix_cache_hit_tokens; later turns should hit. found=false: compile first."""
     bundle = await stored_bundle(ctx, key)
     if isinstance(bundle, BundleRenderOut):
         return BundleChatOut.from_render(bundle)
@@ -260,8 +259,8 @@ async def bundle_reuse_measure(
     max_tokens: Annotated[ReuseAnswerTokens, Field(description="Tokens generated per call.")] = 4,
     model: Model = None,
 ) -> ReuseReport:
-    """Measure vLLM prefix-cache reuse: N fresh bundles, a cold then a warm call each;
-    per call latency, prompt and hit tokens, then the warm/cold latency ratio and hit rates."""
+    """Measure vLLM prefix-cache reuse: N fresh bundles, a cold then a warm call each; per call
+    latency, prompt and hit tokens; then warm/cold latency ratio and hit rates."""
     total = 2 * bundles
 
     async def progress(done: int, _total: int, message: str) -> None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.domain.blobs import encode_b64, sha256_hex
 from graph_kvcache_mcp.domain.engine.keys import check_key
+from graph_kvcache_mcp.domain.engine.limits import EMPTY_VALUE_BY_CLI, check_not_empty
 from graph_kvcache_mcp.domain.outcomes import Hit, Miss, Unavailable
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
 from graph_kvcache_mcp.host.registrar import Registrar
@@ -101,9 +102,9 @@ async def graph_kvcache(
     key: CompatKey = None,
     value_b64: CompatValue = None,
 ) -> GraphKvcacheOut:
-    """The KV store as one tool, for agents written for it: get (value_b64 up to 64 KiB),
-    put (already_present: the first value was kept), contains or exists (same answer), stats.
-    Many keys: kv_exists."""
+    """The KV store as one tool (for agents written for it): get (value_b64 up to 64 KiB), put
+    (already_present: the first value was kept), contains/exists (same answer), stats. Many keys:
+    kv_exists."""
     return await _run(ctx, action, key, value_b64)
 
 
@@ -141,7 +142,7 @@ async def _dispatch(
     if action == "put":
         if value_b64 is None:
             raise InvalidValue("action=put needs value_b64 (standard base64 of the bytes)")
-        value = decode_value(value_b64)
+        value = check_not_empty(decode_value(value_b64), how_to_allow=EMPTY_VALUE_BY_CLI)
     state = state_of(ctx)
     kv = await state.kv.connect()
     if isinstance(kv, Unavailable):

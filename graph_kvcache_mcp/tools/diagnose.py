@@ -3,6 +3,7 @@ in the stack, how much KV a model needs. Default toolset "diagnose"."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -12,6 +13,9 @@ from pydantic import Field
 
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
+from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV
+from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind
+from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.host.registrar import Registrar
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
@@ -19,6 +23,7 @@ from graph_kvcache_mcp.services.diagnosis.prefix_miss import MissDiagnosis, expl
 from graph_kvcache_mcp.services.diagnosis.stack_check import check_stack
 from graph_kvcache_mcp.tools._common import READ_ONLY, ToolSpec, register_all, state_of
 from graph_kvcache_mcp.tools.file_paths import hf_config_inside_roots
+from graph_kvcache_mcp.tools.progress import with_progress
 
 TOOLSET = "diagnose"
 
@@ -38,9 +43,9 @@ async def diagnose_miss(
     ] = None,
     verify: Annotated[bool, Field(description="Also send both; report cached_tokens.")] = False,
 ) -> MissDiagnosis:
-    """Why the second chat request misses vLLM's prefix cache after the first: where their
-    tokens part, predicted_cached_tokens, and cause {kind, detail, fix}. verify=true sends both
-    and reports cached_tokens. reachable=false: vLLM is down."""
+    """Why the second chat request misses vLLM's prefix cache after the first: where tokens
+    part, predicted_cached_tokens, cause {kind, detail, fix}. verify=true sends both, reports
+    cached_tokens. reachable=false: vLLM is down."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:
@@ -69,18 +74,25 @@ async def diagnose_stack(
         int | None, Field(ge=0, description="Prefix your requests share, in tokens.")
     ] = None,
 ) -> StackDiagnosis:
-    """Check engine, vLLM (and LMCache given lmcache_url) in one call: findings, each with
-    its fix, and what was checked. Starts nothing. Fix errors first."""
+    """Check engine, vLLM (and LMCache given lmcache_url) at once: findings, each with its fix, and
+    what was checked. Starts nothing; fix errors first."""
     state = state_of(ctx)
     try:
         async with state.vllm.borrowed() as client:
-            return await check_stack(
+            check = partial(
+                check_stack,
                 state.settings,
                 client,
                 model=model,
                 lmcache_url=lmcache_url,
                 shared_prefix_tokens=shared_prefix_tokens,
                 server_manages_engine=state.kv.source == "managed",
+            )
+            # Three vLLM probes (health, models, /metrics), then a one-token chat.
+            bound_s = 3 * client.probe_timeout_s + client.timeout_s
+            what = f"checking the stack (vLLM at {client.root_url})"
+            return await with_progress(
+                ctx, check, what=what, bound_s=bound_s, knob=CALL_TIMEOUT_ENV
             )
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call diagnose_stack again.") from None
@@ -96,10 +108,13 @@ async def diagnose_budget(
     kv_memory_gib: Annotated[KvMemoryGib | None, Field(description="KV memory to fill.")] = None,
     chunk_size: Annotated[UnitTokens | None, Field(description="LMCache chunk tokens.")] = None,
     block_size: Annotated[UnitTokens | None, Field(description="vLLM block tokens.")] = None,
+    platform: Annotated[PlatformKind | None, Field(description="Default: this host.")] = None,
+    max_model_len: Annotated[MaxModelLen | None, Field(description="Default: config's.")] = None,
+    no_prefix_caching: Annotated[bool, Field(description="Hybrid: no align mode.")] = False,
 ) -> KvBudget:
-    """How much KV a model needs: bytes per token, tokens that fit in kv_memory_gib, chunk bytes
-    against the engine's 64 MiB value cap; sliding-window and recurrent state apart. Computes
-    only."""
+    """KV a model needs: bytes per token, tokens that fit kv_memory_gib, chunk bytes vs the
+    engine's 64 MiB cap; windowed and recurrent state apart, a hybrid as vLLM lays it out.
+    Computes only."""
     if isinstance(hf_config, str):
         hf_config = str(await hf_config_inside_roots(ctx, hf_config, param="hf_config"))
     try:
@@ -110,6 +125,9 @@ async def diagnose_budget(
                 kv_memory_gib=kv_memory_gib,
                 chunk_size=chunk_size,
                 block_size=block_size,
+                platform=platform,
+                max_model_len=max_model_len,
+                prefix_caching=not no_prefix_caching,
             )
         )
     except ConfigError as exc:

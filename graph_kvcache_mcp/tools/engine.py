@@ -31,8 +31,8 @@ TOOLSET = "engine"
 
 
 async def engine_status(ctx: Context[Any]) -> EngineStatusOut:
-    """Whether the managed local engine runs and answers (pid, port, backend, uptime, log), the
-    sessions holding leases on it, which engine the KV tools use, and whether it stops on exit."""
+    """The managed engine: whether it runs and answers (pid, port, backend, uptime, log), the
+    sessions leasing it, which engine the KV tools use, whether it stops on exit."""
     access = state_of(ctx).kv
     try:
         return EngineStatusOut.build(await access.engine_status(), access)
@@ -50,9 +50,8 @@ async def engine_start(
         ServicePort | None, Field(description="Loopback port; default: a free one.")
     ] = None,
 ) -> EngineStatusOut:
-    """Start the managed local engine (or reuse the running one); returns once it answers. This
-    session holds a lease: the engine stops when the last session using it exits (unless
-    --keep-engine)."""
+    """Start (or reuse) the managed local engine; returns once it answers. This session holds a
+    lease: the engine stops when the last session using it exits (unless --keep-engine)."""
     access = state_of(ctx).kv
     try:
         status = await access.start_engine(backend=backend, port=port)
@@ -68,9 +67,8 @@ async def engine_stop(
         Field(description="Also stop an engine other sessions use or the CLI started."),
     ] = False,
 ) -> EngineStopResult:
-    """Stop the managed engine (SIGTERM, then SIGKILL; durable data stays). Without force it
-    refuses while other sessions hold leases or the CLI started it. Signals only a process this
-    project started."""
+    """Stop the managed engine (SIGTERM, then SIGKILL; durable data stays). Without force it refuses
+    while other sessions lease it or the CLI started it. Signals only what this project started."""
     try:
         return await state_of(ctx).kv.stop_engine(force=force)
     except ProcessError as exc:

@@ -20,6 +20,7 @@ from mcp.types import ListRootsRequest, ListRootsResult
 
 from graph_kvcache_mcp.connectors.files.access import read_regular_file
 from graph_kvcache_mcp.connectors.files.hf_config import config_file_of
+from graph_kvcache_mcp.connectors.files.working_dir import implicit_root
 from graph_kvcache_mcp.domain.file_roots import (
     FROM_CLIENT,
     FROM_SETTING,
@@ -41,7 +42,8 @@ async def allowed_roots(ctx: Context[Any]) -> FileRoots:
     symlinks followed.
 
     Raises:
-        ToolError: the client declares roots but answers roots/list with an error or not at all.
+        ToolError: the client declares roots but answers roots/list with an error or not at all;
+            or none apply and the working directory is `/`, the home directory or above it.
     """
     configured = state_of(ctx).settings.file_roots
     if configured is not None:
@@ -52,11 +54,24 @@ async def allowed_roots(ctx: Context[Any]) -> FileRoots:
             roots = listed
         else:
             source = FROM_WORKING_DIR if listed is None else FROM_WORKING_DIR_NO_CLIENT_ROOTS
-            roots = FileRoots((Path.cwd(),), source)
+            cwd = await anyio.to_thread.run_sync(working_dir_if_narrow)
+            roots = FileRoots((cwd,), source)
     resolved = await anyio.to_thread.run_sync(
         lambda: tuple(Path(os.path.realpath(Path(root).expanduser())) for root in roots.paths)
     )
     return FileRoots(resolved, roots.source)
+
+
+def working_dir_if_narrow() -> Path:
+    """The working directory (resolved), when it may serve as the implicit root.
+
+    Raises:
+        ToolError: it is `/`, the home directory or above it; says how to set the roots.
+    """
+    cwd, refusal = implicit_root()
+    if refusal is not None:
+        raise ToolError(refusal)
+    return cwd
 
 
 async def path_inside_roots(ctx: Context[Any], given: str, *, param: str) -> Path:

@@ -90,12 +90,11 @@ async def kv_stats(
     ctx: Context[Any],
     since: Annotated[
         str | None,
-        Field(description="snapshot_id of an earlier kv_stats result: adds `delta`."),
+        Field(description="snapshot_id of an earlier result: adds `delta`."),
     ] = None,
 ) -> KvStatsOut:
     """KV store counters (backend, blocks, bytes, dedup, hit rate) and this server's client
-    counters; null = not reported. Pass the snapshot_id it returns as since to a later call to
-    see what moved."""
+    counters; null = not reported. Pass its snapshot_id as since later to see what moved."""
     state = state_of(ctx)
     before = None if since is None else snapshot_since(state.kv_snapshots, since, "kv_stats")
     out = await stats_out(state.kv, before)
@@ -122,7 +121,7 @@ async def kv_get(
     keys: Keys,
     include_value: Annotated[
         bool,
-        Field(description="Also return the bytes as base64 (while within max_inline_bytes)."),
+        Field(description="Also return the bytes as base64 (within max_inline_bytes)."),
     ] = False,
     max_inline_bytes: Annotated[
         int,
@@ -133,8 +132,8 @@ async def kv_get(
         ),
     ] = DEFAULT_INLINE_CAP_BYTES,
 ) -> KvGetManyOut:
-    """Read keys: hit or miss, size and sha256; with include_value=true also the bytes as
-    base64, within max_inline_bytes (else a note says how to fetch them). A miss is normal."""
+    """Read keys: hit or miss, size and sha256; include_value=true adds the bytes as base64 within
+    max_inline_bytes (else a note says how to fetch them). A miss is normal."""
     with refused_input("kv_get"):
         check_keys(keys)
     access = state_of(ctx).kv
@@ -168,13 +167,13 @@ async def kv_save(
     path: Annotated[
         str,
         Field(
-            description="Absolute path of a NEW file inside the allowed roots, in an existing "
-            "directory; never overwritten."
+            description="Absolute path of a NEW file in the allowed roots (existing directory); "
+            "never overwritten."
         ),
     ],
 ) -> KvGetOut:
-    """Write one key's value to a new file (for values too big for kv_get) and return its
-    size and sha256. Writes nothing on a miss; never overwrites a file."""
+    """Write one key's value to a new file (values too big for kv_get); returns its size and sha256.
+    Writes nothing on a miss; never overwrites."""
     with refused_input("kv_save"):
         check_key(key)
     target = await new_file_inside_roots(ctx, path, param="path")
@@ -206,10 +205,7 @@ async def kv_put(
     ] = None,
     file_path: Annotated[
         str | None,
-        Field(
-            description="Instead of base64: absolute path of a regular file inside the allowed "
-            "roots."
-        ),
+        Field(description="Instead: absolute path of a regular file in the allowed roots."),
     ] = None,
 ) -> KvPutOut:
     """Store bytes (base64 or a file) under a key; echoes size and sha256. The engine keeps
@@ -226,8 +222,8 @@ async def kv_put(
 
 
 async def kv_exists(ctx: Context[Any], keys: Keys) -> KvExistsOut:
-    """Check which keys are present (no bytes transferred): present true/false per key, or
-    null with a reason when the store could not answer."""
+    """Which keys are present (no bytes sent): present true/false per key, or null with a reason
+    when the store could not answer."""
     with refused_input("kv_exists"):
         check_keys(keys)
     kv = await state_of(ctx).kv.connect()

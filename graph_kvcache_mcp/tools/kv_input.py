@@ -17,8 +17,10 @@ from graph_kvcache_mcp.domain.blobs import decode_b64_strict
 from graph_kvcache_mcp.domain.engine.keys import check_key
 from graph_kvcache_mcp.domain.engine.limits import (
     DURABLE_MAX_KEY_BYTES,
+    EMPTY_VALUE_BY_CLI,
     MAX_VALUE_BYTES,
     MEMORY_MAX_KEY_BYTES,
+    check_not_empty,
     check_value,
 )
 from graph_kvcache_mcp.errors import InvalidKey, InvalidValue
@@ -31,8 +33,8 @@ MAX_B64_CHARS = (MAX_VALUE_BYTES + 2) // 3 * 4
 Key = Annotated[
     str,
     Field(
-        description="Engine key, sent as written: printable ASCII without spaces, '?' or '#'; "
-        f"at most {DURABLE_MAX_KEY_BYTES} bytes (durable) or {MEMORY_MAX_KEY_BYTES} (memory)."
+        description="Engine key, sent as written: printable ASCII, no spaces, '?' or '#'; at most "
+        f"{DURABLE_MAX_KEY_BYTES} bytes durable, {MEMORY_MAX_KEY_BYTES} memory."
     ),
 ]
 Keys = Annotated[
@@ -81,12 +83,13 @@ async def value_from(ctx: Context[Any], value_b64: str | None, file_path: str | 
     """The bytes to store: from base64 text or from a file inside the allowed roots, exactly one.
 
     Raises:
-        InvalidValue: neither or both given, bad base64, or too large.
+        InvalidValue: neither or both given, bad base64, empty, or too large.
         ToolError: the file is outside the allowed roots, not a regular file, or too large.
     """
     if (value_b64 is None) == (file_path is None):
         raise InvalidValue("give exactly one of value_b64 (base64 text) or file_path")
     if value_b64 is not None:
-        return decode_value(value_b64)
+        return check_not_empty(decode_value(value_b64), how_to_allow=EMPTY_VALUE_BY_CLI)
     assert file_path is not None
-    return await read_inside_roots(ctx, file_path, param="file_path", max_bytes=MAX_VALUE_BYTES)
+    value = await read_inside_roots(ctx, file_path, param="file_path", max_bytes=MAX_VALUE_BYTES)
+    return check_not_empty(value, how_to_allow=EMPTY_VALUE_BY_CLI)

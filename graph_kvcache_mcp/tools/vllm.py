@@ -19,6 +19,7 @@ from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
 from graph_kvcache_mcp.domain.lmcache.stack import Coordinator, StackOptions
 from graph_kvcache_mcp.domain.vllm.chat import AnswerTokens, Temperature
+from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV, PROBE_TIMEOUT_ENV
 from graph_kvcache_mcp.domain.vllm.launch import (
     BlockSize,
     GpuMemoryUtilization,
@@ -68,6 +69,7 @@ from graph_kvcache_mcp.tools._common import (
     state_of,
 )
 from graph_kvcache_mcp.tools.file_paths import path_inside_roots
+from graph_kvcache_mcp.tools.progress import with_progress
 
 TOOLSET = "vllm"
 # Dropping the prefix cache changes what later calls cost, so it is a destructive write.
@@ -100,20 +102,30 @@ async def vllm_chat(
     temperature: Annotated[Temperature, Field(description="0 = greedy (repeatable).")] = 0.0,
     stream: Annotated[bool, Field(description="Stream, to measure TTFT.")] = False,
 ) -> VllmChatOut:
-    """One chat request to vLLM: the answer and a trace (prompt tokens; prefix_cache_hit_tokens
-    and cached_tokens_source, where that count came from, null = unknown; latency; TTFT when
+    """One chat request to vLLM: the answer and a trace (prompt tokens, prefix_cache_hit_tokens,
+    cached_tokens_source: where that count came from, null = unknown; latency; TTFT when
     streamed)."""
     access = state_of(ctx).vllm
     try:
         conversation = vllm_service.conversation(message, system, messages)
         async with access.borrowed() as client:
-            out = await vllm_service.chat(
+            call = partial(
+                vllm_service.chat,
                 client,
                 conversation,
                 model=model or access.settings.vllm_model,
                 max_tokens=max_tokens,
                 temperature=temperature,
                 stream=stream,
+            )
+            # The model lookup and the /metrics read before the call are probes; then the call.
+            bound_s = client.timeout_s + 2 * client.probe_timeout_s
+            out = await with_progress(
+                ctx,
+                call,
+                what=f"vLLM chat at {client.root_url}",
+                bound_s=bound_s,
+                knob=CALL_TIMEOUT_ENV,
             )
         out = await chat_with_death(out, access.managed)
     except InvalidValue as exc:
@@ -130,23 +142,31 @@ async def vllm_metrics(
     model: Model = None,
     since: Annotated[
         str | None,
-        Field(description="snapshot_id of an earlier vllm_metrics result: adds `delta`."),
+        Field(description="snapshot_id of an earlier result: adds `delta`."),
     ] = None,
 ) -> VllmMetricsOut:
-    """vLLM /metrics for one model: prefix-cache queries, hits, hit rate, connector hits,
-    prompt tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass
-    its snapshot_id as since later for a delta."""
+    """vLLM /metrics for one model: prefix-cache queries, hits, hit rate, connector hits, prompt
+    tokens by source, KV usage, queue, TTFT, cache config (null = not exported). Pass its
+    snapshot_id as since for a delta."""
     state = state_of(ctx)
     before = None if since is None else snapshot_since(state.vllm_snapshots, since, "vllm_metrics")
     access = state.vllm
     try:
         async with access.borrowed() as client:
-            out = await vllm_service.metrics(
+            scrape = partial(
+                vllm_service.metrics,
                 client,
                 model or access.settings.vllm_model,
                 before.vllm if before else None,
                 data_dir=access.settings.data_dir,
                 since_lmcache=before.lmcache if before else None,
+            )
+            out = await with_progress(
+                ctx,
+                scrape,
+                what=f"vLLM /metrics at {client.root_url}",
+                bound_s=client.probe_timeout_s,
+                knob=PROBE_TIMEOUT_ENV,
             )
     except UnknownModel as exc:
         raise ToolError(f"{exc}. Call vllm_metrics again with one of those models.") from exc
@@ -266,8 +286,8 @@ async def vllm_logs(
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
-    """Drop vLLM's whole prefix cache so the next call is cold. Needs vllm_start
-    dev_mode=true; otherwise reset=false with the reason."""
+    """Drop vLLM's whole prefix cache so the next call is cold. Needs vllm_start dev_mode=true; else
+    reset=false with the reason."""
     async with state_of(ctx).vllm.borrowed() as client:
         return await vllm_service.reset_prefix_cache(client)
 
@@ -277,8 +297,8 @@ async def vllm_trace_summary(
     path: Annotated[
         str | None,
         Field(
-            description="Absolute path of a JSONL trace file (one Trace per line) inside the "
-            "allowed roots; default: this session's vllm_chat calls."
+            description="A JSONL trace file (absolute, in the allowed roots); default: this "
+            "session's vllm_chat calls."
         ),
     ] = None,
 ) -> VllmTraceSummaryOut:
@@ -321,9 +341,8 @@ async def vllm_restart_reuse(
     ] = 600.0,
     restart: Annotated[RestartMode, Field(description="stack: the lmcache server too.")] = "vllm",
 ) -> RestartReuseOut:
-    """On the managed vLLM with a KV tier (kv_connector engine, mp_native, redis_resp): a long
-    prompt cold, a restart, the same prompt again. Both TTFTs, cached tokens by tier, engine
-    bytes."""
+    """Managed vLLM with a KV tier (kv_connector engine, mp_native, redis_resp): a long prompt cold,
+    a restart, the same prompt again; both TTFTs, cached tokens by tier, engine bytes."""
     access = state_of(ctx).vllm
     settings = access.settings
     try:

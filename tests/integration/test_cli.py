@@ -7,10 +7,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from graph_kvcache_mcp.cli import main
+from graph_kvcache_mcp.domain.outcomes import Presence
+
+if TYPE_CHECKING:
+    from tests.support.engines import RunningEngine
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -73,15 +78,20 @@ def test_engine_and_kv_commands_work_end_to_end(
     assert code == 3 and json.loads(out)["reachable"] is False
 
 
+def _cli_reads(engine: RunningEngine, monkeypatch: pytest.MonkeyPatch, *, stdin: bytes) -> None:
+    """Point the CLI at `engine` and give it `stdin` as its standard input."""
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+
+
 def test_put_from_stdin(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.support.engines import running_engine
 
     with running_engine(tmp_path, "memory") as engine:
-        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
-        monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"from-stdin")))
+        _cli_reads(engine, monkeypatch, stdin=b"from-stdin")
         code, out, _ = run(capsys, "kv", "put", "stdin:1", "-", "--json")
         assert code == 0 and json.loads(out)["size_bytes"] == len(b"from-stdin")
         assert engine.token.get_secret_value() not in out
@@ -110,15 +120,20 @@ def test_unreachable_store_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 3 and "not reachable" in json.loads(out)["reason"]
 
 
-def test_missing_engine_package_is_named_with_the_install_command(tmp_path: Path) -> None:
+def _without_the_engine_package(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The CLI run with `argv` in a Python where the engine package cannot be imported."""
     script = (
         "import sys; sys.modules['epistemic_graph_server'] = None\n"
         "from graph_kvcache_mcp.cli import main\n"
-        f"raise SystemExit(main(['engine', 'start', '--data-dir', {str(tmp_path)!r}]))\n"
+        f"raise SystemExit(main({list(argv)!r}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
     )
+
+
+def test_missing_engine_package_is_named_with_the_install_command(tmp_path: Path) -> None:
+    done = _without_the_engine_package("engine", "start", "--data-dir", str(tmp_path))
     assert done.returncode == 3
     assert "pip install 'graph-kvcache-mcp[engine]'" in done.stderr
 
@@ -207,3 +222,38 @@ def test_engine_start_resp_opens_the_wire_and_status_shows_it(
         assert code == 0 and f"resp     {address}" in out
     finally:
         run(capsys, "engine", "stop", *data)
+
+
+def test_an_empty_value_is_refused_unless_allow_empty_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty put would spoil the key for good (the engine keeps the first value)."""
+    from tests.support.engines import running_engine
+
+    with running_engine(tmp_path, "memory") as engine:
+        _cli_reads(engine, monkeypatch, stdin=b"")
+        code, out, err = run(capsys, "kv", "put", "empty:1", "--json")
+        assert code == 2 and "--allow-empty" in err and "Traceback" not in err
+        refused = json.loads(out)  # --json: the error as one object on stdout too
+        assert refused["exit_code"] == 2 and "empty" in refused["error"]
+        assert engine.sync_client().contains("empty:1") == Presence(False)
+        _cli_reads(engine, monkeypatch, stdin=b"")
+        code, out, _ = run(capsys, "kv", "put", "empty:1", "--allow-empty", "--json")
+        assert code == 0 and json.loads(out)["size_bytes"] == 0
+
+
+def test_json_errors_are_one_object_on_stdout_and_the_text_stays_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "kv", "get", "a?b", "--json")
+    refused = json.loads(out)
+    assert code == 2 and refused["exit_code"] == 2 and "rule: charset" in refused["error"]
+    assert err.startswith("error: ") and "rule: charset" in err
+
+
+def test_demo_without_the_engine_installed_says_so_and_how_to_install_it(tmp_path: Path) -> None:
+    done = _without_the_engine_package("demo", "--data-dir", str(tmp_path))
+    assert done.returncode == 3
+    assert "not installed" in done.stderr
+    assert "pip install 'graph-kvcache-mcp[engine]'" in done.stderr
+    assert "stopped by" not in done.stdout + done.stderr

@@ -178,6 +178,14 @@ def test_vllm_timeout_is_read_from_the_environment_and_checked() -> None:
         Settings.from_env({"GRAPH_KVCACHE_VLLM_TIMEOUT_S": "0"})
 
 
+def test_vllm_probe_timeout_is_read_from_the_environment_and_checked() -> None:
+    assert Settings.from_env({}).vllm_probe_timeout_s == 5.0
+    env = {"GRAPH_KVCACHE_VLLM_PROBE_TIMEOUT_S": "1.5"}
+    assert Settings.from_env(env).vllm_probe_timeout_s == 1.5
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_VLLM_PROBE_TIMEOUT_S"):
+        Settings.from_env({"GRAPH_KVCACHE_VLLM_PROBE_TIMEOUT_S": "soon"})
+
+
 @pytest.mark.parametrize("word", sorted(ENABLE_WORDS))
 def test_every_enable_word_of_the_engine_turns_a_setting_on(word: str) -> None:
     assert Settings.from_env({"GRAPH_KVCACHE_READ_ONLY": word.upper()}).read_only is True

@@ -35,9 +35,7 @@ __all__ = ["register"]
 
 def register(subparsers: Verbs) -> None:
     group = subparsers.add_parser("vllm", help="talk to, measure and manage a vLLM server")
-    verbs = group.add_subparsers(
-        dest="verb", required=True, metavar="{chat,metrics,start,stop,status,logs,summary}"
-    )
+    verbs = group.add_subparsers(dest="verb", required=True)
     parent = common_options()
     target = argparse.ArgumentParser(add_help=False)
     target.add_argument(
@@ -81,8 +79,20 @@ def _add_restart_reuse(verbs: Verbs, parents: list[argparse.ArgumentParser]) -> 
         parents=parents,
         help="cold call, restart vLLM, same call: KV reuse through the engine",
     )
-    add_flag(reuse, "--prompt-tokens", ReusePromptTokens, default=2048)
-    add_flag(reuse, "--ready-timeout-s", ReadyTimeout, default=600.0)
+    add_flag(
+        reuse,
+        "--prompt-tokens",
+        ReusePromptTokens,
+        default=2048,
+        help="about how long the test prompt is, in tokens",
+    )
+    add_flag(
+        reuse,
+        "--ready-timeout-s",
+        ReadyTimeout,
+        default=600.0,
+        help="how long the restarted vLLM may take (default 600 s)",
+    )
     reuse.add_argument(
         "--restart",
         choices=get_args(RestartMode),
@@ -103,5 +113,5 @@ def _add_process_verbs(
     status.set_defaults(handler=run_status)
 
     logs = verbs.add_parser("logs", parents=[parent], help="tail the managed vLLM's log")
-    add_flag(logs, "--lines", LogLines, default=50)
+    add_flag(logs, "--lines", LogLines, default=50, help="how many last lines (default 50)")
     logs.set_defaults(handler=run_logs)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
 
 import anyio
 
 from graph_kvcache_mcp.commands._common import (
-    EXIT_BAD_INPUT,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     emit,
@@ -29,8 +26,6 @@ from graph_kvcache_mcp.commands.vllm._describe import (
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.files.trace_log import append_traces
-from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel
-from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.stack import vllm as managed
 from graph_kvcache_mcp.services.stack.engine_death import chat_with_death
 from graph_kvcache_mcp.services.stack.stack import Stack
@@ -57,9 +52,8 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
             )
         return await chat_with_death(out, Stack.of(settings).vllm)
 
-    out = _guarded(call)
-    if isinstance(out, int):
-        return out
+    # vLLM refusing the request (VllmRequestError, UnknownModel) is bad input: main exits 2.
+    out = anyio.run(call)
     if args.trace_file is not None and out.trace is not None:
         append_traces(args.trace_file, [out.trace])
     if args.json:
@@ -77,9 +71,8 @@ def run_metrics(args: argparse.Namespace, settings: Settings) -> int:
         async with managed.open_metered_client(settings) as client:
             return await vllm_service.metrics(client, args.model or settings.vllm_model)
 
-    out = _guarded(call)
-    if isinstance(out, int):
-        return out
+    # vLLM refusing the request (VllmRequestError, UnknownModel) is bad input: main exits 2.
+    out = anyio.run(call)
     if out.snapshot is None and not args.json:
         note(f"error: {out.reason}")
     else:
@@ -127,13 +120,3 @@ def run_summary(args: argparse.Namespace, _settings: Settings) -> int:
         note(f"skipped {out.bad_line_count} line(s) that were not traces: {out.bad_lines[:10]}")
     emit(out, as_json=args.json, human=lambda o: describe_summary(o.summary))
     return EXIT_OK
-
-
-def _guarded(call: Callable[[], Awaitable[T]]) -> T | int:
-    """Run an async call; its result, or exit 2 after saying why on stderr when vLLM refused the
-    request or does not serve the model (bad input)."""
-    try:
-        return anyio.run(call)
-    except (VllmRequestError, UnknownModel) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT

@@ -233,6 +233,9 @@ class ManagedKvAccess(KvAccess):
         lost = self._binding
         backend = lost.state.backend if lost is not None else None
         resp = lost is not None and lost.state.resp_port is not None  # healed as it was
+        # The lifetime is the user's too: one started by `engine start` still runs until
+        # `engine stop` after a heal, instead of becoming this session's and stopping with it.
+        runs_until_stop = lost is not None and lost.state.runs_until_stop
         # Taken before the start: a session exiting meanwhile sees this lease and leaves the
         # engine running (release and start are serialized on the engine's lock).
         await self._lease.take()
@@ -241,7 +244,7 @@ class ManagedKvAccess(KvAccess):
                 backend=backend or self.settings.engine_backend,
                 port=self.settings.engine_port,
                 progress=lambda message: log.info("%s", message),
-                runs_until_stop=False,
+                runs_until_stop=runs_until_stop,
                 resp=resp,
             ),
             lost,
@@ -350,6 +353,7 @@ class ManagedKvAccess(KvAccess):
             "managed",
             # The state records the backend, so key limits need no stats call to learn it.
             self._binding.state.backend if self._binding is not None else None,
+            self.engine.token_path,
         )
         return KvClient(sync_client_for(target, self.settings))
 

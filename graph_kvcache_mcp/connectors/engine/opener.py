@@ -10,6 +10,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import SecretStr
 
@@ -29,6 +30,8 @@ class KvTarget:
     source: EngineSource
     backend: EngineBackend | None = None
     """Known for a managed engine (its state records it); else the client learns it."""
+    token_file: Path | None = None
+    """A managed engine's token file, named when the engine refuses the token."""
 
     def __repr__(self) -> str:
         return f"KvTarget({self.base_url!r}, source={self.source!r})"
@@ -40,7 +43,9 @@ def resolve_kv_target(settings: Settings) -> KvTarget:
         return KvTarget(settings.kv_url, settings.kv_token, "configured")
     managed = ManagedEngine(settings.data_dir)
     if (state := managed.running_state()) is not None:
-        return KvTarget(state.base_url, managed.token(), "managed", state.backend)
+        return KvTarget(
+            state.base_url, managed.token(), "managed", state.backend, managed.token_path
+        )
     return KvTarget(f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}", settings.kv_token, "default")
 
 
@@ -75,6 +80,7 @@ def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = Fals
         source=target.source,
         backend=target.backend,
         proof=engine_proof(os.environ) if proved else None,
+        token_file=target.token_file,
     )
 
 

@@ -126,9 +126,14 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         """The bearer token clients use (created on first use, 0600)."""
         return SecretStr(self._secret("token", new_secret))
 
+    @property
+    def token_path(self) -> Path:
+        """The file holding the bearer token (0600, ours)."""
+        return self.home / "token"
+
     def existing_token(self) -> SecretStr | None:
         """The bearer token when one was made already; creates nothing (read-only use)."""
-        value = secret_file(self.home / "token")
+        value = secret_file(self.token_path)
         return SecretStr(value) if value is not None else None
 
     def rotate_token(self) -> None:
@@ -169,7 +174,12 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         return self.state_file.read_live(tidy=tidy)
 
     def client(self, state: EngineState, *, timeout_s: float = 5.0) -> SyncKvClient:
-        return SyncKvClient(state.base_url, self.existing_token(), timeout_s=timeout_s)
+        return SyncKvClient(
+            state.base_url,
+            self.existing_token(),
+            timeout_s=timeout_s,
+            token_file=self.token_path,
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ token.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Literal, TypeAlias
 
 from graph_kvcache_mcp.connectors.engine.http_response import WireResponse
@@ -45,14 +46,26 @@ def explain_fault(exc: WireError, url: str, source: EngineSource) -> str:
     return f"{where} failed: {exc}"
 
 
-def explain_status(response: WireResponse, url: str, token_given: bool) -> str:
-    """A reason for an unexpected status that says what to do; never echoes the token."""
+def explain_status(
+    response: WireResponse, url: str, token_given: bool, token_file: Path | None = None
+) -> str:
+    """A reason for an unexpected status that says what to do; never echoes the token.
+
+    `token_file`: where a managed engine's token lives (a 401 then names it, not the variable).
+    """
     message = ""
     if response.content_type.startswith("application/json"):
         try:
             message = str(json.loads(response.body).get("message", ""))[:200]
         except (ValueError, AttributeError):
             message = ""
+    if response.status == 401 and token_file is not None:
+        return (
+            f"managed engine at {url} refused the bearer token (401): its token is in "
+            f"{token_file} (0600), which no longer matches the running engine (replaced while it "
+            "ran?); restart it (`graph-kvcache-mcp engine stop`, then `engine start`) so both "
+            "use the file's token"
+        )
     if response.status == 401:
         fix = (
             "set EPISTEMIC_GRAPH_KVCACHE_TOKEN to the engine's token"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import TypeAlias
 
 from graph_kvcache_mcp.connectors.engine.http_response import WireResponse
@@ -54,10 +55,18 @@ class Counters:
 class KvReplies:
     """What each answer of one engine means; counts as it reads. Thread-safe."""
 
-    def __init__(self, url: str, source: EngineSource, *, token_given: bool) -> None:
+    def __init__(
+        self,
+        url: str,
+        source: EngineSource,
+        *,
+        token_given: bool,
+        token_file: Path | None = None,
+    ) -> None:
         self.url = url
         self.source = source
         self.token_given = token_given
+        self.token_file = token_file
         self.counters = Counters()
 
     def read_get(self, response: WireResponse | Unavailable) -> Outcome[bytes]:
@@ -144,7 +153,7 @@ class KvReplies:
         return self._fail(reason, None)
 
     def _unexpected(self, response: WireResponse) -> Unavailable:
-        reason = explain_status(response, self.url, self.token_given)
+        reason = explain_status(response, self.url, self.token_given, self.token_file)
         return self._fail(reason, response.status)
 
     def _fail(self, reason: str, status: int | None) -> Unavailable:

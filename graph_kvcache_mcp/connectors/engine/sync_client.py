@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic import SecretStr
@@ -91,6 +92,7 @@ class SyncKvClient:
         source: EngineSource = "configured",
         backend: EngineBackend | None = None,
         proof: WireProof | None = None,
+        token_file: Path | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -102,7 +104,9 @@ class SyncKvClient:
         self.wire = EngineWire(self.endpoint, token)
         self.proof = proof
         """With a proof every request goes through the wire it hands out (never `wire`)."""
-        self.replies = KvReplies(self.endpoint.url, source, token_given=token is not None)
+        self.replies = KvReplies(
+            self.endpoint.url, source, token_given=token is not None, token_file=token_file
+        )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 

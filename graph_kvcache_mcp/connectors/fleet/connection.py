@@ -123,7 +123,11 @@ class FleetConnection:
                         "not set in this server's environment"
                     )
                 key = SecretStr(env[item.api_key_env])
-            self.clients[item.name] = VllmClient(item.base_url, api_key=key, timeout_s=timeout_s)
+            # The fleet's one deadline bounds its scrapes and probes too (as before probes had
+            # their own): a fleet status reads every instance's /metrics under it.
+            self.clients[item.name] = VllmClient(
+                item.base_url, api_key=key, timeout_s=timeout_s, probe_timeout_s=timeout_s
+            )
             if item.kv_events:
                 self.feeds[item.name] = EventFeed(
                     item.name, item.kv_events, item.kv_events_replay, self.index

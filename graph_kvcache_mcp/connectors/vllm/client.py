@@ -7,7 +7,9 @@ JSON shape is a bad answer, not a crash) and never retries by itself: a chat cal
 may have reached vLLM, and a repeat would be a second call.
 
 `timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
-failures become `Unavailable` values (`connectors.vllm.errors` says which of three reasons).
+`probe_timeout_s` (never more than `timeout_s`) bounds /health, /metrics and /v1/models, which a
+working vLLM answers in milliseconds (`domain.vllm.deadlines`). Failures become `Unavailable`
+values (`connectors.vllm.errors` says which of three reasons).
 The call's cached tokens are credited by its `CacheMeter` (`connectors.vllm.accounting`): from
 the answer's usage, else from /metrics around the call, by the rule in `domain.vllm.chat`.
 """
@@ -48,6 +50,12 @@ from graph_kvcache_mcp.domain.vllm.chat import (
     ChatResult,
     PrefixCacheReset,
 )
+from graph_kvcache_mcp.domain.vllm.deadlines import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_PROBE_TIMEOUT_S,
+    PROBE_TIMEOUT_ENV,
+    probe_deadline_s,
+)
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.traces import Trace, cache_split
 from graph_kvcache_mcp.errors import VllmRequestError
@@ -64,7 +72,8 @@ class VllmClient:
         base_url: str,
         *,
         api_key: SecretStr | None = None,
-        timeout_s: float = 120.0,
+        timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
         max_retries: int = 0,
         metrics_fallback: bool = True,
         transport: httpx2.AsyncBaseTransport | None = None,
@@ -73,6 +82,7 @@ class VllmClient:
         self.root_url = self.endpoint.root
         self.base_url = self.endpoint.api_base
         self.timeout_s = timeout_s
+        self.probe_timeout_s = probe_deadline_s(probe_timeout_s, timeout_s)
         headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
         self._http = httpx2.AsyncClient(
             timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
@@ -87,9 +97,13 @@ class VllmClient:
             http_client=self._http,
             _strict_response_validation=True,
         )
-        self.metrics = VllmMetricsClient(self._http, self.endpoint.metrics_url, timeout_s=timeout_s)
+        self.metrics = VllmMetricsClient(
+            self._http, self.endpoint.metrics_url, timeout_s=self.probe_timeout_s
+        )
         self.meter = CacheMeter(self.metrics, fallback=metrics_fallback)
-        self.routes = VllmRoutes(self._http, self.root_url, timeout_s=timeout_s)
+        self.routes = VllmRoutes(
+            self._http, self.root_url, timeout_s=timeout_s, probe_timeout_s=self.probe_timeout_s
+        )
         self._models: list[str] | None = None
 
     @classmethod
@@ -98,6 +112,7 @@ class VllmClient:
             base_url or settings.vllm_base_url,
             api_key=settings.vllm_api_key,
             timeout_s=settings.vllm_timeout_s,
+            probe_timeout_s=settings.vllm_probe_timeout_s,
         )
 
     def __repr__(self) -> str:
@@ -141,12 +156,14 @@ class VllmClient:
         return {model.id: str(getattr(model, "root", None) or model.id) for model in page}
 
     async def _model_page(self) -> list[openai.types.Model] | Unavailable:
-        """`GET /v1/models`'s entries, within the client's deadline."""
+        """`GET /v1/models`'s entries, within the probe deadline."""
         try:
-            with anyio.fail_after(self.timeout_s):
+            with anyio.fail_after(self.probe_timeout_s):
                 page = await self._openai.models.list()
         except TimeoutError:
-            return vllm_errors.timed_out(self.root_url, self.timeout_s)
+            return vllm_errors.timed_out(
+                self.root_url, self.probe_timeout_s, knob=PROBE_TIMEOUT_ENV
+            )
         except openai.APIError as exc:
             return self._failed(exc)
         except ValueError as exc:  # a JSON content type over a body that is not JSON

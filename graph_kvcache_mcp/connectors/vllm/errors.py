@@ -2,8 +2,9 @@
 
 Three ways vLLM can fail to answer, each an `Unavailable` with its own reason:
 - unreachable: nothing accepted the connection (refused, DNS, no route);
-- timed out: it accepted but sent nothing for `GRAPH_KVCACHE_VLLM_TIMEOUT_S` seconds (the whole
-  answer of a plain call, the gap between two chunks of a streamed one);
+- timed out: it accepted but sent nothing within the deadline of that kind of call, named in the
+  reason (`GRAPH_KVCACHE_VLLM_TIMEOUT_S` for a chat: its whole answer, or the gap between two
+  chunks of a streamed one; `GRAPH_KVCACHE_VLLM_PROBE_TIMEOUT_S` for /health, /metrics, models);
 - bad answer: it answered, but not as vLLM does (not HTTP, not JSON, an unexpected shape, an HTML
   page from a proxy, a 5xx with vLLM's own message).
 A request vLLM refuses (4xx other than auth) is the caller's mistake: `VllmRequestError`.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import httpx2
 
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV
 from graph_kvcache_mcp.errors import VllmRequestError
 
 MAX_MESSAGE_CHARS = 300
@@ -28,10 +30,13 @@ def unreachable(root_url: str, exc: BaseException) -> Unavailable:
     )
 
 
-def timed_out(root_url: str, timeout_s: float, *, streamed: bool = False) -> Unavailable:
+def timed_out(
+    root_url: str, timeout_s: float, *, streamed: bool = False, knob: str = CALL_TIMEOUT_ENV
+) -> Unavailable:
+    """`knob`: the variable that sets this very deadline (so raising it is the right advice)."""
     what = "sent no chunk of its streamed answer for" if streamed else "did not answer within"
     return Unavailable(
-        f"vLLM at {root_url} {what} {timeout_s:g} s (GRAPH_KVCACHE_VLLM_TIMEOUT_S); it may be "
+        f"vLLM at {root_url} {what} {timeout_s:g} s ({knob}); it may be "
         "overloaded or stuck: see vllm_status and vllm_logs"
     )
 
@@ -45,11 +50,16 @@ def bad_answer(root_url: str, detail: str, *, status: int | None = None) -> Unav
 
 
 def from_transport(
-    exc: httpx2.HTTPError, root_url: str, timeout_s: float, *, streamed: bool = False
+    exc: httpx2.HTTPError,
+    root_url: str,
+    timeout_s: float,
+    *,
+    streamed: bool = False,
+    knob: str = CALL_TIMEOUT_ENV,
 ) -> Unavailable:
     """An httpx failure, on a call or on one of vLLM's own routes (/tokenize, /metrics, ...)."""
     if isinstance(exc, httpx2.TimeoutException) and not isinstance(exc, httpx2.ConnectTimeout):
-        return timed_out(root_url, timeout_s, streamed=streamed)
+        return timed_out(root_url, timeout_s, streamed=streamed, knob=knob)
     if isinstance(exc, httpx2.ProtocolError | httpx2.DecodingError):
         return bad_answer(root_url, f"not valid HTTP: {type(exc).__name__}")
     return unreachable(root_url, exc)

@@ -27,6 +27,7 @@ from graph_kvcache_mcp.connectors.files.private import read_private, write_priva
 from graph_kvcache_mcp.connectors.vllm import errors as vllm_errors
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.deadlines import DEFAULT_PROBE_TIMEOUT_S, PROBE_TIMEOUT_ENV
 from graph_kvcache_mcp.domain.vllm.metrics import (
     MetricsSnapshot,
     UnknownModel,
@@ -36,7 +37,7 @@ from graph_kvcache_mcp.domain.vllm.metrics import (
 from graph_kvcache_mcp.errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-DEFAULT_TIMEOUT_S = 120.0  # the whole scrape; GRAPH_KVCACHE_VLLM_TIMEOUT_S through VllmClient
+DEFAULT_TIMEOUT_S = DEFAULT_PROBE_TIMEOUT_S  # the whole scrape; PROBE_TIMEOUT_ENV via VllmClient
 INLINE_PARSE_CHARS = 512 * 1024
 """Expositions up to this size are parsed on the event loop: one server's (~60 KB) parses in
 ~1 ms, less than the hop to a worker thread and back costs while a chat call waits on it; a
@@ -70,9 +71,11 @@ class VllmMetricsClient:
             with anyio.fail_after(self.timeout_s):
                 return await self._read()
         except TimeoutError:
-            return vllm_errors.timed_out(self.metrics_url, self.timeout_s)
+            return vllm_errors.timed_out(self.metrics_url, self.timeout_s, knob=PROBE_TIMEOUT_ENV)
         except httpx2.HTTPError as exc:
-            return vllm_errors.from_transport(exc, self.metrics_url, self.timeout_s)
+            return vllm_errors.from_transport(
+                exc, self.metrics_url, self.timeout_s, knob=PROBE_TIMEOUT_ENV
+            )
 
     async def _read(self) -> str | Unavailable:
         async with self._http.stream("GET", self.metrics_url, headers=self._headers) as reply:

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict
 from graph_kvcache_mcp.connectors.vllm import errors as vllm_errors
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.chat import PrefixCacheReset
+from graph_kvcache_mcp.domain.vllm.deadlines import DEFAULT_PROBE_TIMEOUT_S, PROBE_TIMEOUT_ENV
 
-HEALTH_TIMEOUT_S = 5.0
 NO_DEV_MODE = (
     "the server has no /reset_prefix_cache route: vLLM only offers it with VLLM_SERVER_DEV_MODE=1 "
     "in its environment; restart it that way (vllm_start with dev_mode=true) to reset the prefix "
@@ -50,9 +50,17 @@ class ChatTokens(BaseModel):
 class VllmRoutes:
     """One server's own routes, through a shared `httpx2.AsyncClient` (not owned here)."""
 
-    def __init__(self, http: httpx2.AsyncClient, root_url: str, *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        root_url: str,
+        *,
+        timeout_s: float,
+        probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+    ) -> None:
         self.root_url = root_url
         self.timeout_s = timeout_s
+        self.probe_timeout_s = probe_timeout_s
         self._http = http
 
     def __repr__(self) -> str:
@@ -61,9 +69,11 @@ class VllmRoutes:
     async def health(self) -> bool | Unavailable:
         """True when `GET /health` answers 200."""
         try:
-            reply = await self._http.get(self.root_url + "/health", timeout=HEALTH_TIMEOUT_S)
+            reply = await self._http.get(self.root_url + "/health", timeout=self.probe_timeout_s)
         except httpx2.HTTPError as exc:
-            return vllm_errors.from_transport(exc, self.root_url, HEALTH_TIMEOUT_S)
+            return vllm_errors.from_transport(
+                exc, self.root_url, self.probe_timeout_s, knob=PROBE_TIMEOUT_ENV
+            )
         if reply.status_code != 200:
             return Unavailable(
                 f"vLLM at {self.root_url} is not healthy (HTTP {reply.status_code})",

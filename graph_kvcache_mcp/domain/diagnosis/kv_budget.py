@@ -51,7 +51,16 @@ class RecurrentStateBudget(BaseModel):
 
     family: HybridFamily
     layers: int
-    bytes_per_sequence: int | None = Field(description="None when the state size is unknown.")
+    bytes_per_sequence: int | None = Field(
+        description="The state in the model's SSM dtype (ssm_dtype); None when unknown."
+    )
+    ssm_dtype: str | None = Field(None, description="The dtype bytes_per_sequence counts in.")
+    vllm_bytes_per_sequence: int | None = Field(
+        None,
+        description="The state as vLLM stores it on the hybrid layout's platform (its SSM dtype "
+        "may differ: float32 on CPU): what its KV cache holds per sequence.",
+    )
+    vllm_ssm_dtype: str | None = Field(None, description="The dtype vLLM stores it in.")
 
 
 class HybridBudget(BaseModel):
@@ -186,8 +195,20 @@ def _with_hybrid(
     ]
     if budget.kv_memory_gib is not None and max_model_len is None:
         notes.append("no max_position_embeddings: give max_model_len for vLLM's token count")
+    recurrent = budget.recurrent_state
+    if recurrent is not None:
+        stored = layout.state_bytes_per_layer * recurrent.layers
+        recurrent = recurrent.model_copy(
+            update={"vllm_bytes_per_sequence": stored, "vllm_ssm_dtype": layout.ssm_dtype}
+        )
+        notes.append(
+            f"recurrent state: vLLM stores it in {layout.ssm_dtype} on {platform.upper()}, "
+            f"{stored:,} bytes per sequence (vllm_bytes_per_sequence, the figure its cache "
+            f"holds); bytes_per_sequence counts it in {recurrent.ssm_dtype}"
+        )
     return budget.model_copy(
         update={
+            "recurrent_state": recurrent,
             "hybrid": HybridBudget(
                 layout=layout, max_model_len=max_model_len, kv_cache_tokens=tokens
             ),
@@ -274,6 +295,7 @@ def _recurrent_budget(facts: ModelFacts) -> RecurrentStateBudget | None:
         family=facts.hybrid.family,
         layers=facts.hybrid.linear_layers,
         bytes_per_sequence=None if state is None else state * facts.hybrid.linear_layers,
+        ssm_dtype=facts.hybrid.ssm_dtype or facts.kv_dtype,
     )
 
 

@@ -25,7 +25,12 @@ did not say its backend, held to the limit every backend meets."""
 
 RESERVED_KEYS = frozenset({"stats", "version", "snapshot", "fork/stats"})
 RESERVED_PREFIXES = ("version/", "branch/", "snapshot/")
-_FORBIDDEN_CHARS = "?# "
+_FORBIDDEN_CHARS = {
+    "?": "the engine cuts the key at '?' and drops the rest as a query",
+    "#": "HTTP clients strip '#' and everything after it before sending",
+    " ": "a space ends the request target",
+}
+_SHOWN_CHARS = 8  # of a key full of bad characters, name this many distinct ones
 
 
 def check_key(key: str, *, backend: KeyBackend = "any") -> str:
@@ -36,20 +41,8 @@ def check_key(key: str, *, backend: KeyBackend = "any") -> str:
     """
     if not key:
         raise InvalidKey(key, rule="empty", hint="give a non-empty key")
-    if not (key.isascii() and key.isprintable()):
-        raise InvalidKey(
-            key,
-            rule="charset",
-            hint="use printable ASCII only (0x21-0x7E); the engine rejects other bytes",
-        )
-    for char in _FORBIDDEN_CHARS:
-        if char in key:
-            why = {
-                "?": "the engine cuts the key at '?' and drops the rest as a query",
-                "#": "HTTP clients strip '#' and everything after it before sending",
-                " ": "a space ends the request target",
-            }[char]
-            raise InvalidKey(key, rule="charset", hint=f"remove {char!r}: {why}")
+    if problems := _charset_problems(key):
+        raise InvalidKey(key, rule="charset", hint="; ".join(problems))
     if len(key) > key_limit(backend):
         raise InvalidKey(key, rule="length", hint=_length_hint(len(key), backend))
     if key in RESERVED_KEYS or key.startswith(RESERVED_PREFIXES):
@@ -67,6 +60,22 @@ def check_key(key: str, *, backend: KeyBackend = "any") -> str:
             "rename it",
         )
     return key
+
+
+def _charset_problems(key: str) -> list[str]:
+    """Every character rule `key` breaks, each naming all its offending characters at once (a
+    key with three bad characters is fixed in one try, not three)."""
+    problems = []
+    foreign = list(dict.fromkeys(c for c in key if not (c.isascii() and c.isprintable())))
+    if foreign:
+        shown = ", ".join(repr(c) for c in foreign[:_SHOWN_CHARS])
+        more = f" and {len(foreign) - _SHOWN_CHARS} more" if len(foreign) > _SHOWN_CHARS else ""
+        problems.append(
+            f"remove {shown}{more}: use printable ASCII only (0x21-0x7E); the engine rejects "
+            "other bytes"
+        )
+    problems += [f"remove {c!r}: {why}" for c, why in _FORBIDDEN_CHARS.items() if c in key]
+    return problems
 
 
 def check_exists_key(key: str) -> str:

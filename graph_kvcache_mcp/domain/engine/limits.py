@@ -63,6 +63,28 @@ def call_budget_s(timeout_s: float, body_bytes: int = 0) -> float:
     return timeout_s + body_bytes / MIN_UPLOAD_RATE_BYTES_S
 
 
+EMPTY_VALUE = (
+    "the value is empty (0 bytes): the engine keeps the first value stored under a key, so an "
+    "empty one would stay there and a later put of the real value would answer already_present"
+)
+EMPTY_VALUE_BY_CLI = (
+    "store the real bytes; to store an empty value on purpose, use the CLI: "
+    "graph-kvcache-mcp kv put KEY --allow-empty < /dev/null"
+)
+"""How a tool caller (which cannot opt in) stores an empty value anyway."""
+
+
+def check_not_empty(value: bytes, *, how_to_allow: str) -> bytes:
+    """Return `value` unless it is empty (an empty value spoils its key for good).
+
+    Raises:
+        InvalidValue: the value is empty; says why that is refused and `how_to_allow` it.
+    """
+    if not value:
+        raise InvalidValue(f"{EMPTY_VALUE}; {how_to_allow}")
+    return value
+
+
 def check_value(value: bytes) -> bytes:
     """Return `value` when the engine can store it.
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_proof_environment, resolve_kv_target
-from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
+from graph_kvcache_mcp.connectors.files.hf_config import config_file_of, read_hf_config
 from graph_kvcache_mcp.connectors.vllm.host import detect_platform
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import (
@@ -44,7 +44,12 @@ def model_facts(
         ConfigError: neither a config.json nor enough facts to size the KV cache.
     """
     if hf_config is not None:
-        facts = facts_from_hf_config(read_hf_config(hf_config), name=model)
+        raw = read_hf_config(hf_config)
+        # vLLM serves a local model under its path (--model DIR), never under the class name a
+        # config.json without `_name_or_path` would otherwise lend the facts.
+        if model is None and not raw.get("_name_or_path"):
+            model = str(config_file_of(Path(hf_config).expanduser()).parent)
+        facts = facts_from_hf_config(raw, name=model)
         updates = {
             name: value
             for name, value in (

@@ -22,7 +22,7 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.dependents import dependents_refusal
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine, engine_binary
 from graph_kvcache_mcp.connectors.engine.state import Backend, EngineStatus, EngineStopResult
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
@@ -242,6 +242,15 @@ class Stack:
         if not force and (refusal := dependents_refusal(self.settings.data_dir)) is not None:
             raise EngineProcessError(refusal)
         return self.engine.stop(term_wait_s=wait_s)
+
+    @staticmethod
+    def check_engine_installed() -> None:
+        """Nothing, when the engine package and its binary are installed.
+
+        Raises:
+            EngineProcessError: they are not; the message gives the install command.
+        """
+        engine_binary()
 
     def engine_status(self) -> EngineStatus:
         """Whether the data dir's engine runs and answers, and which sessions use it."""

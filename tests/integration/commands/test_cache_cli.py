@@ -46,3 +46,28 @@ def test_a_server_that_does_not_answer_exits_3_with_the_reason(
     assert main(argv) == 3
     out = CacheOut.model_validate_json(capsys.readouterr().out)
     assert out.done is False and out.reason is not None and server in out.reason
+
+
+@pytest.mark.parametrize("verb", ["warm", "evict"])
+def test_a_fleet_of_one_instance_needs_no_instance_flag(
+    verb: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the fleet verbs do: the one instance is the one meant (here its server is down)."""
+    server = f"http://127.0.0.1:{free_port()}"
+    path = fleet_file(tmp_path, lmcache_http_url=server)
+    assert main(["cache", verb, "--fleet", path, "--prompt", "x", "--json"]) == 3
+    out = CacheOut.model_validate_json(capsys.readouterr().out)
+    assert out.instance == "a" and out.reason is not None and server in out.reason
+
+
+def test_a_fleet_of_several_instances_asks_which_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entries = [
+        {"name": name, "base_url": f"http://127.0.0.1:{free_port()}/v1"} for name in ("a", "b")
+    ]
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"instances": entries}))
+    assert main(["cache", "warm", "--fleet", str(path), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "2 instances (a, b)" in err and "--instance" in err

@@ -83,3 +83,19 @@ def test_check_passes_against_an_engine_and_reports_it_down(
     assert code == 0 and "PASS" in out and "dedup" in out
     code, out, _ = run(capsys, "lmcache", "check", "--url", "http://127.0.0.1:9", "--json")
     assert code == 3 and json.loads(out)["reachable"] is False
+
+
+def test_config_of_a_local_model_without_a_hub_name_uses_its_path_not_its_class(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A config.json a script wrote (no `_name_or_path`) names only the class; vLLM serves the
+    model under its directory, so that is what the printed command passes to --model."""
+    raw = json.loads((DATA / "qwen3-8b.config.json").read_text())
+    raw.pop("_name_or_path")
+    model_dir = tmp_path / "my-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(raw))
+    for given in (model_dir, model_dir / "config.json"):
+        code, out, _ = run(capsys, "lmcache", "config", "--hf-config", str(given))
+        assert code == 0
+        assert f"--model {model_dir}" in out and "--model Qwen3ForCausalLM" not in out

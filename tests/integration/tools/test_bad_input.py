@@ -229,3 +229,25 @@ async def test_diagnose_budget_refuses_an_absurd_kv_memory(
         )
     # refused by the schema's bound, before the budget is computed
     assert "kv_memory_gib" in message and "less than or equal to 1048576" in message
+
+
+@MODES
+async def test_an_empty_value_is_refused_and_says_how_to_store_one_through_the_cli(
+    memory_engine: RunningEngine, mode: str, tmp_path: Path
+) -> None:
+    key, empty = fresh_key("empty"), tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    settings = memory_engine.settings.model_copy(
+        update={"file_roots": (tmp_path,), "toolsets": ("kv", "compat")}
+    )
+    async with Client(build_server(settings), mode=mode) as client:
+        messages = [
+            await call_error(client, "kv_put", {"key": key, "value_b64": ""}),
+            await call_error(client, "kv_put", {"key": key, "file_path": str(empty)}),
+            await call_error(
+                client, "graph_kvcache", {"action": "put", "key": key, "value_b64": ""}
+            ),
+        ]
+    for message in messages:
+        assert "empty" in message and "kv put KEY --allow-empty" in message, message
+    assert memory_engine.sync_client().contains(key) == Presence(False)

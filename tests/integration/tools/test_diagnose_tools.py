@@ -88,3 +88,39 @@ async def test_diagnose_stack_with_nothing_configured_names_the_managed_engine_n
     assert engine["target"] == f"managed engine in {tmp_path}"
     assert "9130" not in json.dumps(out)
     assert "engine_not_started" in {f["id"] for f in out["findings"]}
+
+
+async def test_diagnose_budget_lays_a_hybrid_out_for_the_platform_asked_and_names_the_stored_state(
+    tmp_path: Path,
+) -> None:
+    """As the CLI: an agent on a CPU host can ask for the GPU layout (#39 item 4), and the answer
+    says which state size vLLM stores (float32 on CPU, the model's bf16 on GPU)."""
+    hybrid = str(MODELS.parent / "hybrid" / "bamba.config.json")
+    arguments = {"hf_config": hybrid, "kv_memory_gib": 4, "max_model_len": 4096}
+    async with Client(build_server(settings(tmp_path))) as client:
+        answers = {
+            platform: KvBudget.model_validate(
+                await call_ok(client, "diagnose_budget", {**arguments, "platform": platform})
+            )
+            for platform in ("cpu", "gpu")
+        }
+        unaligned = KvBudget.model_validate(
+            await call_ok(
+                client,
+                "diagnose_budget",
+                {**arguments, "platform": "gpu", "no_prefix_caching": True},
+            )
+        )
+    cpu, gpu = answers["cpu"], answers["gpu"]
+    assert cpu.hybrid is not None and cpu.hybrid.layout.platform == "cpu"
+    assert gpu.hybrid is not None and gpu.hybrid.layout.platform == "gpu"
+    assert gpu.hybrid.max_model_len == 4096 and gpu.hybrid.kv_cache_tokens is not None
+    assert unaligned.hybrid is not None
+    assert unaligned.hybrid.layout.mamba_cache_mode != gpu.hybrid.layout.mamba_cache_mode
+    cpu_state, gpu_state = cpu.recurrent_state, gpu.recurrent_state
+    assert cpu_state is not None and gpu_state is not None
+    assert (cpu_state.vllm_ssm_dtype, gpu_state.vllm_ssm_dtype) == ("float32", gpu_state.ssm_dtype)
+    assert gpu_state.vllm_bytes_per_sequence == gpu_state.bytes_per_sequence
+    assert cpu_state.vllm_bytes_per_sequence is not None and gpu_state.bytes_per_sequence
+    assert cpu_state.vllm_bytes_per_sequence > gpu_state.bytes_per_sequence
+    assert any("vLLM stores it in float32 on CPU" in note for note in cpu.notes)

@@ -185,3 +185,30 @@ async def test_a_modern_session_cannot_ask_for_roots_and_uses_the_configured_rul
     async with client:
         # The client would allow nothing, but a 2026-07-28 session has no way to ask it.
         await call_ok(client, "vllm_trace_summary", {"path": str(mine / "t.jsonl")})
+
+
+@pytest.mark.parametrize("where", ["/", "home"])
+async def test_no_roots_and_a_working_directory_at_slash_or_home_refuse_every_file_tool(
+    memory_engine: RunningEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """A host that starts the server from / (or ~) and declares no roots must not get a
+    kv_put that reads /etc/...: the file tools refuse and say how to set the roots."""
+    home = tmp_path / "home"
+    home.mkdir()
+    _trace_file(home / "t.jsonl")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir("/" if where == "/" else home)
+    settings = memory_engine.settings.model_copy(update={"toolsets": ("kv", "vllm", "lmcache")})
+    async with Client(build_server(settings)) as client:
+        for tool, arguments in READERS.items():
+            message = await call_error(client, tool, arguments(str(home / "t.jsonl")))
+            assert "no file roots" in message and f"{ROOTS_ENV}=" in message, tool
+        message = await call_error(client, WRITER, {"key": "k", "path": str(home / "new.bin")})
+        assert "no file roots" in message
+    assert not (home / "new.bin").exists()
+    configured = settings.model_copy(update={"file_roots": (home,)})
+    async with Client(build_server(configured)) as client:
+        await call_ok(client, "vllm_trace_summary", {"path": str(home / "t.jsonl")})

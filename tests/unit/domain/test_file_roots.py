@@ -10,6 +10,8 @@ from graph_kvcache_mcp.domain.file_roots import (
     FROM_SETTING,
     ROOTS_ENV,
     FileRoots,
+    broad_working_dir,
+    broad_working_dir_refusal,
     paths_from_root_uris,
     roots_from_setting,
 )
@@ -55,3 +57,24 @@ def test_only_local_file_uris_become_roots() -> None:
         PurePosixPath("/home/me/my project"),
         PurePosixPath("/srv"),
     )
+
+
+@pytest.mark.parametrize(
+    ("cwd", "opens"),
+    [
+        ("/", "every file on this machine"),
+        ("/home/ada", "the whole home directory"),
+        ("/home", "every home directory under /home"),
+        ("/home/ada/project", None),
+        ("/srv/data", None),
+    ],
+)
+def test_a_working_directory_at_or_above_home_is_too_broad_to_be_the_implicit_root(
+    cwd: str, opens: str | None
+) -> None:
+    assert broad_working_dir(PurePosixPath(cwd), PurePosixPath("/home/ada")) == opens
+
+
+def test_the_broad_working_dir_refusal_says_how_to_set_the_roots() -> None:
+    message = broad_working_dir_refusal(PurePosixPath("/"), "every file on this machine")
+    assert f"{ROOTS_ENV}=" in message and "declares none" in message and "/" in message

@@ -95,3 +95,11 @@ def test_printable_ascii_keys_without_forbidden_characters_pass_unless_reserved(
 @given(st.text(min_size=1, max_size=50), st.sampled_from(["?", "#", " ", "\n", "\x7f", "\u00e9"]))
 def test_any_key_holding_a_forbidden_character_is_refused(prefix: str, bad: str) -> None:
     assert not is_valid_key(prefix + bad)
+
+
+def test_a_key_with_several_bad_characters_names_them_all_in_one_refusal() -> None:
+    with pytest.raises(InvalidKey, match="rule: charset") as refused:
+        check_key("a?b#c d\u00e9\n")
+    message = str(refused.value)
+    for named in ("'?'", "'#'", "' '", "'\u00e9'", "'\\n'"):
+        assert f"remove {named}" in message or f", {named}" in message, (named, message)
