@@ -10,7 +10,7 @@ working; the tool's result, or the protocol error, once ended), `tasks/update` i
 a legacy (2025) connection, gets the call inline as before. SDK 2.3 alone answers a task "born
 terminal" (the tool runs inline); this runner is why the task outlives the request.
 
-The book (`domain.tasks.TaskBook`) lives as long as this runner: the server process over stdio,
+The book (`task_book.TaskBook`) lives as long as this runner: the server process over stdio,
 the HTTP server over HTTP (a new HTTP session can `tasks/get` a task an earlier one opened), and
 it is bounded (`ttl_s`, `max_tasks`). Background calls run in the task group `serving` opens
 inside the server's lifespan, so they end with it.

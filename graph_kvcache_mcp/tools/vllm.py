@@ -260,8 +260,8 @@ async def vllm_stop(
     ctx: Context[Any],
     wait_s: Annotated[StopWait, Field(description="SIGTERM grace before SIGKILL.")] = 15,
 ) -> VllmStopResult:
-    """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never one it
-    did not start. Its prefix cache is lost."""
+    """Stop the vLLM this project started (SIGTERM, then SIGKILL after wait_s); never
+    another. Its prefix cache is lost."""
     access = state_of(ctx).vllm
     stack = Stack.of(access.settings, vllm=access.managed)
     return await anyio.to_thread.run_sync(partial(stack.stop_vllm, access.base_url, wait_s=wait_s))
