@@ -33,18 +33,38 @@ def _ahead(tokens: list[int], blocks: int) -> list[list[int]]:
 def _scenario(events: Any) -> list[Any]:
     stored, removed, batch = events.BlockStored, events.BlockRemoved, events.KVEventBatch
     a = stored(
-        block_hashes=[11, 12], parent_block_hash=None, token_ids=PROMPT_A[:8], block_size=BLOCK,
-        lora_id=None, medium="GPU", lora_name=None, group_idx=0,
-        kv_cache_spec_kind="full_attention", lookahead_token_ids=_ahead(PROMPT_A, 2),
+        block_hashes=[11, 12],
+        parent_block_hash=None,
+        token_ids=PROMPT_A[:8],
+        block_size=BLOCK,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+        group_idx=0,
+        kv_cache_spec_kind="full_attention",
+        lookahead_token_ids=_ahead(PROMPT_A, 2),
     )
     b = stored(
-        block_hashes=[21], parent_block_hash=None, token_ids=PROMPT_B[:4], block_size=BLOCK,
-        lora_id=None, medium="GPU", lora_name=None, group_idx=0,
-        kv_cache_spec_kind="full_attention", lookahead_token_ids=_ahead(PROMPT_B, 1),
+        block_hashes=[21],
+        parent_block_hash=None,
+        token_ids=PROMPT_B[:4],
+        block_size=BLOCK,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+        group_idx=0,
+        kv_cache_spec_kind="full_attention",
+        lookahead_token_ids=_ahead(PROMPT_B, 1),
     )
     mla = stored(
-        block_hashes=[31, 32, 33], parent_block_hash=None, token_ids=PROMPT_A[:12],
-        block_size=BLOCK, lora_id=None, medium="GPU", lora_name=None, group_idx=0,
+        block_hashes=[31, 32, 33],
+        parent_block_hash=None,
+        token_ids=PROMPT_A[:12],
+        block_size=BLOCK,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+        group_idx=0,
         kv_cache_spec_kind="mla_attention",
     )
     return [

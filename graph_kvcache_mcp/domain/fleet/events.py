@@ -172,9 +172,7 @@ def _stored(fields: dict[str, Any]) -> BlocksStored:
     )
 
 
-def _lookahead(
-    values: Any, kind: str | None, blocks: int
-) -> tuple[tuple[int, ...], ...] | None:
+def _lookahead(values: Any, kind: str | None, blocks: int) -> tuple[tuple[int, ...], ...] | None:
     if values is None:
         return None
     if not isinstance(values, list | tuple) or not all(isinstance(v, list | tuple) for v in values):
