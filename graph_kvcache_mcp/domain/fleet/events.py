@@ -24,7 +24,7 @@ from typing import Any, Literal
 BlockHash = int | bytes | str
 """vLLM's external block hash: an int (lower 64 bits) by default, bytes with some settings."""
 
-_STORED_FIELDS = (
+STORED_FIELDS = (
     "block_hashes",
     "parent_block_hash",
     "token_ids",
@@ -41,7 +41,7 @@ _STORED_FIELDS = (
     "session_id",
     "lookahead_token_ids",
 )
-_REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
 MAMBA_KIND = "mamba"
 ATTENTION_KIND = "full_attention"
 CHAIN_KINDS = frozenset({ATTENTION_KIND, "mla_attention", "sink_full_attention"})
@@ -125,7 +125,7 @@ def _decode_event(item: Any) -> tuple[Event, Encoding] | None:
         kind, fields, encoding = item.get("type"), item, "map"
     elif isinstance(item, list | tuple) and item and isinstance(item[0], str):
         kind, encoding = item[0], "array"
-        names = _STORED_FIELDS if kind == "BlockStored" else _REMOVED_FIELDS
+        names = STORED_FIELDS if kind == "BlockStored" else REMOVED_FIELDS
         fields = dict(zip(names, item[1:], strict=False))
     else:
         return None
