@@ -3,7 +3,12 @@
 A batch is `[ts, events, data_parallel_rank]`. Each event is, since vLLM PR #42892, a map with a
 `"type"` key; before, a positional array whose first item is the type name. Both are read; the
 positional field order is vLLM's struct order (`BlockStored`: block_hashes, parent_block_hash,
-token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind, ...).
+token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+kv_cache_spec_sliding_window, locality, ownership, session_id, lookahead_token_ids).
+
+vLLM 0.33 hashes each block together with the L tokens after it when speculative decoding (EAGLE,
+MTP) runs without a KV connector, and then names those tokens per block in `lookahead_token_ids`:
+two requests that share a block but not the tokens after it hold two different blocks.
 
 A hybrid model publishes one `BlockStored` per KV cache group per step. A mamba group's carries
 the step's token ids but, except on the step that keeps a state, no hash (and then one: the
@@ -19,7 +24,7 @@ from typing import Any, Literal
 BlockHash = int | bytes | str
 """vLLM's external block hash: an int (lower 64 bits) by default, bytes with some settings."""
 
-_STORED_FIELDS = (
+STORED_FIELDS = (
     "block_hashes",
     "parent_block_hash",
     "token_ids",
@@ -30,10 +35,18 @@ _STORED_FIELDS = (
     "extra_keys",
     "group_idx",
     "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+    "locality",
+    "ownership",
+    "session_id",
+    "lookahead_token_ids",
 )
-_REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
 MAMBA_KIND = "mamba"
 ATTENTION_KIND = "full_attention"
+CHAIN_KINDS = frozenset({ATTENTION_KIND, "mla_attention", "sink_full_attention"})
+"""Group kinds that keep every full block of the prompt's token chain: plain attention, and the
+MLA (DeepSeek, Kimi, GLM) and attention-sink variants of it, whose blocks are addressed alike."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,9 @@ class BlocksStored:
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
     """The group's kind ("full_attention", "mamba", ...); None from a vLLM that does not say."""
+    lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None
+    """Per block, the tokens after it that its hash covers (vLLM 0.33 lookahead hashing); None
+    when the instance does not hash ahead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +125,7 @@ def _decode_event(item: Any) -> tuple[Event, Encoding] | None:
         kind, fields, encoding = item.get("type"), item, "map"
     elif isinstance(item, list | tuple) and item and isinstance(item[0], str):
         kind, encoding = item[0], "array"
-        names = _STORED_FIELDS if kind == "BlockStored" else _REMOVED_FIELDS
+        names = STORED_FIELDS if kind == "BlockStored" else REMOVED_FIELDS
         fields = dict(zip(names, item[1:], strict=False))
     else:
         return None
@@ -141,6 +157,7 @@ def _stored(fields: dict[str, Any]) -> BlocksStored:
         raise ValueError("token_ids must fill block_hashes × block_size")
     extra = fields.get("extra_keys")
     parent = fields.get("parent_block_hash")
+    lookahead = _lookahead(fields.get("lookahead_token_ids"), kind, len(hashes))
     return BlocksStored(
         hashes,
         None if parent is None else _hash(parent),
@@ -151,7 +168,18 @@ def _stored(fields: dict[str, Any]) -> BlocksStored:
         tuple(_freeze(e) for e in extra) if isinstance(extra, list | tuple) else None,
         _small_int(fields.get("group_idx")),
         kind,
+        lookahead,
     )
+
+
+def _lookahead(values: Any, kind: str | None, blocks: int) -> tuple[tuple[int, ...], ...] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list | tuple) or not all(isinstance(v, list | tuple) for v in values):
+        raise TypeError("lookahead_token_ids must be a list of token lists")
+    if kind != MAMBA_KIND and len(values) != blocks:
+        raise ValueError("lookahead_token_ids must name one token list per block hash")
+    return tuple(tuple(int(t) for t in v) for v in values)
 
 
 def _hashes(values: Any) -> list[BlockHash]:

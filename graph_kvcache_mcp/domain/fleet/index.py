@@ -4,7 +4,10 @@ vLLM's block hashes depend on its hash function, seed and version, so they are k
 instance's private names. A block's key here is a digest of its parent's key and its own token
 ids (plus any LoRA name and extra keys, so salted or LoRA blocks never match a plain prompt), so
 a prompt is looked up by chunking its token ids: no vLLM hash function is reproduced, and two
-instances holding the same tokens meet at the same key whatever their hash settings.
+instances holding the same tokens meet at the same key whatever their hash settings. An instance
+that hashes ahead (vLLM 0.33 with speculative decoding and no KV connector: each block's hash
+covers the L tokens after it) keys its blocks with those tokens too, and a prompt is looked up on
+it with the same L (`prompt_keys(..., lookahead=L)`), as vLLM itself looks it up.
 
 A hybrid model (mamba + attention) has several KV cache groups. Attention groups hold every full
 block of the chain; a mamba group keeps its state only at the positions it announces (where a
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graph_kvcache_mcp.domain.fleet.events import (
-    ATTENTION_KIND,
+    CHAIN_KINDS,
     MAMBA_KIND,
     AllCleared,
     BlockHash,
@@ -51,12 +54,18 @@ def chain_key(parent: ChainKey, tokens: Sequence[int], extra: Any = None) -> Cha
     return digest.digest()
 
 
-def prompt_keys(tokens: Sequence[int], block_size: int) -> list[ChainKey]:
-    """The content keys of every full block of `tokens`, first block first."""
+def prompt_keys(tokens: Sequence[int], block_size: int, *, lookahead: int = 0) -> list[ChainKey]:
+    """The content keys of every full block of `tokens`, first block first.
+
+    `lookahead`: the L tokens after each block that the instance's hashes cover. vLLM hashes a
+    block only once those L tokens exist, so the last L tokens of a prompt end no block.
+    """
     keys: list[ChainKey] = []
     parent = ROOT
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = chain_key(parent, tokens[start : start + block_size])
+    for start in range(0, len(tokens) - lookahead - block_size + 1, block_size):
+        end = start + block_size
+        ahead = _with_lookahead(None, tuple(tokens[end : end + lookahead])) if lookahead else None
+        parent = chain_key(parent, tokens[start:end], ahead)
         keys.append(parent)
     return keys
 
@@ -92,6 +101,8 @@ class InstanceCounts:
     from a vLLM that names no group kind, or a kind other than attention and mamba)."""
     groups: dict[int, str] = field(default_factory=dict)
     """KV cache group index → kind, as its events name them (empty: a dense model's events)."""
+    lookahead: int = 0
+    """The tokens after each block its hashes cover, as its last stored event named them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +198,7 @@ class BlockIndex:
             pending.extend((event.group_idx, name) for name in event.block_hashes)
             return
         # a vLLM that names no kind: its first group only, as a dense model's
-        chain = kind == ATTENTION_KIND or (kind is None and event.group_idx in (None, 0))
+        chain = kind in CHAIN_KINDS or (kind is None and event.group_idx in (None, 0))
         if not chain:
             counts.skipped_groups += len(event.block_hashes)
             return
@@ -200,6 +211,8 @@ class BlockIndex:
         if parent is None:
             counts.orphans += len(event.block_hashes)
             return
+        if event.lookahead_token_ids:
+            counts.lookahead = len(event.lookahead_token_ids[0])
         medium = event.medium or UNSPECIFIED_MEDIUM
         depth = self._blocks[parent].depth if parent in self._blocks else 0
         size = event.block_size
@@ -321,6 +334,11 @@ class BlockIndex:
         counts = self.counts.get(instance)
         return dict(counts.groups) if counts is not None else {}
 
+    def lookahead(self, instance: str) -> int:
+        """The tokens after each block that `instance`'s block hashes cover (0: none)."""
+        counts = self.counts.get(instance)
+        return counts.lookahead if counts is not None else 0
+
     def mamba_groups(self, instance: str) -> set[int]:
         return {g for g, kind in self.groups(instance).items() if kind == MAMBA_KIND}
 
@@ -361,6 +379,12 @@ def _common(a: dict[str, set[str]], b: dict[str, set[str]]) -> dict[str, set[str
 
 def _extra(event: BlocksStored, i: int) -> Any:
     extra = event.extra_keys[i] if event.extra_keys and i < len(event.extra_keys) else None
-    if event.lora_name is None and extra is None:
-        return None
-    return (event.lora_name, extra)
+    keys = None if event.lora_name is None and extra is None else (event.lora_name, extra)
+    ahead = event.lookahead_token_ids
+    return _with_lookahead(keys, ahead[i]) if ahead and i < len(ahead) else keys
+
+
+def _with_lookahead(keys: Any, ahead: tuple[int, ...]) -> Any:
+    """A block's extra key with the tokens after it that its hash covers: distinct from any key
+    without them, so a block hashed ahead never meets one that was not."""
+    return ("lookahead", keys, ahead)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from graph_kvcache_mcp.domain.fleet.events import ATTENTION_KIND, MAMBA_KIND
+from graph_kvcache_mcp.domain.fleet.events import CHAIN_KINDS, MAMBA_KIND
 
-MODELLED_KINDS = frozenset({ATTENTION_KIND, MAMBA_KIND})
+MODELLED_KINDS = CHAIN_KINDS | {MAMBA_KIND}
 
 
 def groups_gap(groups: Mapping[int, str], *, hybrid: bool | None) -> str | None:
@@ -33,6 +33,6 @@ def groups_gap(groups: Mapping[int, str], *, hybrid: bool | None) -> str | None:
     unmodelled = sorted({kind for kind in groups.values() if kind not in MODELLED_KINDS})
     if unmodelled:
         return f"KV cache group kinds {unmodelled} are not modelled: the prediction may be high"
-    if ATTENTION_KIND not in groups.values():
+    if not CHAIN_KINDS & set(groups.values()):
         return "its events named no attention group: the prediction is a guess"
     return None

@@ -144,7 +144,8 @@ async def _where_one(
     if block_size is None or probe.name not in conn.feeds:
         reason = "no kv_events feed" if probe.name not in conn.feeds else "block size unknown"
         return base.model_copy(update={"reason": reason})
-    held = conn.index.match(probe.name, prompt_keys(tokens, block_size), block_size)
+    keys = prompt_keys(tokens, block_size, lookahead=conn.index.lookahead(probe.name))
+    held = conn.index.match(probe.name, keys, block_size)
     update: dict[str, Any] = {
         "cached_tokens": held.served_tokens(len(tokens), block_size),
         "held_tokens": held.usable_tokens(block_size),
