@@ -12,9 +12,9 @@ import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.errors import ConfigError
-from graph_kvcache_mcp.plugins.vllm_kv.store import (
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import (
     UPLOAD_NICENESS,
-    EngineBlockStore,
     drain_seconds,
     give_workers_time_to_drain,
 )
@@ -79,7 +79,7 @@ def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEng
 
     store = _store(memory_engine.base_url, memory_engine)
     try:
-        store.run_uploads_on(frozenset({core}))
+        store.uploads.run_uploads_on(frozenset({core}))
         store.save_later([(key, b"block") for key in _keys(3)], encode)
         assert store.flush(10.0)
     finally:
@@ -91,7 +91,7 @@ def test_the_reserved_cores_are_the_processs_cores_the_calling_thread_is_not_bou
     """What the connector computes in vLLM's worker, staged in a child bound to one core."""
     printed = _in_child(
         "import os",
-        "from graph_kvcache_mcp.plugins.vllm_kv.store import reserved_cores",
+        "from graph_kvcache_mcp.plugins.vllm_kv.uploads import reserved_cores",
         "os.sched_setaffinity(0, {min(os.sched_getaffinity(os.getppid()))})",
         "print(sorted(reserved_cores()))",
     )
