@@ -10,9 +10,10 @@ time to first token. Reported: medians per phase, warm vs cold ratio (goal >= 8x
 block restored (all but the block holding the prompt's last token, which vLLM computes), tokens
 loaded from the engine per second of warm TTFT, the connector's own load rate (its log lines) as a
 share of the plain 8-thread GET loop (`tests.support.wire_reference`) reading the same blocks from
-the same engine right after (goal >= 0.8; the `load share [...]` line, which CI's smoke run of
-`bench_kv_load.py` prints too), engine bytes stored per prompt token against the model's KV bytes
-per token (goal <= 1.05x), and the load average around the runs (the machine is shared).
+the same engine right after, the restarted vLLM still up (goal >= 0.8; the `load share [...]`
+line, which CI's smoke run of `bench_kv_load.py` prints too), engine bytes stored per prompt
+token against the model's KV bytes per token (goal <= 1.05x), and the load average around the
+runs (the machine is shared).
 
 Usage: `.venv/bin/python tools/bench_connector.py [--prompts 3] [--tokens 3072] [--layers 8]`
 (`--tokens 8192` for the 8k-token ratio; the bench model takes up to 16k positions).
@@ -143,9 +144,10 @@ def main() -> int:
                     lookups = [float(t) for t in _LOOKUP_LINE.findall(s.log_text())]
                     local, _ = ttfts(s, saved)  # now in vLLM's own prefix cache: no engine
                     cold2, _ = ttfts(s, fresh)
+                    # The wire: the same blocks, same engine, the plain 8-thread GET loop, with
+                    # the vLLM that loaded them still up (its engine core polls a core).
+                    loop_rate = loop_rate_of(engine, keys)
                 load_after = os.getloadavg()[0]
-                # The wire: the same blocks, same engine, the plain 8-thread GET loop.
-                loop_rate = loop_rate_of(engine, keys)
                 # Baseline without any connector: what the connector's saves cost a cold prompt.
                 plain = {**overrides, "kv_connector": "none"}
                 with connector_vllm(Path(tmp) / "plain", engine, model_dir=model, **plain) as s:
@@ -231,8 +233,8 @@ def hybrid_bench(args: argparse.Namespace) -> int:
                 log = s.log_text()
                 states = log.count("and a Mamba state")
                 loads = [(int(b), float(t)) for b, t in _HYBRID_LOAD_LINE.findall(log)]
+                loop_rate = loop_rate_of(engine, keys)
             load_after = os.getloadavg()[0]
-            loop_rate = loop_rate_of(engine, keys)
         finally:
             managed.stop(term_wait_s=5.0)
     ratio = statistics.median(cold2) / statistics.median(warm)

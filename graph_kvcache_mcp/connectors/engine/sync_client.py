@@ -77,6 +77,7 @@ class SyncKvClient:
         concurrency: int = 8,
         source: EngineSource = "configured",
         backend: EngineBackend | None = None,
+        lane_setup: Callable[[], None] | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -87,6 +88,9 @@ class SyncKvClient:
         self.concurrency = concurrency
         self.wire = EngineWire(self.endpoint, token)
         self.replies = KvReplies(self.endpoint.url, source, token_given=token is not None)
+        self.lane_setup = lane_setup
+        """Run by each batch lane's thread as it starts (vLLM's connector says where it may run);
+        set it before the first batch."""
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -279,7 +283,9 @@ class SyncKvClient:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
-                    self.concurrency * _POOL_LANES_PER_SLOT, thread_name_prefix="kv-lane"
+                    self.concurrency * _POOL_LANES_PER_SLOT,
+                    thread_name_prefix="kv-lane",
+                    initializer=self.lane_setup,
                 )
             return self._pool
 

@@ -42,7 +42,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_KEY
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
 from graph_kvcache_mcp.plugins.vllm_kv.hybrid import hybrid_layout, state_identity
-from graph_kvcache_mcp.plugins.vllm_kv.identity import model_identity
+from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup, model_identity
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
 from graph_kvcache_mcp.plugins.vllm_kv.scheduler_side import SchedulerSide
 from graph_kvcache_mcp.plugins.vllm_kv.stats import EngineKVPromMetrics, EngineKVStats
@@ -82,8 +82,9 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         if len(kv_cache_config.kv_cache_groups) > 1:
             layout = hybrid_layout(kv_cache_config)
             states = state_identity(self.identity, layout)
-        self.scheduler = SchedulerSide(self.identity, states, layout, self.store)
-        self.worker = WorkerSide(self.identity, states, layout, self.store)
+        setup = ConnectorSetup(self.identity, states, layout, self.store)
+        self.scheduler = SchedulerSide(setup)
+        self.worker = WorkerSide(setup)
         if role == KVConnectorRole.SCHEDULER:
             # vLLM reads the policy right after building this connector. A block that vanished
             # or fails its checksum must cost a recompute, not fail the user's request.

@@ -1,10 +1,12 @@
-"""What an `EngineKVConnector`'s stored blocks must match, read from vLLM's config.
+"""What an `EngineKVConnector`'s stored blocks must match, read from vLLM's config, and the
+setup both sides of the connector share.
 
 Imports vLLM (its config types) lazily; used by both sides of the connector.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
@@ -12,12 +14,26 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     unsupported_hybrid,
     unsupported_setup,
 )
-from graph_kvcache_mcp.plugins.vllm_kv.hybrid import hybrid_layout
+from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridLayout, hybrid_layout
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorSetup:
+    """What both sides of one connector work with."""
+
+    identity: KvModelIdentity
+    """What a stored block value holds (a hybrid's: its attention pages)."""
+    states: KvModelIdentity | None
+    """A hybrid's Mamba states (None for a dense model)."""
+    layout: HybridLayout | None
+    """A hybrid's KV cache groups (None for a dense model)."""
+    store: EngineBlockStore
 
 
 def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:

@@ -20,10 +20,8 @@ from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
 )
 from graph_kvcache_mcp.domain.vllm.kv_plan import ScheduledRequest, TransferPlanner
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
-from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridLayout
-from graph_kvcache_mcp.plugins.vllm_kv.identity import eligible
+from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup, eligible
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
-from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -35,19 +33,14 @@ if TYPE_CHECKING:
 class SchedulerSide:
     """Lookups and per-step plans for one vLLM's scheduler."""
 
-    def __init__(
-        self,
-        identity: KvModelIdentity,
-        states: KvModelIdentity | None,
-        layout: HybridLayout | None,
-        store: EngineBlockStore,
-    ) -> None:
-        self.identity = identity
+    def __init__(self, setup: ConnectorSetup) -> None:
+        self.identity = identity = setup.identity
         self.block_size = identity.block_size
-        self.store = store
+        self.store = setup.store
         self.planner = TransferPlanner(identity.digest, self.block_size)
         self._local_tokens: dict[str, int] = {}
-        self._layout = layout
+        self._layout = layout = setup.layout
+        states = setup.states
         # A hybrid (several KV cache groups): attention blocks plus Mamba states, loaded
         # asynchronously (vLLM can only fail whole requests of a multi-group model).
         self._hybrid: HybridPlanner | None = None

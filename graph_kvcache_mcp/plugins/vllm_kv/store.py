@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
@@ -21,7 +22,7 @@ from graph_kvcache_mcp.connectors.engine.http_response import BodySink
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
 from graph_kvcache_mcp.domain.outcomes import Hit, Outcome, Presence, Unavailable
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import OutagePause, TransferTally
-from graph_kvcache_mcp.plugins.vllm_kv.uploads import Encode, UploadQueue
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import Encode, UploadQueue, bind_calling_thread
 
 LOOKUP_CHUNK = 16
 """Existence checks per round: a cold prompt costs one round, not one per block."""
@@ -98,9 +99,13 @@ class EngineBlockStore:
         answers = self._pause.run_all(self._pool, self.client.get, keys, deadline, "load")
         return [answer.value if isinstance(answer, Hit) else None for answer in answers]
 
-    def fetch_into(self, keys: Sequence[str], sinks: Sequence[BodySink]) -> list[Outcome[int]]:
+    def fetch_into(
+        self, keys: Sequence[str], sinks: Sequence[BodySink], *, expect_bytes: int = 0
+    ) -> list[Outcome[int]]:
         """Each key's value received straight into its sink, on up to `concurrency` lanes, the
-        whole batch within the KV timeout; `Hit(bytes received)` where the engine had it.
+        whole batch within the KV timeout (longer by `expect_bytes`, the values' size, as the
+        client's puts are: a long prompt's load on a busy box is not cut off mid-way);
+        `Hit(bytes received)` where the engine had it.
 
         After an answer that is `Unavailable` (a timeout among them), a lane may still be
         writing into its sink's buffer for a moment: hand that buffer out again only after a
@@ -109,13 +114,22 @@ class EngineBlockStore:
         if not keys or self._pause.quiet():
             return [Unavailable("engine calls paused after a failure")] * len(keys)
         try:
-            answers = self.client.get_many_into(keys, sinks)
+            answers = self.client.get_many_into(keys, sinks, expect_bytes=expect_bytes)
         except Exception as exc:  # never into vLLM; InvalidKey cannot happen for our keys
             self._pause.went_wrong("load", f"the client raised {type(exc).__name__}")
             return [Unavailable("the client raised")] * len(keys)
         if failure := next((a for a in answers if isinstance(a, Unavailable)), None):
             self._pause.went_wrong("load", failure.reason)
         return answers
+
+    def run_loads_on(self, cores: frozenset[int]) -> None:
+        """Let the client's batch lanes run on `cores` (set before the first load).
+
+        vLLM's CPU worker binds its main thread to the OpenMP cores, and every thread it starts
+        later inherits that: the load lanes ran on the forward pass's cores only, while the
+        forward pass itself waits for the load and vLLM's reserved cores sat beside them.
+        """
+        self.client.lane_setup = partial(bind_calling_thread, cores)
 
     # --- writes (the upload queue's) ---------------------------------------------------------
 

@@ -186,7 +186,7 @@ class UploadQueue:
         """Run the calling thread niced, on the upload cores where they are set."""
         _lower_thread_priority()
         if self._upload_cores:
-            bind_thread(threading.get_native_id(), self._upload_cores)
+            bind_calling_thread(self._upload_cores)
 
     def _upload_loop(self) -> None:
         _lower_thread_priority()
@@ -257,6 +257,20 @@ def bind_thread(thread_id: int, cores: frozenset[int]) -> None:
         os.sched_setaffinity(thread_id, cores)
 
 
+def bind_calling_thread(cores: frozenset[int]) -> None:
+    """Let the calling thread run on `cores` only (a thread pool's initializer)."""
+    bind_thread(threading.get_native_id(), cores)
+
+
+def process_cores() -> frozenset[int]:
+    """Every core this worker process may use: its parent's (vLLM's EngineCore starts its
+    workers unbound), whatever binding vLLM gave the calling thread. Empty off Linux."""
+    try:
+        return frozenset(os.sched_getaffinity(os.getppid()))
+    except (OSError, AttributeError):
+        return frozenset()
+
+
 def reserved_cores() -> frozenset[int]:
     """The cores this process may use that the calling thread may not: called from vLLM's CPU
     worker's main thread after vLLM bound it to its OpenMP cores, the cores vLLM reserved for
@@ -267,8 +281,7 @@ def reserved_cores() -> frozenset[int]:
     the worker's mask is its OpenMP binding.
     """
     try:
-        allowed = os.sched_getaffinity(os.getppid())
         bound = os.sched_getaffinity(0)
     except (OSError, AttributeError):
         return frozenset()
-    return frozenset(allowed - bound)
+    return process_cores() - bound

@@ -18,12 +18,12 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_bloc
 from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
-from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridLayout, HybridPages
+from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridPages
+from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
-from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
-from graph_kvcache_mcp.plugins.vllm_kv.uploads import reserved_cores
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import process_cores, reserved_cores
 
 NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
 
@@ -31,17 +31,11 @@ NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
 class WorkerSide:
     """Moves blocks between one worker's KV cache and the engine."""
 
-    def __init__(
-        self,
-        identity: KvModelIdentity,
-        states: KvModelIdentity | None,
-        layout: HybridLayout | None,
-        store: EngineBlockStore,
-    ) -> None:
-        self.identity = identity
-        self.states = states
-        self.store = store
-        self._layout = layout
+    def __init__(self, setup: ConnectorSetup) -> None:
+        self.identity = identity = setup.identity
+        self.states = states = setup.states
+        self.store = setup.store
+        self._layout = setup.layout
         self._pages: PagedKvCache | None = None
         self._loader: BlockLoader | None = None
         self._hybrid_pages: HybridPages | None = None
@@ -75,10 +69,17 @@ class WorkerSide:
 
     def _after_register(self) -> None:
         _allow_amx_tiles()
-        # vLLM calls this on the worker's main thread, after binding it to the OpenMP cores.
+        # vLLM calls this on the worker's main thread, after binding it to the OpenMP cores:
+        # uploads go to the cores it reserved, loads (the forward pass waits for them) may use
+        # every core of the process.
         if cores := reserved_cores():
             self.store.uploads.run_uploads_on(cores)
-            logger.info("EngineKVConnector: uploads run on the reserved cores %s", sorted(cores))
+            self.store.run_loads_on(process_cores())
+            logger.info(
+                "EngineKVConnector: uploads run on the reserved cores %s, loads on cores %s",
+                sorted(cores),
+                sorted(process_cores()),
+            )
 
     # --- loads -------------------------------------------------------------------------------
 
