@@ -12,7 +12,9 @@ times (medians):
 - `connector, no checks`: the same reads without the payload checksum (what checking costs);
 - `before`: the path this replaced (whole values as bytes, `decode_block`, joined, scattered).
 
-Reported: GB/s per path, each as a ratio to the reference, and bytes copied per byte loaded.
+Reported: GB/s per path, each as a ratio to the reference, the connector's rate as a share of
+the plain 8-thread GET loop (the `load share [...]` line; CI's smoke run prints it:
+`tests/integration/connectors/test_bench_kv_load_smoke.py`), and bytes copied per byte loaded.
 Usage: `.venv-vllm/bin/python tools/bench_kv_load.py [--blocks 96] [--repeats 5] [--profile]`.
 """
 
@@ -51,7 +53,7 @@ from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader  # noqa: E402
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore  # noqa: E402
 from tests.support.kv_identity import kv_identity  # noqa: E402
-from tests.support.wire_reference import reference_read  # noqa: E402
+from tests.support.wire_reference import LOOP_LANES, load_share_line, reference_read  # noqa: E402
 
 
 def connector_read(loader: BlockLoader, keys: list[str]) -> float:
@@ -159,6 +161,8 @@ def main() -> int:
     for name, median in medians.items():
         rate = moved / median / 1e9
         print(f"| {name} | {median:.4f} | {rate:.2f} | {reference / median:.2f} |")
+    loop = moved / medians[f"reference, {LOOP_LANES} lanes"]
+    print(load_share_line("dense, no vLLM", moved / medians["connector"], loop))
     print("bytes copied per byte loaded: connector 2 (socket to slot, slot to cache); ")
     print("before 4 (socket to chunks, chunks joined into bytes, joined again, scattered)")
     return 0

@@ -93,6 +93,7 @@ class SyncKvClient:
         backend: EngineBackend | None = None,
         proof: WireProof | None = None,
         token_file: Path | None = None,
+        lane_setup: Callable[[], None] | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -107,6 +108,9 @@ class SyncKvClient:
         self.replies = KvReplies(
             self.endpoint.url, source, token_given=token is not None, token_file=token_file
         )
+        self.lane_setup = lane_setup
+        """Run by each batch lane's thread as it starts (vLLM's connector says where it may run);
+        set it before the first batch."""
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -312,7 +316,9 @@ class SyncKvClient:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
-                    self.concurrency * _POOL_LANES_PER_SLOT, thread_name_prefix="kv-lane"
+                    self.concurrency * _POOL_LANES_PER_SLOT,
+                    thread_name_prefix="kv-lane",
+                    initializer=self.lane_setup,
                 )
             return self._pool
 

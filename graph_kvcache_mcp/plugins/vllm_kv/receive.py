@@ -188,7 +188,8 @@ class BlockLoader:
             for key, block_id in zip(keys, block_ids, strict=True)
         ]
         try:
-            answers = self.store.fetch_into(keys, receivers)
+            expect = len(keys) * self.identity.block_bytes
+            answers = self.store.fetch_into(keys, receivers, expect_bytes=expect)
         finally:
             window.close()
         loaded = read_bytes = 0

@@ -1,10 +1,10 @@
 """EngineKVConnector's transfer counters, carried to vLLM's own /metrics.
 
-The worker side adds to a `TransferTally` (`vllm_kv_store`) as it loads and saves blocks. After
-every forward step vLLM asks the connector for its stats (`get_kv_connector_stats`), ships them
-to the scheduler and on to the API server, which hands them to the connector's Prometheus metrics
-(`EngineKVPromMetrics.observe`) and, summed per log interval, to its "KV Transfer metrics" log
-line. So `/metrics` carries, beside vLLM's own series, counters such as
+The worker side adds to a `TransferTally` (`plugins.vllm_kv.engine_calls`) as it loads and saves
+blocks. After every forward step vLLM asks the connector for its stats (`get_kv_connector_stats`),
+ships them to the scheduler and on to the API server, which hands them to the connector's
+Prometheus metrics (`EngineKVPromMetrics.observe`) and, summed per log interval, to its "KV
+Transfer metrics" log line. So `/metrics` carries, beside vLLM's own series, counters such as
 
     graph_kvcache:engine_kv_loaded_bytes_total{engine="0",model_name="..."}
 

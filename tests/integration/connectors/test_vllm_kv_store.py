@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
 import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.domain.outcomes import Hit
 from graph_kvcache_mcp.errors import ConfigError
-from graph_kvcache_mcp.plugins.vllm_kv.store import (
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import (
     UPLOAD_NICENESS,
-    EngineBlockStore,
     drain_seconds,
     give_workers_time_to_drain,
 )
@@ -79,7 +81,7 @@ def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEng
 
     store = _store(memory_engine.base_url, memory_engine)
     try:
-        store.run_uploads_on(frozenset({core}))
+        store.uploads.run_uploads_on(frozenset({core}))
         store.save_later([(key, b"block") for key in _keys(3)], encode)
         assert store.flush(10.0)
     finally:
@@ -87,11 +89,55 @@ def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEng
     assert seen == [({core}, UPLOAD_NICENESS)] * 3
 
 
+class AffinityRecordingSink:
+    """A body sink that notes which thread received its value, and where that thread may run."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(4096)
+        self.lane: tuple[int, set[int]] | None = None
+
+    def begin(self, length: int) -> None:
+        self.lane = (threading.get_ident(), os.sched_getaffinity(0))
+
+    def target(self) -> memoryview:
+        return memoryview(self.buffer)
+
+    def wrote(self, count: int) -> None:
+        return
+
+
+def test_load_lanes_run_on_the_cores_they_are_given_not_only_the_callers(
+    memory_engine: RunningEngine,
+) -> None:
+    """vLLM's worker calls in on a thread bound to its OpenMP cores; the lanes it starts must not
+    inherit that binding when the connector gave them every core of the process."""
+    cores = os.sched_getaffinity(0)
+    if len(cores) < 2:
+        pytest.skip("needs two cores to bind the calling thread to fewer than the process has")
+    keys = _keys(12)
+    with memory_engine.sync_client() as client:
+        client.put_many([(key, b"v" * 100) for key in keys])
+    store = _store(memory_engine.base_url, memory_engine)
+    sinks = [AffinityRecordingSink() for _ in keys]
+    caller = threading.get_ident()
+    os.sched_setaffinity(0, {min(cores)})  # this thread only, as vLLM binds its worker's
+    try:
+        store.run_loads_on(frozenset(cores))
+        answers = store.fetch_into(keys, sinks)
+    finally:
+        os.sched_setaffinity(0, cores)
+        store.close()
+    assert answers == [Hit(100)] * len(keys)
+    lanes = [sink.lane for sink in sinks if sink.lane is not None and sink.lane[0] != caller]
+    assert lanes, "every value was received by the calling thread"
+    assert all(allowed == cores for _, allowed in lanes)
+
+
 def test_the_reserved_cores_are_the_processs_cores_the_calling_thread_is_not_bound_to() -> None:
     """What the connector computes in vLLM's worker, staged in a child bound to one core."""
     printed = _in_child(
         "import os",
-        "from graph_kvcache_mcp.plugins.vllm_kv.store import reserved_cores",
+        "from graph_kvcache_mcp.plugins.vllm_kv.uploads import reserved_cores",
         "os.sched_setaffinity(0, {min(os.sched_getaffinity(os.getppid()))})",
         "print(sorted(reserved_cores()))",
     )

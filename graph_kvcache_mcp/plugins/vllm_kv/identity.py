@@ -1,0 +1,123 @@
+"""What an `EngineKVConnector`'s stored blocks must match, read from vLLM's config, and the
+setup both sides of the connector share.
+
+Imports vLLM (its config types) lazily; used by both sides of the connector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graph_kvcache_mcp.domain.vllm.kv_blocks import (
+    KvModelIdentity,
+    unsupported_hybrid,
+    unsupported_setup,
+)
+from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridLayout, hybrid_layout
+from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorSetup:
+    """What both sides of one connector work with."""
+
+    identity: KvModelIdentity
+    """What a stored block value holds (a hybrid's: its attention pages)."""
+    states: KvModelIdentity | None
+    """A hybrid's Mamba states (None for a dense model)."""
+    layout: HybridLayout | None
+    """A hybrid's KV cache groups (None for a dense model)."""
+    store: EngineBlockStore
+
+
+def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:
+    """What the stored blocks must match, read from vLLM's config.
+
+    A hybrid's identity describes its attention group (what a block value holds) and names
+    every group's kind and geometry (`kv_groups`), so its keys are never a dense model's.
+
+    Raises:
+        ValueError: a setup this connector does not handle (not the CPU KV cache, KV cache
+            groups other than one full-attention group or a Mamba2 hybrid in align mode, tensor
+            or pipeline parallelism).
+    """
+    from vllm import __version__ as vllm_version
+
+    parallel = vllm_config.parallel_config
+    groups = kv_cache_config.kv_cache_groups
+    cache = vllm_config.cache_config
+    kv_groups = ""
+    attention_group = 0
+    if len(groups) > 1:
+        problem = unsupported_hybrid(
+            device=str(vllm_config.device_config.device_type),
+            tensor_parallel=parallel.tensor_parallel_size,
+            pipeline_parallel=parallel.pipeline_parallel_size,
+            group_kinds=[type(group.kv_cache_spec).__name__ for group in groups],
+            sliding_window=any(
+                getattr(group.kv_cache_spec, "sliding_window", None) for group in groups
+            ),
+            mamba_cache_mode=str(cache.mamba_cache_mode),
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        layout_of_groups = hybrid_layout(kv_cache_config)
+        kv_groups = layout_of_groups.description
+        attention_group = layout_of_groups.attention_group
+    spec: Any = groups[attention_group].kv_cache_spec if groups else None
+    if not kv_groups:
+        problem = unsupported_setup(
+            device=str(vllm_config.device_config.device_type),
+            tensor_parallel=parallel.tensor_parallel_size,
+            pipeline_parallel=parallel.pipeline_parallel_size,
+            kv_cache_groups=len(groups),
+            spec_kind=type(spec).__name__,
+            sliding_window=getattr(spec, "sliding_window", None),
+        )
+        if problem is not None:
+            raise ValueError(problem)
+    model = vllm_config.model_config
+    served = model.served_model_name or model.model
+    served_name = served[0] if isinstance(served, list) else served
+    dtype = str(spec.dtype).removeprefix("torch.")
+    layout = kv_cache_config.kv_cache_layout or "LBHNC"
+    return KvModelIdentity(
+        served_model=str(served_name),
+        architecture=model.architecture,
+        dtype=dtype,
+        num_layers=len(groups[attention_group].layer_names),
+        num_kv_heads=spec.num_kv_heads,
+        head_size=spec.head_size,
+        head_size_v=spec.head_size_v or spec.head_size,
+        block_size=spec.block_size,
+        page_bytes=spec.page_size_bytes,
+        layout=f"cpu:{layout}:{_cpu_attention_isa(spec, cache.cache_dtype)}:{cache.cache_dtype}",
+        vllm_version=vllm_version,
+        kv_groups=kv_groups,
+    )
+
+
+def _cpu_attention_isa(spec: Any, cache_dtype: str) -> str:
+    """The CPU attention kernel's ISA: it decides how K is packed inside a page."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        return str(_get_attn_isa(spec.dtype, spec.block_size, spec.head_size, cache_dtype))
+    except Exception as exc:  # a private vLLM function: name the failure, keep keys distinct
+        return f"unknown-{type(exc).__name__}"
+
+
+def eligible(request: Request) -> bool:
+    """Requests whose KV depends only on their token ids (no LoRA, images or embeddings)."""
+    return not (
+        request.lora_request is not None
+        or request.mm_features
+        or request.prompt_embeds is not None
+        or request.skip_reading_prefix_cache
+    )

@@ -1,0 +1,225 @@
+"""`EngineKVConnector`'s worker side (vLLM's worker process): the loads and the saves.
+
+Before the forward pass, reads the planned blocks, checks each value's header and checksum, and
+writes them into the paged KV cache (`receive.BlockLoader`); after the pass (`wait_for_save`),
+copies the newly full blocks out and queues them for upload (`uploads.UploadQueue`). A block that
+fails to load is reported to vLLM, which recomputes it; a hybrid's request loads all or nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
+from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad
+from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
+from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
+from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridPages
+from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup
+from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
+from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import process_cores, reserved_cores
+
+NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
+
+
+class WorkerSide:
+    """Moves blocks between one worker's KV cache and the engine."""
+
+    def __init__(self, setup: ConnectorSetup) -> None:
+        self.identity = identity = setup.identity
+        self.states = states = setup.states
+        self.store = setup.store
+        self._layout = setup.layout
+        self._pages: PagedKvCache | None = None
+        self._loader: BlockLoader | None = None
+        self._hybrid_pages: HybridPages | None = None
+        self._load_errors: set[int] = set()
+        self._loaded: set[str] = set()
+        self._failed: set[str] = set()
+        self._encode = _encoder(identity)
+        self._encode_state = _encoder(states or identity)  # only a hybrid saves states
+
+    def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        if self._layout is not None and self.states is not None:
+            self._hybrid_pages = HybridPages(
+                kv_caches, self._layout, self.store, self.identity, self.states
+            )
+            self._after_register()
+            return
+        pages = PagedKvCache(kv_caches)
+        if (len(pages.layers), pages.page_bytes) != (
+            self.identity.num_layers,
+            self.identity.page_bytes,
+        ):
+            raise ValueError(
+                f"EngineKVConnector: vLLM registered {len(pages.layers)} KV layers of "
+                f"{pages.page_bytes} bytes per page, but its KV cache config promised "
+                f"{self.identity.num_layers} of {self.identity.page_bytes}; refusing to move "
+                "blocks of a layout it does not understand"
+            )
+        self._pages = pages
+        self._loader = BlockLoader(self.store, self.identity, pages.write_block)
+        self._after_register()
+
+    def _after_register(self) -> None:
+        _allow_amx_tiles()
+        # vLLM calls this on the worker's main thread, after binding it to the OpenMP cores:
+        # uploads go to the cores it reserved, loads (the forward pass waits for them) may use
+        # every core of the process.
+        if cores := reserved_cores():
+            self.store.uploads.run_uploads_on(cores)
+            self.store.run_loads_on(process_cores())
+            logger.info(
+                "EngineKVConnector: uploads run on the reserved cores %s, loads on cores %s",
+                sorted(cores),
+                sorted(process_cores()),
+            )
+
+    # --- loads -------------------------------------------------------------------------------
+
+    def start_loads(self, metadata: EngineKVMetadata) -> None:
+        for load in metadata.loads:
+            self._load(load)
+        for hybrid in metadata.hybrid_loads:
+            self._load_hybrid(hybrid)
+
+    def take_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def take_transfer_results(self) -> KVConnectorTransferResults:
+        """Hybrid loads done in this step; a failed one is reported as such (vLLM recomputes
+        the request) and as finished, which releases it from its wait."""
+        loaded, self._loaded = self._loaded, set()
+        failed, self._failed = self._failed, set()
+        return KVConnectorTransferResults(finished_recving=loaded | failed, failed_recving=failed)
+
+    def _load(self, load: BlockTransfer) -> None:
+        """Load the longest good run of `load`'s blocks; report the rest for recompute."""
+        if self._loader is None:
+            raise RuntimeError(NOT_REGISTERED)
+        began = time.perf_counter()
+        result = self._loader.load(load.keys, load.block_ids)
+        took = time.perf_counter() - began
+        if result.failure is not None:
+            logger.warning(
+                "EngineKVConnector: block %s of request %s not loaded (%s); vLLM recomputes "
+                "from there",
+                *result.failure[:1],
+                load.req_id,
+                result.failure[1],
+            )
+        if result.loaded_blocks:
+            logger.info(
+                "EngineKVConnector: loaded %d blocks (%d bytes) for request %s in %.4f s",
+                result.loaded_blocks,
+                result.read_bytes,
+                load.req_id,
+                took,
+            )
+        failed = load.block_ids[result.loaded_blocks :]
+        self._load_errors.update(failed)
+        self.store.tally.add(
+            loaded_blocks=result.loaded_blocks,
+            loaded_bytes=result.read_bytes,
+            load_failed_blocks=len(failed),
+        )
+
+    def _load_hybrid(self, load: HybridLoad) -> None:
+        """All of a request's blocks and its state, or it fails as a whole (vLLM recomputes it)."""
+        pages = self._hybrid_pages
+        if pages is None:
+            raise RuntimeError(NOT_REGISTERED)
+        began = time.perf_counter()
+        try:
+            loaded, read_bytes, failure = pages.load(load)
+        except Exception as exc:  # never into vLLM: the request is recomputed
+            loaded, read_bytes, failure = 0, 0, f"the load raised {type(exc).__name__}"
+        took = time.perf_counter() - began
+        if failure is not None:
+            logger.warning(
+                "EngineKVConnector: request %s not loaded (%s); vLLM recomputes it",
+                load.req_id,
+                failure,
+            )
+            self._failed.add(load.req_id)
+            self.store.tally.add(load_failed_blocks=len(load.blocks.block_ids) + 1)
+            return
+        logger.info(
+            "EngineKVConnector: loaded %d blocks and a Mamba state (%d bytes) for request %s "
+            "in %.4f s",
+            loaded - 1,
+            read_bytes,
+            load.req_id,
+            took,
+        )
+        self._loaded.add(load.req_id)
+        self.store.tally.add(loaded_blocks=loaded, loaded_bytes=read_bytes)
+
+    # --- saves -------------------------------------------------------------------------------
+
+    def save(self, metadata: EngineKVMetadata) -> None:
+        """Copy this step's newly full blocks out of the cache and queue them for upload."""
+        if self._hybrid_pages is not None:
+            self._save_hybrid(metadata, self._hybrid_pages)
+            return
+        if not metadata.saves:
+            return
+        if self._pages is None:
+            raise RuntimeError(NOT_REGISTERED)
+        pages = self._pages
+        items: list[tuple[str, bytes]] = []
+        try:
+            # Only the copy out of the cache happens here, before vLLM may reuse the blocks; the
+            # checksum and header are made on the upload thread.
+            for save in metadata.saves:
+                items += [
+                    (key, b"".join(pages.page_views(block_id)))
+                    for key, block_id in zip(save.keys, save.block_ids, strict=True)
+                ]
+        except Exception:  # a save is an optimisation: never fail the step for it
+            logger.exception("EngineKVConnector: could not copy blocks out for saving")
+            return
+        self.store.save_later(items, self._encode)
+
+    def _save_hybrid(self, metadata: EngineKVMetadata, pages: HybridPages) -> None:
+        if not (metadata.saves or metadata.state_saves):
+            return
+        try:
+            blocks = pages.copy_blocks(metadata.saves)
+            states = pages.copy_states(metadata.state_saves)
+        except Exception:  # a save is an optimisation: never fail the step for it
+            logger.exception("EngineKVConnector: could not copy blocks out for saving")
+            return
+        if blocks:
+            self.store.save_later(blocks, self._encode)
+        if states:
+            self.store.save_later(states, self._encode_state)
+
+
+def _encoder(identity: KvModelIdentity) -> Callable[[str, bytes], bytes]:
+    """The upload thread's encoding of a block saved under `identity` (header, checksum)."""
+
+    def encode(key: str, payload: bytes) -> bytes:
+        return encode_block(key, identity, payload)
+
+    return encode
+
+
+def _allow_amx_tiles() -> None:
+    """Ask Linux for AMX tile state for this worker process, where the CPU has AMX.
+
+    vLLM's CPU attention runs AMX kernels for bf16 KV in 32-token blocks, and a process may only
+    execute AMX instructions once it has asked for the tile state (arch_prctl XCOMP_PERM). vLLM
+    relies on an earlier bf16 matmul having asked; with this connector the first forward pass of
+    a fresh process can already attend over loaded context, and then died of SIGILL in
+    `cpu_attention_with_kv_cache` (seen on restarts, intermittently). Asking twice is harmless.
+    """
+    if torch.cpu._is_amx_tile_supported() and not torch.cpu._init_amx():
+        logger.warning("EngineKVConnector: the OS refused AMX tile state to this process")
