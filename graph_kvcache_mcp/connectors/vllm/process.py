@@ -10,7 +10,7 @@ still the very process we started. A port held by anything else is reported, nev
 
 Readiness is `GET /health` = 200 on a port our process group holds (`readiness`); until then the
 log is where vLLM says why it is not ready. Platform, interpreter and environment checks live in
-`host`.
+`platform`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from graph_kvcache_mcp.connectors.processes.shared_memory import group_segments,
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.health import rendezvous_files, vllm_reason
-from graph_kvcache_mcp.connectors.vllm.host import (
+from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
+from graph_kvcache_mcp.connectors.vllm.platform import (
     CONNECTOR_HINT,
     LMCACHE_MP_HINT,
     RESERVED_CPUS_ENV,
@@ -55,7 +56,6 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     child_environment,
     detect_platform,
 )
-from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
 from graph_kvcache_mcp.connectors.vllm.readiness import foreign_status, status_of, wait_healthy
 from graph_kvcache_mcp.connectors.vllm.state import (
     VllmLogs,

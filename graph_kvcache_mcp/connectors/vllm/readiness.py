@@ -22,7 +22,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
 from graph_kvcache_mcp.connectors.processes.shared_memory import SegmentWatch
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, probe_server, vllm_reason
-from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
+from graph_kvcache_mcp.connectors.vllm.platform import VLLM_HOST
 from graph_kvcache_mcp.connectors.vllm.state import VllmState, VllmStatus
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.errors import VllmProcessError

@@ -27,7 +27,7 @@ from graph_kvcache_mcp.connectors.stack.runtime import (
     managed_lmcache_runtime,
     managed_vllm_runtime,
 )
-from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (

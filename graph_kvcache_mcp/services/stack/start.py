@@ -38,7 +38,7 @@ from graph_kvcache_mcp.connectors.stack.mp_stack import (
     check_vllm_reusable,
 )
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
-from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.process import WaitProgress as WaitProgress  # for adapters
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec

@@ -1,5 +1,6 @@
 """The machine side of running vLLM: which platform (GPU or CPU), whether an interpreter has
-vLLM, and the environment a vLLM we start gets. No lifecycle here (see `vllm_process`)."""
+vLLM, and the environment a vLLM we start gets. No lifecycle here (see
+`connectors.vllm.process`)."""
 
 from __future__ import annotations
 
