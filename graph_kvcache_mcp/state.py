@@ -17,7 +17,8 @@ from graph_kvcache_mcp.connectors.engine.managed_access import ManagedKvAccess
 from graph_kvcache_mcp.connectors.files.snapshot_key import snapshot_key
 from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.connectors.lmcache.access import LmcacheAccess
-from graph_kvcache_mcp.connectors.stack.mp_stack import ManagedServerCounters, dependency_reason
+from graph_kvcache_mcp.connectors.stack.dependency import dependency_reason
+from graph_kvcache_mcp.connectors.stack.tier_counters import ManagedServerCounters
 from graph_kvcache_mcp.connectors.vllm.access import VllmAccess
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.engine.client import KvClient
-from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters
+from graph_kvcache_mcp.connectors.stack.tier_counters import engine_l2_counters
 from graph_kvcache_mcp.services.kv.views import KvStatsOut
 
 

@@ -26,7 +26,7 @@ from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheStatus,
     LmcacheStopResult,
 )
-from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
+from graph_kvcache_mcp.connectors.stack.dependency import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import (
     prepare_resp_launch,
     restart_resp_lmcache,

@@ -33,11 +33,11 @@ from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
 from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus, RespPeer
-from graph_kvcache_mcp.connectors.stack.mp_stack import (
+from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
+from graph_kvcache_mcp.connectors.stack.reuse import (
     check_lmcache_reusable,
     check_vllm_reusable,
 )
-from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
 from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.process import WaitProgress as WaitProgress  # for adapters

@@ -1,7 +1,5 @@
-"""vLLM over `lmcache server` over the engine, as one stack: whether the running pieces match a
-new start, which managed vLLM depends on the managed server, and stopping them in the order that
-never hangs vLLM (vLLM first, then the server: a worker whose server vanished waits on it).
-"""
+"""The lookup counters of the managed `lmcache server` behind a vLLM or an engine: what splits
+a trace's external hits into L1 and L2."""
 
 from __future__ import annotations
 
@@ -13,39 +11,13 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm.state import VllmState
-from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS as MP_CONNECTOR_CLASS
-from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
-from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
-from graph_kvcache_mcp.errors import LmcacheProcessError, VllmProcessError
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
-
-
-def dependent_vllm(data_dir: Path, lmcache_port: int) -> VllmState | None:
-    """The running vLLM of `data_dir` whose MP connector talks to the server on `lmcache_port`."""
-    state = ManagedVllm(data_dir, tidy=False).running_state()
-    if state is None or state.wiring.connector != MP_CONNECTOR_CLASS:
-        return None
-    return state if state.wiring.lmcache_port == lmcache_port else None
-
-
-def dependency_reason(data_dir: Path, server: LmcacheState) -> str | None:
-    """Why the managed server must not be stopped under a running vLLM, else None."""
-    vllm = dependent_vllm(data_dir, server.port)
-    if vllm is None:
-        return None
-    return (
-        f"the managed vLLM (pid {vllm.process.pid}, port {vllm.port}) uses this lmcache server "
-        f"(pid {server.process.pid}, port {server.port}); stopping the server under it leaves "
-        "vLLM's requests and its shutdown waiting on the server"
-    )
 
 
 class ManagedServerCounters:
@@ -134,71 +106,3 @@ def attach_lmcache_tier(client: VllmClient, data_dir: Path) -> VllmClient:
     traces split external hits into L1 and L2."""
     client.meter.tier = ManagedServerCounters(data_dir, client.root_url)
     return client
-
-
-def check_vllm_reusable(managed: ManagedVllm, launch: VllmLaunch) -> None:
-    """Refuse a start when our running vLLM was started with another KV tier or server.
-
-    Raises:
-        VllmProcessError: says what runs and how to replace it.
-    """
-    state = managed.running_state()
-    if state is None:
-        return
-    connector, port = state.wiring.connector, state.wiring.lmcache_port
-    if connector == MP_CONNECTOR_CLASS and port == launch.lmcache_port:
-        return
-    runs = f"KV connector {connector}" if connector else "no KV connector"
-    if connector == MP_CONNECTOR_CLASS:
-        runs += f" to the lmcache server on port {port}"
-    raise VllmProcessError(
-        f"a vLLM started from {managed.data_dir} already runs (pid {state.process.pid}, port "
-        f"{state.port}) with {runs}, not kv_connector {launch.kv_connector} on lmcache port "
-        f"{launch.lmcache_port}; stop it first with vllm_stop (CLI: graph-kvcache-mcp vllm stop)"
-    )
-
-
-def check_lmcache_reusable(managed: ManagedLmcache, server: ProcessSpec) -> None:
-    """Refuse a start when our running server was started with other flags than planned.
-
-    Raises:
-        LmcacheProcessError: names the flags that differ.
-    """
-    state = managed.running_state(tidy=False)
-    if state is None:
-        return
-    running = list(state.process.command[3:])  # after `python -m <entry module>`
-    if running == server.argv[1:]:
-        return
-    differ = sorted(set(_flags(running)) ^ set(_flags(server.argv[1:])))
-    raise LmcacheProcessError(
-        f"the lmcache server started from {managed.data_dir} (pid {state.process.pid}, port "
-        f"{state.port}) runs with other settings than this stack plans (differing: "
-        f"{', '.join(differ) or 'flag order'}); stop it with lmcache_stop (CLI: graph-kvcache-mcp "
-        "lmcache stop) and start again"
-    )
-
-
-def stop_dependent_vllm(
-    data_dir: Path,
-    server: LmcacheState | None,
-    *,
-    vllm_python: Path | None = None,
-    term_wait_s: float = 15.0,
-) -> list[str]:
-    """Stop the managed vLLM that uses `server` (before the server is stopped); what was done."""
-    if server is None or (vllm := dependent_vllm(data_dir, server.port)) is None:
-        return []
-    how = ManagedVllm(data_dir, python=vllm_python).stop(term_wait_s=term_wait_s).how
-    return [f"vLLM pid {vllm.process.pid} on port {vllm.port} ({how}) first"]
-
-
-def _flags(args: list[str]) -> list[str]:
-    """`--flag value` pairs as one string each, for naming what differs."""
-    pairs: list[str] = []
-    for index, arg in enumerate(args):
-        if not arg.startswith("--"):
-            continue
-        value = args[index + 1] if index + 1 < len(args) else ""
-        pairs.append(arg if value.startswith("--") or not value else f"{arg} {value}")
-    return pairs
