@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.processes.control import stop_process, tail
 from graph_kvcache_mcp.connectors.processes.identity import describe_listener, listener_owner
+from graph_kvcache_mcp.domain.versions import LMCACHE_PIN, LMCACHE_VERSION
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 ENTRY_MODULE = "graph_kvcache_mcp.plugins.lmcache.server"
 INSTALL_HINT = (
-    "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
+    f"install LMCache into vLLM's venv (after torch and vllm: `pip install {LMCACHE_PIN}`, then "
     "`pip install --no-deps graph-kvcache-mcp` for our adapter) or a venv of its own, and point "
     "GRAPH_KVCACHE_LMCACHE_PYTHON (or GRAPH_KVCACHE_VLLM_PYTHON) at that venv's python"
 )
@@ -90,7 +91,7 @@ def _check_ports_ours(lmcache: ManagedLmcache, state: LmcacheState) -> None:
         lmcache.state_file.clear()
         raise LmcacheProcessError(
             f"the lmcache server did not serve its KV RPC at {state.rpc_url} (this LMCache "
-            f"may bind only TCP; {ENTRY_MODULE} supports 0.5.6) and was stopped"
+            f"may bind only TCP; {ENTRY_MODULE} supports {LMCACHE_VERSION}) and was stopped"
         )
     for port, what in ports:
         if listener_owner(state.process.pid, port, group=True) != "ours":
