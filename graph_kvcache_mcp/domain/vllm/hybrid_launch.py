@@ -24,7 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import family_of
 from graph_kvcache_mcp.domain.lmcache.model import HybridFamily, ModelFacts, read_geometry
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import HybridLayout, PlatformKind, hybrid_layout
+from graph_kvcache_mcp.domain.vllm.hybrid_layout import (
+    PlatformKind,
+    PredictedHybridLayout,
+    hybrid_layout,
+)
 from graph_kvcache_mcp.errors import ConfigError
 
 CPU_HYBRID_BLOCK_SIZE = 128
@@ -45,7 +49,7 @@ HYBRID_FLAGS = (
 class HybridPlan:
     """What a hybrid adds to vLLM's command line, and why."""
 
-    layout: HybridLayout
+    layout: PredictedHybridLayout
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
