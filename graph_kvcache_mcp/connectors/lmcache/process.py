@@ -1,13 +1,13 @@
 """The managed `lmcache server`: start it from a plan, report it, stop only what we started.
 
 Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports),
-`lmcache.log` and `leases/` (one file per server session using the server, see `engine_leases`).
-The server runs in its own session from the interpreter of LMCache's venv
-(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
+`lmcache.log` and `leases/` (one file per server session using the server, see
+`connectors.processes.leases`). The server runs in its own session from the interpreter of
+LMCache's venv (`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
 graph_kvcache_mcp.plugins.lmcache.server server ...` (`lmcache server` with only the read-only
 admin routes and its KV RPC on a unix socket in this private dir, `rpc-<port>.sock`: see that
-module); its secrets (the engine token, the RESP password) reach it as
-private files (`files/secret_env`), never in its environment, which its admin API could show.
+module); its secrets (the engine token, the RESP password) reach it as private files
+(`connectors.files.secret_env`), never in its environment, which its admin API could show.
 Readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port, and then both
 of its ports proven held by the process we started (a neighbour who bound one first would
 otherwise get vLLM's KV traffic or answer our health checks). Start, stop
