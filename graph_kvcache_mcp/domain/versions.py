@@ -44,7 +44,7 @@ VERSION_FACTS: tuple[VersionFact, ...] = (
     VersionFact("lmcache", "domain.diagnosis.tier_facts", "the OpenTelemetry counter names"),
     VersionFact("lmcache", "domain.vllm.launch", "no in-process CPU connector"),
     VersionFact("lmcache", "domain.vllm.hybrid_launch", "one KV cache group registered on CPU"),
-    VersionFact("lmcache", "connectors.stack.runtime", "the server's default transfer mode"),
+    VersionFact("lmcache", "domain.vllm.wiring", "the server's default transfer mode"),
     VersionFact("lmcache", "connectors.lmcache.readiness", "the KV RPC binds TCP only upstream"),
     VersionFact("lmcache", "connectors.lmcache.coordinator", "the coordinator's HTTP routes"),
     VersionFact("lmcache", "connectors.vllm.platform", "the install recipe inside vLLM's venv"),

@@ -61,9 +61,9 @@ from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
-from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
 from graph_kvcache_mcp.domain.lmcache.stack import rpc_socket_path
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
+from graph_kvcache_mcp.domain.vllm.wiring import lmcache_wiring_of
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 LMCACHE_HOST = "127.0.0.1"
@@ -161,7 +161,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                     "with lmcache_start or vllm_start kv_connector=mp_native"
                 )
             self._stop(self.TERM_WAIT_S)
-            server = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+            server = ProcessSpec(argv=["lmcache", *state.wiring.args], env=state.plan_env)
             return self._launch(
                 server,
                 env,
@@ -263,6 +263,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             runs_until_stop=runs_until_stop,
             resp_peer=resp_peer,
             plan_env=dict(server.env),
+            lmcache_wiring=lmcache_wiring_of(command[3:]),
         )
         self.state_file.write(state)
         wait_healthy(self, process, state, ready_timeout_s, began)
@@ -285,7 +286,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             else _peer_gone(state.resp_peer),
             runs_until_stop=state.runs_until_stop,
             leases=list(self.leases.live(tidy=tidy).values()),
-            coordinator_url=recorded_coordinator_url(state.process.command),
+            coordinator_url=state.wiring.coordinator_url,
         )
 
 

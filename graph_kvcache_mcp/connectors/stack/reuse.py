@@ -46,7 +46,7 @@ def check_lmcache_reusable(managed: ManagedLmcache, server: ProcessSpec) -> None
     state = managed.running_state(tidy=False)
     if state is None:
         return
-    running = list(state.process.command[3:])  # after `python -m <entry module>`
+    running = state.wiring.args
     if running == server.argv[1:]:
         return
     differ = sorted(set(_flags(running)) ^ set(_flags(server.argv[1:])))

@@ -3,7 +3,6 @@ a trace's external hits into L1 and L2."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,8 +89,7 @@ async def engine_l2_counters(data_dir: Path, engine_url: str) -> LmcacheCounters
         server = ManagedLmcache(data_dir).running_state(tidy=False)
         if server is None:
             return None
-        wanted = f'"base_url":{json.dumps(engine_url.rstrip("/"))}'
-        return server.http_url if any(wanted in arg for arg in server.process.command) else None
+        return server.http_url if server.wiring.l2_base_url == engine_url.rstrip("/") else None
 
     http_url = await anyio.to_thread.run_sync(find)
     if http_url is None:

@@ -186,7 +186,7 @@ def _with_coordinator(
 ) -> LmcacheStopResult:
     """`result`, after stopping the managed coordinator the stopped server had joined."""
     if result.stopped and server is not None:
-        pid = ManagedCoordinator(settings.data_dir).stop_if_joined(server.process.command)
+        pid = ManagedCoordinator(settings.data_dir).stop_if_joined(server.wiring.coordinator_url)
         if pid is not None:
             also = [*also, f"the managed lmcache coordinator pid {pid} after it"]
     return result.model_copy(update={"also_stopped": also}) if also else result
