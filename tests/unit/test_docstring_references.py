@@ -16,12 +16,20 @@ import graph_kvcache_mcp
 
 PACKAGE_DIR = Path(graph_kvcache_mcp.__file__).parent
 REPO_ROOT = PACKAGE_DIR.parent
-LAYERS = "connectors|domain|services|tools|commands|plugins|host"
+# Every top-level module and package of ours (`domain`, `config`, `state`...), not only layers.
+TOP_LEVEL = "|".join(
+    sorted(
+        path.stem if path.is_file() else path.name
+        for path in PACKAGE_DIR.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()
+    )
+)
 # Any dotted name under the package, and a backticked one relative to it (`domain.engine.keys`).
 ABSOLUTE = re.compile(r"graph_kvcache_mcp(?:\.\w+)+")
-RELATIVE = re.compile(rf"`((?:{LAYERS})(?:\.\w+)+)`")
+RELATIVE = re.compile(rf"`((?:{TOP_LEVEL})(?:\.\w+)+)`")
+FILE_SUFFIXES = {"json", "log", "env", "yaml", "toml", "sock", "lock"}
 # A file path: inside the package (`connectors/vllm/errors.py`) or the repository's own tools/.
-SLASHED = re.compile(rf"(?<![\w./])((?:{LAYERS})(?:/\w+)+\.py)")
+SLASHED = re.compile(rf"(?<![\w./])((?:{TOP_LEVEL})(?:/\w+)+\.py)")
 
 
 def _comments_and_strings(path: Path) -> list[tuple[int, str]]:
@@ -50,6 +58,14 @@ def _resolves(dotted: str) -> bool:
     return False
 
 
+def _dotted_resolves(dotted: str) -> bool:
+    """A module reference, or a file name that only looks like one (`state.py`, `state.json`)."""
+    suffix = dotted.rsplit(".", 1)[-1]
+    if suffix == "py":
+        return _path_resolves(dotted)
+    return suffix in FILE_SUFFIXES or _resolves(dotted)
+
+
 def _path_resolves(path: str) -> bool:
     return (PACKAGE_DIR / path).exists() or (REPO_ROOT / path).exists()
 
@@ -61,7 +77,7 @@ def dangling_references() -> list[str]:
         for line, text in _comments_and_strings(path):
             dotted = [m.group(0).split(".", 1)[1] for m in ABSOLUTE.finditer(text)]
             dotted += [m.group(1) for m in RELATIVE.finditer(text)]
-            dangling += [f"{where}:{line}: {ref}" for ref in dotted if not _resolves(ref)]
+            dangling += [f"{where}:{line}: {ref}" for ref in dotted if not _dotted_resolves(ref)]
             slashed = [m.group(1) for m in SLASHED.finditer(text)]
             dangling += [f"{where}:{line}: {ref}" for ref in slashed if not _path_resolves(ref)]
     return dangling
@@ -75,4 +91,7 @@ def test_a_dangling_reference_is_found() -> None:
     assert _resolves("connectors.vllm.errors.bad_answer")
     assert not _resolves("connectors.vllm_errors")
     assert not _resolves("domain.engine.keys.no_such_name")
+    assert _dotted_resolves("config.Settings") and not _dotted_resolves("state.no_such_name")
+    assert _dotted_resolves("state.json") and _dotted_resolves("state.py")
+    assert not _dotted_resolves("no_such_module.py")
     assert _path_resolves("tools/bench_kv.py") and not _path_resolves("tools/bench_nothing.py")

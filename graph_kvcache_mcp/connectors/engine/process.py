@@ -336,12 +336,12 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
         )
 
     def impostor(self, state: EngineState) -> str | None:
-        """Why the token must not go to `state.port` (None when our engine holds that port's
+        """Why the token must not go to `EngineState.port` (None when our engine holds that port's
         listening socket): nothing listens there yet, or another process does."""
         return listener_refusal(state, state.port, what="port", secret="token")
 
     def resp_impostor(self, state: EngineState) -> str | None:
-        """Why the RESP password must not go to `state.resp_port` (None when our engine holds
+        """Why the RESP password must not go to `EngineState.resp_port` (None when our engine holds
         that port's listening socket), as `impostor` says for the HTTP token."""
         if state.resp_port is None:
             return "the engine runs without its RESP wire"

@@ -136,7 +136,9 @@ class LmcacheAccess:
             if result is not None and result.stopped and state is not None:
                 # the managed coordinator it joined ran for it: it goes with the server
                 coordinator = ManagedCoordinator(self.settings.data_dir)
-                await anyio.to_thread.run_sync(coordinator.stop_if_joined, state.process.command)
+                await anyio.to_thread.run_sync(
+                    coordinator.stop_if_joined, state.wiring.coordinator_url
+                )
         if result is not None and result.stopped:
             log.info("stopped the managed lmcache server (pid %s, %s)", result.pid, result.how)
 

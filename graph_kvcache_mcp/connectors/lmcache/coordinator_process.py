@@ -13,7 +13,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.files.private import private_dir
@@ -35,7 +34,6 @@ from graph_kvcache_mcp.connectors.processes.state_file import ProcessState, Stat
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import (
     coordinator_spec,
     coordinator_url,
-    recorded_coordinator_url,
 )
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
@@ -149,14 +147,12 @@ class ManagedCoordinator:
         self.state_file.clear()
         return True
 
-    def stop_if_joined(
-        self, server_command: Sequence[str], *, term_wait_s: float = 10.0
-    ) -> int | None:
-        """Stop our coordinator when `server_command` (the recorded command of a server just
-        stopped) joined it: it ran for that server. Its pid; None for a coordinator named by
+    def stop_if_joined(self, joined_url: str | None, *, term_wait_s: float = 10.0) -> int | None:
+        """Stop our coordinator when it is the one at `joined_url` (what a server just stopped
+        had joined): it ran for that server. Its pid; None for a coordinator named by
         configuration (never ours to stop) or none at all."""
         state = self.state_file.read_live()
-        if state is None or recorded_coordinator_url(server_command) != state.url:
+        if state is None or joined_url != state.url:
             return None
         self.stop(term_wait_s=term_wait_s)
         return state.process.pid

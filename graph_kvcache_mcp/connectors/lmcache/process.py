@@ -1,13 +1,13 @@
 """The managed `lmcache server`: start it from a plan, report it, stop only what we started.
 
 Layout under `<data_dir>/lmcache/`: `state.json` (pid, kernel start time, command, ports),
-`lmcache.log` and `leases/` (one file per server session using the server, see `engine_leases`).
-The server runs in its own session from the interpreter of LMCache's venv
-(`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
+`lmcache.log` and `leases/` (one file per server session using the server, see
+`connectors.processes.leases`). The server runs in its own session from the interpreter of
+LMCache's venv (`GRAPH_KVCACHE_LMCACHE_PYTHON`, default this one) as `python -m
 graph_kvcache_mcp.plugins.lmcache.server server ...` (`lmcache server` with only the read-only
 admin routes and its KV RPC on a unix socket in this private dir, `rpc-<port>.sock`: see that
-module); its secrets (the engine token, the RESP password) reach it as
-private files (`files/secret_env`), never in its environment, which its admin API could show.
+module); its secrets (the engine token, the RESP password) reach it as private files
+(`connectors.files.secret_env`), never in its environment, which its admin API could show.
 Readiness is `GET /healthcheck` answering `{"status": "healthy"}` on its HTTP port, and then both
 of its ports proven held by the process we started (a neighbour who bound one first would
 otherwise get vLLM's KV traffic or answer our health checks). Start, stop
@@ -22,20 +22,20 @@ restarted as a new process) the status says L2 is dead until the server restarts
 
 from __future__ import annotations
 
-import http.client
-import json
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from graph_kvcache_mcp.connectors.files.private import exclusive, private_dir
 from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets, remove_filed_secrets
+from graph_kvcache_mcp.connectors.lmcache.readiness import (
+    ENTRY_MODULE,
+    check_importable,
+    get_json,
+    wait_healthy,
+)
 from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheState,
     LmcacheStatus,
@@ -48,12 +48,9 @@ from graph_kvcache_mcp.connectors.processes.control import (
     inherited_environment,
     spawn_logged,
     stop_process,
-    tail,
 )
 from graph_kvcache_mcp.connectors.processes.identity import (
-    describe_listener,
     is_alive,
-    listener_owner,
 )
 from graph_kvcache_mcp.connectors.processes.lease_rules import (
     LeasedLifecycle,
@@ -64,21 +61,15 @@ from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
-from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
 from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, rpc_socket_path
 from graph_kvcache_mcp.domain.lmcache.status import report_from_status
+from graph_kvcache_mcp.domain.vllm.wiring import lmcache_wiring_of
 from graph_kvcache_mcp.errors import LmcacheProcessError
 
 LMCACHE_HOST = "127.0.0.1"
-ENTRY_MODULE = "graph_kvcache_mcp.plugins.lmcache.server"
 RPC_URL_ENV = "GRAPH_KVCACHE_LMCACHE_RPC_URL"
 """Where our entry point makes the server's KV RPC listen instead of its TCP port."""
 DEFAULT_READY_TIMEOUT_S = 180.0
-INSTALL_HINT = (
-    "install LMCache into vLLM's venv (after torch and vllm: `pip install lmcache==0.5.6`, then "
-    "`pip install --no-deps graph-kvcache-mcp` for our adapter) or a venv of its own, and point "
-    "GRAPH_KVCACHE_LMCACHE_PYTHON (or GRAPH_KVCACHE_VLLM_PYTHON) at that venv's python"
-)
 
 
 class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
@@ -143,7 +134,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                         f"port {taken} on {LMCACHE_HOST} is held by a process this tool did not "
                         "start; it was left alone. Choose other ports"
                     )
-            self._check_importable()
+            check_importable(self.python)
             return self._launch(
                 server, env, port, http_port, ready_timeout_s, runs_until_stop, resp_peer
             )
@@ -170,7 +161,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
                     "with lmcache_start or vllm_start kv_connector=mp_native"
                 )
             self._stop(self.TERM_WAIT_S)
-            server = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+            server = ProcessSpec(argv=["lmcache", *state.wiring.args], env=state.plan_env)
             return self._launch(
                 server,
                 env,
@@ -231,28 +222,6 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
         with exclusive(self.home / "lifecycle.lock"):
             yield
 
-    def _check_importable(self) -> None:
-        if not Path(self.python).exists():
-            raise LmcacheProcessError(
-                f"the LMCache interpreter {self.python} does not exist; {INSTALL_HINT}"
-            )
-        probe = (
-            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('lmcache') and "
-            f"importlib.util.find_spec({ENTRY_MODULE!r}) else 3)"
-        )
-        try:
-            done = subprocess.run(
-                [self.python, "-c", probe], capture_output=True, timeout=60, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LmcacheProcessError(
-                f"could not run {self.python} ({exc}); {INSTALL_HINT}"
-            ) from None
-        if done.returncode != 0:
-            raise LmcacheProcessError(
-                f"lmcache or {ENTRY_MODULE} is not importable by {self.python}; {INSTALL_HINT}"
-            )
-
     def _launch(
         self,
         server: ProcessSpec,
@@ -302,64 +271,16 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             runs_until_stop=runs_until_stop,
             resp_peer=resp_peer,
             plan_env=dict(server.env),
+            lmcache_wiring=lmcache_wiring_of(command[3:]),
         )
         self.state_file.write(state)
-        self._wait_healthy(process, state, ready_timeout_s, began)
+        wait_healthy(self, process, state, ready_timeout_s, began)
         status = self._status_of(state)
         return status.model_copy(update={"startup_s": round(time.monotonic() - began, 3)})
 
-    def _wait_healthy(
-        self,
-        process: subprocess.Popen[bytes],
-        state: LmcacheState,
-        timeout_s: float,
-        began: float,
-    ) -> None:
-        deadline = began + timeout_s
-        while time.monotonic() < deadline:
-            if (code := process.poll()) is not None:
-                self.state_file.clear()
-                raise LmcacheProcessError(
-                    f"lmcache server exited with code {code} before it was healthy: "
-                    f"{_last_words(self.log_path)} (log: {self.log_path})"
-                )
-            if _get_json(state.http_url + "/healthcheck").get("status") == "healthy":
-                self._check_ports_ours(state)
-                return
-            time.sleep(0.25)  # poll interval; the deadline above bounds the wait
-        stop_process(state.process, term_wait_s=10.0)
-        self.state_file.clear()
-        raise LmcacheProcessError(
-            f"lmcache server was not healthy within {timeout_s:g} s and was stopped: "
-            f"{_last_words(self.log_path)} (log: {self.log_path})"
-        )
-
-    def _check_ports_ours(self, state: LmcacheState) -> None:
-        """Both ports are held by the server we started, or it is stopped and the start fails:
-        a port free before the start may have been taken by another user in between."""
-        ports = [(state.http_port, "admin HTTP")]
-        if state.rpc_url is None:  # else the RPC is a socket in our private dir, no port
-            ports.append((state.port, "KV RPC"))
-        elif not Path(state.rpc_url.removeprefix("ipc://")).is_socket():
-            stop_process(state.process, term_wait_s=10.0)
-            self.state_file.clear()
-            raise LmcacheProcessError(
-                f"the lmcache server did not serve its KV RPC at {state.rpc_url} (this LMCache "
-                f"may bind only TCP; {ENTRY_MODULE} supports 0.5.6) and was stopped"
-            )
-        for port, what in ports:
-            if listener_owner(state.process.pid, port, group=True) != "ours":
-                stop_process(state.process, term_wait_s=10.0)
-                self.state_file.clear()
-                raise LmcacheProcessError(
-                    f"the lmcache server's {what} port {port} is held by another process "
-                    f"({describe_listener(port)}), not by the server we started (pid "
-                    f"{state.process.pid}), which was stopped; choose other ports"
-                )
-
     def _status_of(self, state: LmcacheState, *, tidy: bool = True) -> LmcacheStatus:
-        health = _get_json(state.http_url + "/healthcheck")
-        status = _get_json(state.http_url + "/status")
+        health = get_json(state.http_url + "/healthcheck")
+        status = get_json(state.http_url + "/status")
         healthy = health.get("status") == "healthy"
         return LmcacheStatus(
             **running_fields(state.process, self.data_dir),
@@ -373,7 +294,7 @@ class ManagedLmcache(LeasedLifecycle[LmcacheStopResult]):
             else _peer_gone(state.resp_peer),
             runs_until_stop=state.runs_until_stop,
             leases=list(self.leases.live(tidy=tidy).values()),
-            coordinator_url=recorded_coordinator_url(state.process.command),
+            coordinator_url=state.wiring.coordinator_url,
         )
 
 
@@ -386,30 +307,9 @@ def _peer_gone(peer: RespPeer) -> str:
     )
 
 
-def _get_json(url: str, *, timeout_s: float = 3.0) -> dict[str, Any]:
-    """The JSON object at `url` ({} when the server does not answer with one: refused, timed
-    out, or bytes that are not HTTP, which count as "not ready yet", never as a crash)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            payload = json.loads(response.read())
-    except (OSError, ValueError, urllib.error.URLError, http.client.HTTPException):
-        return {}
-    return payload if isinstance(payload, dict) else {}
-
-
 def _flag_int(argv: list[str], flag: str) -> int:
     """The integer after `flag` in a planned argv."""
     try:
         return int(argv[argv.index(flag) + 1])
     except (ValueError, IndexError):
         raise LmcacheProcessError(f"the lmcache server plan has no {flag} value") from None
-
-
-def _last_words(log_path: Path) -> str:
-    lines = [line.strip() for line in tail(log_path, 80).splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("=== graph-kvcache-mcp:")]
-    for marker in ("Error", "Exception", "ERROR"):
-        hits = [line for line in lines if marker in line]
-        if hits:
-            return hits[-1][-400:]
-    return (lines or ["(empty log)"])[-1][-400:]

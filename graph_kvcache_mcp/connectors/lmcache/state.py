@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.connectors.processes.lease_rules import LeasedState
 from graph_kvcache_mcp.connectors.processes.status import LeasedStatus, StopResult
 from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport
+from graph_kvcache_mcp.domain.vllm.wiring import LmcacheWiring, lmcache_wiring_of
 
 
 class RespPeer(BaseModel):
@@ -36,6 +37,16 @@ class LmcacheState(LeasedState):
         description="The plan's environment with `${NAME}` references, never their values: a "
         "restart fills them in again.",
     )
+    lmcache_wiring: LmcacheWiring | None = Field(
+        None,
+        description="Its arguments, coordinator and L2 target, read from the command we built.",
+    )
+
+    @property
+    def wiring(self) -> LmcacheWiring:
+        """How it runs; a record written before `lmcache_wiring` existed (an upgrade with the
+        server running) is read from its recorded command, after `python -m <entry module>`."""
+        return self.lmcache_wiring or lmcache_wiring_of(self.process.command[3:])
 
 
 class LmcacheStatus(LeasedStatus):

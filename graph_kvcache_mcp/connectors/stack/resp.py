@@ -122,7 +122,7 @@ def restart_resp_lmcache(
         raise LmcacheProcessError(
             f"no redis_resp lmcache server started from {lmcache.data_dir} is running"
         )
-    recorded = ProcessSpec(argv=["lmcache", *state.process.command[3:]], env=state.plan_env)
+    recorded = ProcessSpec(argv=["lmcache", *state.wiring.args], env=state.plan_env)
     launch = prepare_resp_launch(engine, recorded, env)
     if launch.server.argv != recorded.argv:
         raise LmcacheProcessError(

@@ -21,9 +21,6 @@ from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 
-TRANSFER_MODE_FLAG = "--supported-transfer-mode"
-LMCACHE_DEFAULT_TRANSFER_MODE = "lmcache_driven"
-"""`lmcache server`'s default (lmcache/v1/multiprocess/config.py, 0.5.6)."""
 REGISTRATION_HANG = "No handler registered for operation register_kv_cache_engine_driven_context"
 SHM_DIR = Path("/dev/shm")
 _SEGMENT = re.compile(r"^lmcache_kv_(\d+)_\d+$")
@@ -81,14 +78,10 @@ def managed_lmcache_runtime(data_dir: Path, http_url: str) -> LmcacheRuntime | N
     state = managed.running_state(tidy=False)  # a diagnosis changes nothing
     if state is None or state.http_url.rstrip("/") != http_url.rstrip("/"):
         return None
-    command = state.process.command
-    mode = LMCACHE_DEFAULT_TRANSFER_MODE
-    if TRANSFER_MODE_FLAG in command[:-1]:
-        mode = command[command.index(TRANSFER_MODE_FLAG) + 1]
     hang = [line for line in tail(managed.log_path, 200).splitlines() if REGISTRATION_HANG in line]
     return LmcacheRuntime(
         hash_seed=environment_value(state.process.pid, "PYTHONHASHSEED"),
-        transfer_mode=mode,
+        transfer_mode=state.wiring.transfer_mode,
         rpc_port=state.port,
         registration_hang=hang[-1].strip()[-300:] if hang else None,
         resp_peer_gone=managed.status(tidy=False).resp_peer_gone,

@@ -10,12 +10,11 @@ still the very process we started. A port held by anything else is reported, nev
 
 Readiness is `GET /health` = 200 on a port our process group holds (`readiness`); until then the
 log is where vLLM says why it is not ready. Platform, interpreter and environment checks live in
-`host`.
+`platform`.
 """
 
 from __future__ import annotations
 
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,8 +26,6 @@ from graph_kvcache_mcp.connectors.files.private import (
     exclusive,
     narrow_tree,
     private_dir,
-    refuse_link,
-    remove_own,
 )
 from graph_kvcache_mcp.connectors.files.secret_env import filed_secrets, remove_filed_secrets
 from graph_kvcache_mcp.connectors.processes.control import (
@@ -38,15 +35,15 @@ from graph_kvcache_mcp.connectors.processes.control import (
     tail,
 )
 from graph_kvcache_mcp.connectors.processes.identity import (
-    describe_listener,
     environment_value,
 )
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
-from graph_kvcache_mcp.connectors.processes.shared_memory import group_segments, remove_unmapped
+from graph_kvcache_mcp.connectors.processes.shared_memory import group_segments
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.vllm.health import probe_server as probe_server
 from graph_kvcache_mcp.connectors.vllm.health import rendezvous_files, vllm_reason
-from graph_kvcache_mcp.connectors.vllm.host import (
+from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
+from graph_kvcache_mcp.connectors.vllm.platform import (
     CONNECTOR_HINT,
     LMCACHE_MP_HINT,
     RESERVED_CPUS_ENV,
@@ -55,9 +52,14 @@ from graph_kvcache_mcp.connectors.vllm.host import (
     child_environment,
     detect_platform,
 )
-from graph_kvcache_mcp.connectors.vllm.metrics import record_final_counters
+from graph_kvcache_mcp.connectors.vllm.private_files import (
+    remove_identity_file,
+    remove_leftovers,
+    with_private_files,
+)
 from graph_kvcache_mcp.connectors.vllm.readiness import (
     note_or_abandon,
+    reuse_foreign,
     status_of,
     unmanaged_status,
     wait_healthy,
@@ -68,11 +70,9 @@ from graph_kvcache_mcp.connectors.vllm.state import (
     VllmStatus,
     VllmStopResult,
 )
-from graph_kvcache_mcp.domain.lmcache.stack import MAX_IPC_PATH, MP_CONNECTORS, rpc_socket_path
 from graph_kvcache_mcp.domain.targets import Target
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as ENTRY_MODULE
-from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_NAME
 from graph_kvcache_mcp.domain.vllm.launch import (
     LaunchPlan,
     Platform,
@@ -81,14 +81,11 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     plan_launch,
 )
 from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
-from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
+from graph_kvcache_mcp.errors import VllmProcessError
 
 DEFAULT_READY_TIMEOUT_S = 600.0
 # progress(elapsed_s, deadline_s, message)
 WaitProgress = Callable[[float, float, str], None]
-
-EVENT_SOCKETS = ("kv-events.sock", "kv-replay.sock")
-"""The KV event feed and replay sockets vLLM binds in our private dir (feed first)."""
 
 
 class ManagedVllm:
@@ -157,10 +154,9 @@ class ManagedVllm:
         if (state := self.running_state()) is not None:
             return self._reuse_ours(state, launch, wanted, ready_timeout_s, note)
         if port_in_use(VLLM_HOST, launch.port):
-            return self._reuse_foreign(launch, wanted)
+            return reuse_foreign(launch, wanted, self.data_dir)
         check_vllm_importable(self.python)
-        launch = self._with_lmcache_socket(self._with_event_endpoints(launch))
-        launch = self._with_identity_file(launch)
+        launch = with_private_files(launch, self.data_dir, self.home)
         plan = plan_launch(
             launch,
             platform or detect_platform(),
@@ -239,7 +235,7 @@ class ManagedVllm:
         reserved = environment_value(state.process.pid, RESERVED_CPUS_ENV)
         self.stop()
         # The new connector writes its own.
-        _remove_identity_file(state.wiring.identity_file, self.home)
+        remove_identity_file(state.wiring.identity_file, self.home)
         if while_stopped is not None:
             while_stopped()
         launch = VllmLaunch(
@@ -336,79 +332,6 @@ class ManagedVllm:
         status = status_of(state, self.data_dir, reachable=healthy, served=served, reason=reason)
         return status.model_copy(update={"reused": True})
 
-    def _reuse_foreign(self, launch: VllmLaunch, wanted: str) -> VllmStatus:
-        base_url = VllmEndpoint.local(VLLM_HOST, launch.port).api_base
-        healthy, served, _reason = probe_server(base_url)
-        holder = describe_listener(launch.port)
-        if not healthy:
-            raise VllmProcessError(
-                f"port {launch.port} on {VLLM_HOST} is taken by a process this tool did not "
-                f"start ({holder}) and it is not a healthy vLLM; it was left alone. Choose "
-                "another port"
-            )
-        if wanted not in served:
-            raise VllmProcessError(
-                f"port {launch.port} already serves {', '.join(served) or 'no model'} from a vLLM "
-                f"this tool did not start ({holder}), not {wanted}; it was left alone. Choose "
-                "another port"
-            )
-        return VllmStatus(
-            running=True,
-            reachable=True,
-            managed_by_us=False,
-            reused=True,
-            port=launch.port,
-            base_url=base_url,
-            model=wanted,
-            served_models=served,
-            data_dir=str(self.data_dir),
-            reason=f"reusing a healthy vLLM this tool did not start ({holder}); vllm_stop will "
-            "not stop it",
-        )
-
-    def _with_lmcache_socket(self, launch: VllmLaunch) -> VllmLaunch:
-        """`launch` with the MP connector aimed at the private KV RPC socket of the managed
-        lmcache server of this data dir, when that server serves `launch.lmcache_port` there
-        (a server of someone else's, or ours with too long a path, is reached by TCP)."""
-        if launch.kv_connector not in MP_CONNECTORS or launch.lmcache_rpc_url is not None:
-            return launch
-        socket = rpc_socket_path(self.data_dir, launch.lmcache_port)
-        if socket is None or not socket.is_socket():
-            return launch
-        return launch.model_copy(update={"lmcache_rpc_url": f"ipc://{socket}"})
-
-    def _with_event_endpoints(self, launch: VllmLaunch) -> VllmLaunch:
-        """`launch` with the KV event sockets filled in: the live feed and the replay socket as
-        ipc sockets in our private dir. vLLM binds tcp only on a wildcard (every interface), and
-        a loopback replay port answers every local user with the token ids of recent prompts
-        (and could be taken by one of them before vLLM binds it); a socket in a 0700 directory
-        is reachable by its owner only."""
-        if not launch.kv_events or launch.kv_events_endpoint:
-            return launch
-        private_dir(self.home)
-        feed, replay = (self.home / name for name in EVENT_SOCKETS)
-        if len(str(replay)) > MAX_IPC_PATH:
-            raise ConfigError(
-                f"the KV event socket path {replay} is longer than {MAX_IPC_PATH} characters "
-                "(the limit of a unix socket); use a shorter --data-dir"
-            )
-        return launch.model_copy(
-            update={
-                "kv_events_endpoint": f"ipc://{feed}",
-                "kv_events_replay_endpoint": f"ipc://{replay}",
-            }
-        )
-
-    def _with_identity_file(self, launch: VllmLaunch) -> VllmLaunch:
-        """`launch` with EngineKVConnector publishing its KV identity in our private dir; a
-        record left by an earlier vLLM is removed first, so the file read later is this one's."""
-        if launch.kv_connector != "engine":
-            return launch
-        private_dir(self.home)
-        path = launch.kv_identity_file or str(self.home / IDENTITY_FILE_NAME)
-        _remove_identity_file(path, self.home)
-        return launch.model_copy(update={"kv_identity_file": path})
-
     def _launch(
         self,
         launch: VllmLaunch,
@@ -470,30 +393,5 @@ class ManagedVllm:
         self.remove_leftovers(state, seen)
 
     def remove_leftovers(self, state: VllmState, segments: Iterable[str] = ()) -> None:
-        """What our stopped or exited vLLM leaves behind: its rendezvous files, its event
-        sockets, and the shared memory it mapped (recorded, or `segments`) that nothing maps."""
-        self.remove_rendezvous(state)
-        self.remove_event_sockets()
-        remove_unmapped({*state.shared_memory, *segments})
-
-    def remove_event_sockets(self) -> None:
-        """Remove the KV event sockets our stopped vLLM bound in its private dir (vLLM leaves
-        them behind): only sockets of ours, never through a link."""
-        for name in EVENT_SOCKETS:
-            remove_own(self.home / name, stat.S_ISSOCK)
-
-    def remove_rendezvous(self, state: VllmState | None) -> list[str]:
-        """Remove the `vllm_dist_*` rendezvous files of our (stopped or exited) vLLM: those its
-        state recorded and those its log names since its start. Only regular files of ours
-        with that name are removed, never through a link; what was removed."""
-        names = {*(state.rendezvous if state else ()), *map(str, rendezvous_files(self.log_path))}
-        return [name for name in sorted(names) if remove_own(Path(name))]
-
-
-def _remove_identity_file(path: str | None, home: Path) -> None:
-    """Remove an EngineKVConnector identity record we placed in our private dir `home` (a file
-    of ours, never through a link). A path elsewhere (named in hand-written extra args) is the
-    user's file: left alone."""
-    if path and Path(path).parent.resolve() == home.resolve():
-        refuse_link(Path(path))
-        remove_own(Path(path))
+        """What our stopped or exited vLLM leaves behind (`private_files.remove_leftovers`)."""
+        remove_leftovers(self.home, self.log_path, state, segments)

@@ -24,11 +24,12 @@ from graph_kvcache_mcp.connectors.processes.ports import port_in_use
 from graph_kvcache_mcp.connectors.processes.shared_memory import SegmentWatch
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.connectors.vllm.health import last_log_line, probe_server, vllm_reason
-from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
+from graph_kvcache_mcp.connectors.vllm.platform import VLLM_HOST
 from graph_kvcache_mcp.connectors.vllm.state import VllmState, VllmStatus
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.targets import Configured, Target
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
+from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 from graph_kvcache_mcp.errors import VllmProcessError
 
 if TYPE_CHECKING:
@@ -195,3 +196,36 @@ def _not_ours(base_url: str, data_dir: Path, *, held: bool, answers: str, fails:
 
 def _port(base_url: str) -> int:
     return parse_http_url(base_url, what="VLLM_BASE_URL").port
+
+
+def reuse_foreign(launch: VllmLaunch, wanted: str, data_dir: Path) -> VllmStatus:
+    """The healthy vLLM serving `wanted` on `launch.port` that this tool did not start, as a
+    status to reuse; anything else on that port is refused, never signalled."""
+    base_url = VllmEndpoint.local(VLLM_HOST, launch.port).api_base
+    healthy, served, _reason = probe_server(base_url)
+    holder = describe_listener(launch.port)
+    if not healthy:
+        raise VllmProcessError(
+            f"port {launch.port} on {VLLM_HOST} is taken by a process this tool did not "
+            f"start ({holder}) and it is not a healthy vLLM; it was left alone. Choose "
+            "another port"
+        )
+    if wanted not in served:
+        raise VllmProcessError(
+            f"port {launch.port} already serves {', '.join(served) or 'no model'} from a vLLM "
+            f"this tool did not start ({holder}), not {wanted}; it was left alone. Choose "
+            "another port"
+        )
+    return VllmStatus(
+        running=True,
+        reachable=True,
+        managed_by_us=False,
+        reused=True,
+        port=launch.port,
+        base_url=base_url,
+        model=wanted,
+        served_models=served,
+        data_dir=str(data_dir),
+        reason=f"reusing a healthy vLLM this tool did not start ({holder}); vllm_stop will "
+        "not stop it",
+    )

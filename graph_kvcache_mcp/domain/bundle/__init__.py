@@ -16,7 +16,12 @@ from graph_kvcache_mcp.domain.bundle.cache import (
     join_notes,
     needs_store,
 )
-from graph_kvcache_mcp.domain.bundle.codec import Decoded, Rejected, decode_bundle, encode_bundle
+from graph_kvcache_mcp.domain.bundle.codec import (
+    Decoded,
+    RejectedBundle,
+    decode_bundle,
+    encode_bundle,
+)
 from graph_kvcache_mcp.domain.bundle.compile import budget_parts, compile_bundle
 from graph_kvcache_mcp.domain.bundle.compiled import (
     FORMAT_VERSION,
@@ -60,7 +65,7 @@ __all__ = [
     "Lookup",
     "PrecountedCounter",
     "ProofEdge",
-    "Rejected",
+    "RejectedBundle",
     "Relation",
     "RelationType",
     "ScoreWeights",

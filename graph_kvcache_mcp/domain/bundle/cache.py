@@ -11,8 +11,8 @@ table, what the caller is told (`cache`, `reason`, `stored`) and which counters 
 | `Bundle` (usable hit)  | not tried        | hit         | cache_hits                        |
 | `Miss`                 | `Stored`         | miss        | cache_misses                      |
 | `Miss`                 | `Unavailable`    | unavailable | cache_unavailable                 |
-| `Rejected` (stale, forged, corrupt) | `Stored` | miss   | rejected_entries, cache_misses    |
-| `Rejected`             | `Unavailable`    | unavailable | rejected_entries, cache_unavailable |
+| `RejectedBundle` (stale, forged, corrupt) | `Stored` | miss | rejected_entries, cache_misses |
+| `RejectedBundle`       | `Unavailable`    | unavailable | rejected_entries, cache_unavailable |
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from graph_kvcache_mcp.domain.bundle.codec import Rejected
+from graph_kvcache_mcp.domain.bundle.codec import RejectedBundle
 from graph_kvcache_mcp.domain.bundle.compiled import Bundle
 from graph_kvcache_mcp.domain.outcomes import Miss, Stored, Unavailable
 
@@ -34,9 +34,9 @@ class StoreOff:
     """No store takes part in this compile."""
 
 
-Lookup: TypeAlias = StoreOff | Unavailable | Miss | Bundle | Rejected
+Lookup: TypeAlias = StoreOff | Unavailable | Miss | Bundle | RejectedBundle
 """What the lookup came to: no store, the store down, no entry, a usable bundle, or an entry
-the codec refused (`Rejected`: corrupt, foreign, another format or key, unsigned, forged)."""
+the codec refused (`RejectedBundle`: corrupt, foreign, another format or key, unsigned, forged)."""
 
 PutAnswer: TypeAlias = Stored | Unavailable | None
 """What the put of the new bundle answered; None when none was tried."""
@@ -57,7 +57,7 @@ class CacheVerdict:
 def needs_store(lookup: Lookup) -> bool:
     """Whether the bundle assembled after this lookup is put: the lookup reached the store and
     found nothing usable under the key."""
-    return isinstance(lookup, Miss | Rejected)
+    return isinstance(lookup, Miss | RejectedBundle)
 
 
 def cache_verdict(lookup: Lookup, put: PutAnswer) -> CacheVerdict:
@@ -79,7 +79,7 @@ def cache_verdict(lookup: Lookup, put: PutAnswer) -> CacheVerdict:
             return CacheVerdict("hit", ("cache_hits",))
         case Miss():
             return _after_put(put, rejected=None)
-        case Rejected(reason=reason):
+        case RejectedBundle(reason=reason):
             return _after_put(put, rejected=f"stored entry unusable, treated as a miss: {reason}")
 
 

@@ -5,7 +5,7 @@
 The checksum covers the canonical bytes of `payload`. With a bundle secret configured it is an
 HMAC, and unsigned entries are refused (anyone can write to the store; only we hold the secret).
 Reading never raises: anything corrupt, foreign, from another format or for another key comes
-back as `Rejected` with the reason, which the cache treats as a miss.
+back as `RejectedBundle` with the reason, which the cache treats as a miss.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ _ENVELOPE_FIELDS = frozenset({"checksum", "format", "payload"})
 
 
 @dataclass(frozen=True, slots=True)
-class Rejected:
+class RejectedBundle:
     """A stored value we will not use; `reason` says why (never echoes the secret)."""
 
     reason: str
 
 
-Decoded: TypeAlias = Bundle | Rejected
+Decoded: TypeAlias = Bundle | RejectedBundle
 
 
 def _checksum(payload: bytes, secret: bytes | None) -> str:
@@ -51,34 +51,38 @@ def encode_bundle(bundle: Bundle, *, secret: bytes | None = None) -> bytes:
 
 
 def decode_bundle(blob: bytes, *, expected_key: str, secret: bytes | None = None) -> Decoded:
-    """The bundle stored under `expected_key`, or `Rejected(reason)`; never raises."""
+    """The bundle stored under `expected_key`, or `RejectedBundle(reason)`; never raises."""
     try:
         envelope = json.loads(blob)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return Rejected("stored value is not JSON")
+        return RejectedBundle("stored value is not JSON")
     if not isinstance(envelope, dict) or set(envelope) != _ENVELOPE_FIELDS:
-        return Rejected("stored value is not a bundle envelope")
+        return RejectedBundle("stored value is not a bundle envelope")
     if envelope["format"] != FORMAT_VERSION:
         shown = str(envelope["format"])[:40]
-        return Rejected(f"stored format {shown!r} is not {FORMAT_VERSION!r}")
+        return RejectedBundle(f"stored format {shown!r} is not {FORMAT_VERSION!r}")
     checksum = envelope["checksum"]
     if not isinstance(checksum, str) or not isinstance(envelope["payload"], dict):
-        return Rejected("stored value is not a bundle envelope")
+        return RejectedBundle("stored value is not a bundle envelope")
     scheme = checksum.partition(":")[0]
     if secret is not None and scheme != "hmac-sha256":
-        return Rejected("entry is not signed, and a bundle secret is configured")
+        return RejectedBundle("entry is not signed, and a bundle secret is configured")
     if secret is None and scheme != "sha256":
-        return Rejected(f"entry uses checksum {scheme!r}; configure the bundle secret to read it")
+        return RejectedBundle(
+            f"entry uses checksum {scheme!r}; configure the bundle secret to read it"
+        )
     try:
         payload = canonical_json(envelope["payload"])
     except (ValueError, TypeError, RecursionError):
-        return Rejected("stored payload cannot be re-encoded")
+        return RejectedBundle("stored payload cannot be re-encoded")
     if not hmac.compare_digest(checksum, _checksum(payload, secret)):
-        return Rejected("checksum does not match the payload (corrupt or tampered entry)")
+        return RejectedBundle("checksum does not match the payload (corrupt or tampered entry)")
     try:
         bundle = Bundle.model_validate_json(payload)
     except ValidationError as exc:
-        return Rejected(f"payload is not a {FORMAT_VERSION} bundle ({exc.error_count()} errors)")
+        return RejectedBundle(
+            f"payload is not a {FORMAT_VERSION} bundle ({exc.error_count()} errors)"
+        )
     if bundle.key != expected_key:
-        return Rejected("entry belongs to another key (foreign entry)")
+        return RejectedBundle("entry belongs to another key (foreign entry)")
     return bundle

@@ -23,8 +23,8 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     read_geometry,
 )
 from graph_kvcache_mcp.domain.vllm.hybrid_layout import (
-    HybridLayout,
     PlatformKind,
+    PredictedHybridLayout,
     hybrid_layout,
     kv_cache_tokens,
 )
@@ -68,7 +68,7 @@ class HybridBudget(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    layout: HybridLayout
+    layout: PredictedHybridLayout
     max_model_len: int | None = Field(None, description="Context the token count is for.")
     kv_cache_tokens: int | None = Field(
         None, description="vLLM's 'KV cache size: N tokens' for kv_memory_gib."

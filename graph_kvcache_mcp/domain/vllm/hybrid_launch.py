@@ -23,7 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import family_of
 from graph_kvcache_mcp.domain.lmcache.model import HybridFamily, ModelFacts, read_geometry
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import HybridLayout, PlatformKind, hybrid_layout
+from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
+from graph_kvcache_mcp.domain.vllm.hybrid_layout import (
+    PlatformKind,
+    PredictedHybridLayout,
+    hybrid_layout,
+)
 from graph_kvcache_mcp.errors import ConfigError
 
 CPU_HYBRID_BLOCK_SIZE = 128
@@ -44,7 +49,7 @@ HYBRID_FLAGS = (
 class HybridPlan:
     """What a hybrid adds to vLLM's command line, and why."""
 
-    layout: HybridLayout
+    layout: PredictedHybridLayout
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -87,7 +92,8 @@ def cpu_mp_limit(label: str, groups: int) -> str:
     """Why LMCache's MP connector cannot serve this hybrid on CPU, and what can."""
     return (
         f"LMCache's MP connector cannot serve this {label} hybrid on CPU: vLLM gives it "
-        f"{groups} KV cache groups and LMCache 0.5.6 registers only one on CPU (vLLM would fail "
+        f"{groups} KV cache groups and LMCache {LMCACHE_VERSION} registers only one on CPU (vLLM "
+        "would fail "
         "after about a minute). Use kv_connector=engine (the engine as vLLM's KV tier), or "
         "mp_native on a GPU"
     )

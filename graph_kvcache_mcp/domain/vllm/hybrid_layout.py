@@ -39,7 +39,7 @@ PREFILL_CHECKPOINT_BLOCKS = {"mamba2": 1, "gdn": 0, "mamba1": 0}
 """Extra state blocks a request holds in align mode (Mamba2 exports a mid-step checkpoint)."""
 
 
-class HybridLayout(BaseModel):
+class PredictedHybridLayout(BaseModel):
     """The KV cache vLLM builds for a hybrid model on one platform."""
 
     model_config = ConfigDict(frozen=True)
@@ -67,7 +67,7 @@ def hybrid_layout(
     block_size: int | None = None,
     prefix_caching: bool = True,
     tp: int = 1,
-) -> HybridLayout:
+) -> PredictedHybridLayout:
     """The layout vLLM will build for `facts` given the requested `block_size`.
 
     Raises:
@@ -92,7 +92,7 @@ def hybrid_layout(
     group = min(attention, recurrent)
     if max(attention, recurrent) < group * 1.5:
         group = max(attention, recurrent)
-    return HybridLayout(
+    return PredictedHybridLayout(
         platform=platform,
         requested_block_size=requested,
         block_size=block,
@@ -123,7 +123,7 @@ def ssm_dtype(facts: ModelFacts, platform: PlatformKind) -> str:
 
 
 def kv_cache_tokens(
-    layout: HybridLayout, facts: ModelFacts, *, kv_cache_bytes: int, max_model_len: int
+    layout: PredictedHybridLayout, facts: ModelFacts, *, kv_cache_bytes: int, max_model_len: int
 ) -> int:
     """vLLM's "KV cache size: N tokens" for this layout, memory and context length."""
     blocks = kv_cache_bytes // layout.block_bytes

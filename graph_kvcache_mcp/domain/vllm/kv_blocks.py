@@ -11,7 +11,7 @@ prefix on another vLLM process (or after a restart) gives the same keys; another
 geometry, block size or KV layout gives other keys.
 
 A stored value is self-describing and checksummed (see `encode_block`): a value written for another
-identity or geometry, cut short, or corrupted decodes to `Rejected(reason)`, never to bytes a
+identity or geometry, cut short, or corrupted decodes to `RejectedBlock(reason)`, never to bytes a
 caller could scatter into a KV cache.
 """
 
@@ -206,7 +206,7 @@ def block_keys(
 
 
 @dataclass(frozen=True, slots=True)
-class Rejected:
+class RejectedBlock:
     """A stored value that must not be loaded; `reason` says why (for logs and tests)."""
 
     reason: str
@@ -249,17 +249,17 @@ BLOCK_PREFIX_BYTES = _PREFIX_STRUCT.size
 """The fixed start of every value: magic, format version, header length."""
 
 
-def header_length(prefix: bytes | bytearray | memoryview) -> int | Rejected:
+def header_length(prefix: bytes | bytearray | memoryview) -> int | RejectedBlock:
     """The JSON header's length from a value's first `BLOCK_PREFIX_BYTES`, or why it is no block."""
     if len(prefix) < _PREFIX_STRUCT.size:
-        return Rejected(f"value of {len(prefix)} bytes is too short to be a KV block")
+        return RejectedBlock(f"value of {len(prefix)} bytes is too short to be a KV block")
     magic, version, header_len = _PREFIX_STRUCT.unpack_from(prefix)
     if magic != BLOB_MAGIC:
-        return Rejected("value is not a KV block (bad magic)")
+        return RejectedBlock("value is not a KV block (bad magic)")
     if version != BLOB_FORMAT_VERSION:
-        return Rejected(f"KV block format {version} is not {BLOB_FORMAT_VERSION}")
+        return RejectedBlock(f"KV block format {version} is not {BLOB_FORMAT_VERSION}")
     if header_len > _MAX_HEADER_BYTES:
-        return Rejected("KV block header length is out of range")
+        return RejectedBlock("KV block header length is out of range")
     return int(header_len)
 
 
@@ -297,14 +297,14 @@ class PayloadCheck:
 
 def check_header(
     header: bytes | bytearray | memoryview, key: str, identity: KvModelIdentity
-) -> PayloadCheck | Rejected:
+) -> PayloadCheck | RejectedBlock:
     """A check for the payload from a value's JSON header, or why the value does not fit."""
     try:
         fields = json.loads(bytes(header))
     except ValueError:
-        return Rejected("KV block header is not JSON")
+        return RejectedBlock("KV block header is not JSON")
     if not isinstance(fields, dict):
-        return Rejected("KV block header is not an object")
+        return RejectedBlock("KV block header is not an object")
     expected = {
         "key": key,
         "identity": identity.digest,
@@ -315,31 +315,33 @@ def check_header(
     }
     for field, wanted in expected.items():
         if fields.get(field) != wanted:
-            return Rejected(f"KV block {field} is {fields.get(field)!r}, expected {wanted!r}")
+            return RejectedBlock(f"KV block {field} is {fields.get(field)!r}, expected {wanted!r}")
     for kind in (CRC32, SHA256):
         if isinstance(checksum := fields.get(kind), str):
             return PayloadCheck(kind, checksum)
-    return Rejected("KV block has no checksum")
+    return RejectedBlock("KV block has no checksum")
 
 
-CHECKSUM_MISMATCH = Rejected("KV block payload does not match its checksum")
+CHECKSUM_MISMATCH = RejectedBlock("KV block payload does not match its checksum")
 
 
-def decode_block(value: bytes, key: str, identity: KvModelIdentity) -> memoryview | Rejected:
+def decode_block(value: bytes, key: str, identity: KvModelIdentity) -> memoryview | RejectedBlock:
     """The payload of a value stored under `key` for `identity`, or why it cannot be used."""
     view = memoryview(value)
     header_len = header_length(view[:BLOCK_PREFIX_BYTES])
-    if isinstance(header_len, Rejected):
+    if isinstance(header_len, RejectedBlock):
         return header_len
     start = BLOCK_PREFIX_BYTES
     if start + header_len > len(view):
-        return Rejected("KV block header length is out of range")
+        return RejectedBlock("KV block header length is out of range")
     check = check_header(view[start : start + header_len], key, identity)
-    if isinstance(check, Rejected):
+    if isinstance(check, RejectedBlock):
         return check
     payload = view[start + header_len :]
     if len(payload) != identity.block_bytes:
-        return Rejected(f"KV block payload is {len(payload)} bytes, not {identity.block_bytes}")
+        return RejectedBlock(
+            f"KV block payload is {len(payload)} bytes, not {identity.block_bytes}"
+        )
     check.update(payload)
     return payload if check.matches() else CHECKSUM_MISMATCH
 

@@ -20,6 +20,7 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     inprocess_kv_transfer_config,
     mp_kv_transfer_config,
 )
+from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
 from graph_kvcache_mcp.domain.vllm.hybrid_launch import (
     CPU_HYBRID_BLOCK_SIZE,
     plan_hybrid,
@@ -302,8 +303,8 @@ def _kv_connector_flags(
             env["LMCACHE_CONFIG_FILE"] = launch.lmcache_config_file
         if platform.kind == "cpu" and launch.kv_connector == "inprocess_plugin":
             notes.append(
-                "LMCache has no CPU connector in-process (0.5.6): on CPU vLLM it falls "
-                "back to recompute; use kv_connector 'mp_native' (lmcache server) or 'engine'"
+                f"LMCache has no CPU connector in-process ({LMCACHE_VERSION}): on CPU vLLM it "
+                "falls back to recompute; use kv_connector 'mp_native' (lmcache server) or 'engine'"
             )
         elif platform.kind == "cpu":
             # vLLM's CPU workers set up gloo on the first interface otherwise, which may be

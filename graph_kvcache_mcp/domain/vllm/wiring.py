@@ -1,8 +1,11 @@
-"""How a vLLM's KV tier is wired: its connector and the lmcache server it talks to. Pure.
+"""How a KV tier is wired: vLLM's connector and the lmcache server it talks to (`KvWiring`),
+and that server's own arguments, coordinator and L2 target (`LmcacheWiring`). Pure.
 
-Read once from the `--kv-transfer-config` of the command a start builds, and recorded with the
-managed vLLM's state (`connectors/vllm/state.py`), so restart proofs, the stack's reuse checks
-and diagnosis read a typed value instead of parsing a running process's command line again.
+Each is read once from the command a start builds and recorded with the managed process's state
+(`connectors/vllm/state.py`, `connectors/lmcache/state.py`), so restart proofs, the stack's
+reuse checks and diagnosis read a typed value instead of parsing a running process's command
+line again. A state recorded before the wiring existed is read from its command, in one place:
+the state's `wiring` property.
 """
 
 from __future__ import annotations
@@ -13,9 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
+from graph_kvcache_mcp.domain.lmcache.process_spec import L2_ADAPTER_FLAG
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_KEY
 
 KV_TRANSFER_FLAG = "--kv-transfer-config"
+TRANSFER_MODE_FLAG = "--supported-transfer-mode"
+LMCACHE_DEFAULT_TRANSFER_MODE = "lmcache_driven"
+"""`lmcache server`'s default (lmcache/v1/multiprocess/config.py, 0.5.6)."""
 
 
 class KvWiring(BaseModel):
@@ -79,3 +87,47 @@ def _port(value: Any) -> int | None:
         return int(value)
     except (ValueError, TypeError):
         return None
+
+
+class LmcacheWiring(BaseModel):
+    """How a managed `lmcache server` runs, as its start command says."""
+
+    model_config = ConfigDict(frozen=True)
+
+    args: list[str] = Field(
+        description="Its arguments after the entry point (`lmcache <args>` runs the same server)."
+    )
+    coordinator_url: str | None = Field(None, description="The LMCache coordinator it joined.")
+    transfer_mode: str = Field(description="Its --supported-transfer-mode (or LMCache's default).")
+    l2_base_url: str | None = Field(
+        None, description="The engine its native_plugin L2 adapter writes to, if that is its L2."
+    )
+
+
+def lmcache_wiring_of(args: Sequence[str]) -> LmcacheWiring:
+    """The wiring of an `lmcache server` started with `args` (what follows `lmcache`)."""
+    return LmcacheWiring(
+        args=list(args),
+        coordinator_url=recorded_coordinator_url(args),
+        transfer_mode=_flag(args, TRANSFER_MODE_FLAG) or LMCACHE_DEFAULT_TRANSFER_MODE,
+        l2_base_url=_l2_base_url(_flag(args, L2_ADAPTER_FLAG)),
+    )
+
+
+def _flag(args: Sequence[str], flag: str) -> str | None:
+    """The value after the first `flag` in `args`, None without one."""
+    for index, arg in enumerate(args[:-1]):
+        if arg == flag:
+            return args[index + 1]
+    return None
+
+
+def _l2_base_url(adapter_json: str | None) -> str | None:
+    """The `base_url` of a native_plugin L2 adapter's parameters, as written (None otherwise)."""
+    try:
+        adapter = json.loads(adapter_json) if adapter_json else None
+    except ValueError:
+        return None
+    params = adapter.get("adapter_params") if isinstance(adapter, dict) else None
+    url = params.get("base_url") if isinstance(params, dict) else None
+    return url if isinstance(url, str) else None

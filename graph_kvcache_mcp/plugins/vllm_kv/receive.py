@@ -26,16 +26,16 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     CHECKSUM_MISMATCH,
     KvModelIdentity,
     PayloadCheck,
-    Rejected,
+    RejectedBlock,
     check_header,
     header_length,
 )
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 
 _SCRATCH_BYTES = 64 * 1024
-LATE = Rejected("arrived after the load had ended")
+LATE = RejectedBlock("arrived after the load had ended")
 
-Deliver = Callable[[memoryview], Rejected | None]
+Deliver = Callable[[memoryview], RejectedBlock | None]
 """Copies a checked payload into its block; why not, when it could not (the load had ended)."""
 
 
@@ -57,7 +57,7 @@ class BlockReceiver:
         self._length = 0
         self._received = 0
         self._check: PayloadCheck | None = None
-        self._outcome: Rejected | None = None
+        self._outcome: RejectedBlock | None = None
         self._done = False
         self._scratch: memoryview | None = None
 
@@ -66,7 +66,7 @@ class BlockReceiver:
     def begin(self, length: int) -> None:
         self._length = length
         if length < BLOCK_PREFIX_BYTES + self.identity.block_bytes:
-            self._finish(Rejected(f"value of {length} bytes cannot hold a block"))
+            self._finish(RejectedBlock(f"value of {length} bytes cannot hold a block"))
 
     def target(self) -> memoryview:
         if self._done:
@@ -97,34 +97,34 @@ class BlockReceiver:
 
     # --- result ------------------------------------------------------------------------------
 
-    def verdict(self) -> Rejected | None:
+    def verdict(self) -> RejectedBlock | None:
         """None when the block went into the KV cache intact; else why it did not."""
         if not self._done:
-            return Rejected(f"value cut short ({self._received} of {self._length} bytes)")
+            return RejectedBlock(f"value cut short ({self._received} of {self._length} bytes)")
         return self._outcome
 
     # --- internals ---------------------------------------------------------------------------
 
     def _sized_header(self) -> None:
         header_len = header_length(self._prefix)
-        if isinstance(header_len, Rejected):
+        if isinstance(header_len, RejectedBlock):
             self._finish(header_len)
         elif self._length != BLOCK_PREFIX_BYTES + header_len + self.identity.block_bytes:
             self._finish(
-                Rejected(
+                RejectedBlock(
                     f"value of {self._length} bytes does not hold one block of "
                     f"{self.identity.block_bytes} after a {header_len}-byte header"
                 )
             )
         elif header_len == 0:
-            self._finish(Rejected("KV block header is not JSON"))
+            self._finish(RejectedBlock("KV block header is not JSON"))
         else:
             self._header = bytearray(header_len)
 
     def _headed(self) -> None:
         """The header is in: a value for another key or identity goes to scratch, unread."""
         check = check_header(self._header, self.key, self.identity)
-        if isinstance(check, Rejected):
+        if isinstance(check, RejectedBlock):
             self._finish(check)
             return
         self._check = check
@@ -134,14 +134,14 @@ class BlockReceiver:
         """The whole payload is in (its length matched the header): check it, deliver it."""
         assert self._slot is not None and self._check is not None
         if not self._check.matches():
-            outcome: Rejected | None = CHECKSUM_MISMATCH
+            outcome: RejectedBlock | None = CHECKSUM_MISMATCH
         else:
             outcome = self._deliver(self._slot)
         self._slots.give(self._slot)
         self._slot = None
         self._finish(outcome)
 
-    def _finish(self, outcome: Rejected | None) -> None:
+    def _finish(self, outcome: RejectedBlock | None) -> None:
         self._outcome = outcome
         self._done = True
 
@@ -202,13 +202,13 @@ class BlockLoader:
         return LoadResult(loaded, read_bytes)
 
     def _deliverer(self, window: WriteWindow, block_id: int) -> Deliver:
-        def deliver(payload: memoryview) -> Rejected | None:
+        def deliver(payload: memoryview) -> RejectedBlock | None:
             if not window.enter():
                 return LATE
             try:
                 self.write_block(block_id, payload)
             except Exception as exc:  # on a lane: never into the wire or vLLM
-                return Rejected(f"could not be written into the KV cache ({exc})")
+                return RejectedBlock(f"could not be written into the KV cache ({exc})")
             finally:
                 window.leave()
             return None
@@ -216,7 +216,7 @@ class BlockLoader:
         return deliver
 
 
-def _missing(answer: object) -> Rejected:
+def _missing(answer: object) -> RejectedBlock:
     if isinstance(answer, Unavailable):
-        return Rejected(f"engine unavailable: {answer.reason}")
-    return Rejected("not in the engine")
+        return RejectedBlock(f"engine unavailable: {answer.reason}")
+    return RejectedBlock("not in the engine")

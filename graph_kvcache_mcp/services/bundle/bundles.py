@@ -32,7 +32,7 @@ from graph_kvcache_mcp.domain.bundle import (
     EstimateCounter,
     Lookup,
     PrecountedCounter,
-    Rejected,
+    RejectedBundle,
     StoredState,
     StoreOff,
     TokenCounter,
@@ -280,8 +280,8 @@ async def _assemble(
 
 async def load_bundle(
     kv: KvClient, key: str, *, secret: bytes | None = None
-) -> Bundle | Miss | Rejected | Unavailable:
-    """The bundle stored under `key`: `Miss` when absent, `Rejected` when unusable."""
+) -> Bundle | Miss | RejectedBundle | Unavailable:
+    """The bundle stored under `key`: `Miss` when absent, `RejectedBundle` when unusable."""
     found = await kv.get(key)
     match found:
         case Hit(value):

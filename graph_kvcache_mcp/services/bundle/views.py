@@ -7,7 +7,13 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.domain.bundle import Bundle, CacheState, ChatMessage, Rejected, SelectedItem
+from graph_kvcache_mcp.domain.bundle import (
+    Bundle,
+    CacheState,
+    ChatMessage,
+    RejectedBundle,
+    SelectedItem,
+)
 from graph_kvcache_mcp.domain.bundle.compiled import PPM
 from graph_kvcache_mcp.domain.outcomes import Miss, Unavailable
 from graph_kvcache_mcp.domain.vllm.traces import Trace
@@ -106,7 +112,7 @@ class BundleCompileOut(BaseModel):
         )
 
 
-LoadOutcome = Bundle | Miss | Rejected | Unavailable
+LoadOutcome = Bundle | Miss | RejectedBundle | Unavailable
 
 
 class BundleRenderOut(BaseModel):
@@ -137,11 +143,11 @@ class BundleRenderOut(BaseModel):
         )
 
     @classmethod
-    def not_served(cls, key: str, outcome: Miss | Rejected | Unavailable) -> Self:
+    def not_served(cls, key: str, outcome: Miss | RejectedBundle | Unavailable) -> Self:
         match outcome:
             case Unavailable(reason=reason):
                 return cls(key=key, reachable=False, found=False, reason=reason)
-            case Rejected(reason=reason):
+            case RejectedBundle(reason=reason):
                 return cls(key=key, reachable=True, found=False, reason=f"unusable: {reason}")
             case Miss():
                 return cls(

@@ -21,6 +21,7 @@ from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
 
@@ -30,8 +31,9 @@ L2_KEPT = (
 )
 PIN_NOTE = (
     "LMCache pins are coordinator bookkeeping for L2 keys: they hold keys back from non-forced "
-    "coordinator deletes and quota eviction; they do not keep chunks in any server's L1 (0.5.6 "
-    "has no L1 pin), do not stop the engine's own retention, and accept keys never stored"
+    "coordinator deletes and quota eviction; they do not keep chunks in any server's L1 "
+    f"({LMCACHE_VERSION} has no L1 pin), do not stop the engine's own retention, and accept "
+    "keys never stored"
 )
 WARM_POLL_S = 0.1
 

@@ -21,7 +21,7 @@ from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
-from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     EngineFacts,

@@ -21,7 +21,7 @@ from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
-from graph_kvcache_mcp.connectors.vllm.kv_identity import read_kv_identity
+from graph_kvcache_mcp.connectors.vllm.private_files import read_kv_identity
 from graph_kvcache_mcp.domain.fleet.tier_trust import (
     Predecessor,
     l1_distrust,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_proof_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.files.hf_config import config_file_of, read_hf_config
-from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import (
     HybridFacts,

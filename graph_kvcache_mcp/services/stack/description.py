@@ -23,7 +23,6 @@ from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS
-from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
 
 
 class CoordinatorPart(BaseModel):
@@ -63,7 +62,7 @@ class StackDescription(BaseModel):
 def describe_stack(data_dir: Path) -> StackDescription:
     """The managed stack of `data_dir` as its state files record it."""
     server = ManagedLmcache(data_dir).running_state(tidy=False)
-    joined = None if server is None else recorded_coordinator_url(server.process.command)
+    joined = None if server is None else server.wiring.coordinator_url
     ours = ManagedCoordinator(data_dir).running_state(tidy=False)
     return StackDescription(
         data_dir=str(data_dir.expanduser().resolve()),

@@ -10,11 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
-from graph_kvcache_mcp.connectors.stack.mp_stack import (
-    ManagedServerCounters as ManagedServerCounters,
-)
-from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason as dependency_reason
-from graph_kvcache_mcp.connectors.stack.mp_stack import engine_l2_counters as engine_l2_counters
+from graph_kvcache_mcp.connectors.stack.dependency import dependency_reason as dependency_reason
 from graph_kvcache_mcp.connectors.stack.runtime import LmcacheRuntime as LmcacheRuntime
 from graph_kvcache_mcp.connectors.stack.runtime import ManagedRuntime as ManagedRuntime
 from graph_kvcache_mcp.connectors.stack.runtime import (
@@ -25,6 +21,12 @@ from graph_kvcache_mcp.connectors.stack.runtime import (
 )
 from graph_kvcache_mcp.connectors.stack.runtime import (
     managed_vllm_runtime as managed_vllm_runtime,
+)
+from graph_kvcache_mcp.connectors.stack.tier_counters import (
+    ManagedServerCounters as ManagedServerCounters,
+)
+from graph_kvcache_mcp.connectors.stack.tier_counters import (
+    engine_l2_counters as engine_l2_counters,
 )
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmState

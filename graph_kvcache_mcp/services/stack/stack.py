@@ -32,9 +32,9 @@ from graph_kvcache_mcp.connectors.lmcache.state import (
     LmcacheStatus,
     LmcacheStopResult,
 )
-from graph_kvcache_mcp.connectors.stack.mp_stack import dependency_reason, stop_dependent_vllm
+from graph_kvcache_mcp.connectors.stack.dependency import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch, restart_resp_lmcache
-from graph_kvcache_mcp.connectors.vllm.host import VLLM_HOST
+from graph_kvcache_mcp.connectors.vllm.platform import VLLM_HOST
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import approve_http_url, parse_http_url
@@ -176,7 +176,7 @@ class Stack:
         also = await anyio.to_thread.run_sync(self._stop_dependent_vllm, server, wait_s)
         result = await lifetime.stop_server(self, force=force, wait_s=wait_s)
         if result.stopped and server is not None:
-            joined = server.process.command
+            joined = server.wiring.coordinator_url
             pid = await anyio.to_thread.run_sync(self.coordinator.stop_if_joined, joined)
             if pid is not None:
                 also = [*also, f"the managed lmcache coordinator pid {pid} after it"]

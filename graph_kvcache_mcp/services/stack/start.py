@@ -29,12 +29,12 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S
-from graph_kvcache_mcp.connectors.stack.mp_stack import (
+from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
+from graph_kvcache_mcp.connectors.stack.reuse import (
     check_lmcache_reusable,
     check_vllm_reusable,
 )
-from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
-from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.process import WaitProgress as WaitProgress  # for adapters
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, facts_from_hf_config

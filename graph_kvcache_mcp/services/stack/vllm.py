@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.stack.mp_stack import attach_lmcache_tier
+from graph_kvcache_mcp.connectors.stack.tier_counters import attach_lmcache_tier
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module

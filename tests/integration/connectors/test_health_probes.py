@@ -9,7 +9,7 @@ import contextlib
 import httpx2
 import pytest
 
-from graph_kvcache_mcp.connectors.lmcache.process import _get_json
+from graph_kvcache_mcp.connectors.lmcache.readiness import get_json
 from tests.support.peers import garbage_peer
 
 GARBAGE = {
@@ -24,7 +24,7 @@ GARBAGE = {
 @pytest.mark.parametrize("case", sorted(GARBAGE))
 def test_the_lmcache_health_probe_reads_garbage_as_not_healthy(case: str) -> None:
     with garbage_peer(GARBAGE[case]) as url:
-        assert _get_json(url + "/healthcheck", timeout_s=5.0) == {}
+        assert get_json(url + "/healthcheck", timeout_s=5.0) == {}
 
 
 @pytest.mark.parametrize("case", sorted(GARBAGE))

@@ -13,7 +13,7 @@ from graph_kvcache_mcp.domain.bundle import (
     Bundle,
     BundleRequest,
     EstimateCounter,
-    Rejected,
+    RejectedBundle,
     bundle_key,
 )
 from graph_kvcache_mcp.domain.engine.keys import check_key
@@ -95,7 +95,7 @@ async def test_a_corrupt_entry_under_the_key_is_a_miss_not_an_error(
     assert (result.cache, result.assembled, counters.rejected_entries) == ("miss", True, 1)
     assert result.stored == "already_present"  # the engine keeps the first value written
     assert result.reason is not None and "unusable" in result.reason
-    assert isinstance(loaded, Rejected)
+    assert isinstance(loaded, RejectedBundle)
 
 
 async def test_with_a_secret_keys_differ_and_entries_are_signed(
@@ -113,7 +113,7 @@ async def test_with_a_secret_keys_differ_and_entries_are_signed(
         await kv.aclose()
     assert signed.bundle.key != bundle_key(req, token_counter=EstimateCounter.name)
     assert hit.cache == "hit"
-    assert isinstance(unsigned_view, Rejected)
+    assert isinstance(unsigned_view, RejectedBundle)
     assert isinstance(signed_view, Bundle)
 
 

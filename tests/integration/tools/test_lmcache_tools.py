@@ -8,7 +8,7 @@ from pathlib import Path
 from mcp import Client
 
 from graph_kvcache_mcp.config import DEFAULT_TOOLSETS
-from graph_kvcache_mcp.connectors.vllm.host import detect_platform
+from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.lmcache.check import LmcacheCheckOut
 from graph_kvcache_mcp.services.lmcache.plan import LmcacheConfigOut

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_kvcache_mcp.connectors.vllm.host import RESERVED_CPUS_ENV, child_environment
+from graph_kvcache_mcp.connectors.vllm.platform import RESERVED_CPUS_ENV, child_environment
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.vllm import process
+from graph_kvcache_mcp.connectors.vllm.private_files import remove_identity_file
 
 
 def test_only_a_record_in_our_private_dir_is_removed(tmp_path: Path) -> None:
@@ -15,6 +15,6 @@ def test_only_a_record_in_our_private_dir_is_removed(tmp_path: Path) -> None:
     users = tmp_path / "notes.txt"
     for path in (ours, users):
         path.write_text("x")
-    process._remove_identity_file(str(users), home)
-    process._remove_identity_file(str(ours), home)
+    remove_identity_file(str(users), home)
+    remove_identity_file(str(ours), home)
     assert users.read_text() == "x" and not ours.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.files.private import write_private
-from graph_kvcache_mcp.connectors.vllm.kv_identity import read_kv_identity
+from graph_kvcache_mcp.connectors.vllm.private_files import read_kv_identity
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
     IDENTITY_FILE_NAME,
     PublishedKvIdentity,

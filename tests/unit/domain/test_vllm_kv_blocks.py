@@ -8,7 +8,7 @@ from graph_kvcache_mcp.domain.engine.keys import is_valid_key
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KEY_PREFIX,
     KvModelIdentity,
-    Rejected,
+    RejectedBlock,
     block_keys,
     decode_block,
     encode_block,
@@ -101,13 +101,13 @@ def test_a_value_for_another_key_identity_or_a_damaged_one_is_rejected(
     value: bytes, reason: str
 ) -> None:
     decoded = decode_block(value, KEY, IDENTITY)
-    assert isinstance(decoded, Rejected)
+    assert isinstance(decoded, RejectedBlock)
     assert reason in decoded.reason
 
 
 @given(st.binary(max_size=4096))
 def test_arbitrary_bytes_never_decode_to_a_payload(value: bytes) -> None:
-    assert isinstance(decode_block(value, KEY, IDENTITY), Rejected)
+    assert isinstance(decode_block(value, KEY, IDENTITY), RejectedBlock)
 
 
 def test_a_payload_given_in_parts_encodes_exactly_as_the_joined_payload() -> None:

@@ -9,7 +9,7 @@ import zlib
 
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     PayloadCheck,
-    Rejected,
+    RejectedBlock,
     block_keys,
     decode_block,
     encode_block,
@@ -44,7 +44,7 @@ def test_a_value_written_with_a_sha256_still_decodes_and_its_damage_is_found() -
     assert isinstance(decoded_whole, memoryview) and bytes(decoded_whole) == PAYLOAD
     damaged = value[:-1] + bytes([value[-1] ^ 1])
     decoded = decode_block(damaged, KEY, IDENTITY)
-    assert isinstance(decoded, Rejected) and "checksum" in decoded.reason
+    assert isinstance(decoded, RejectedBlock) and "checksum" in decoded.reason
 
 
 def test_a_checksum_fed_in_chunks_matches_the_whole() -> None:

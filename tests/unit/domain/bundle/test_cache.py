@@ -8,7 +8,7 @@ from graph_kvcache_mcp.domain.bundle import (
     Bundle,
     CacheVerdict,
     Lookup,
-    Rejected,
+    RejectedBundle,
     StoreOff,
     cache_verdict,
     compile_bundle,
@@ -21,8 +21,8 @@ from tests.support.bundles import corpus, request
 USABLE: Bundle = compile_bundle(request(corpus(5), "prefix cache", token_budget=400))
 DOWN = Unavailable("engine not reachable")
 FULL = Unavailable("engine refused the put (507)")
-FORGED = Rejected("checksum does not match the payload (corrupt or tampered entry)")
-STALE = Rejected("stored format 'ctxbundle/0' is not 'ctxbundle/1'")
+FORGED = RejectedBundle("checksum does not match the payload (corrupt or tampered entry)")
+STALE = RejectedBundle("stored format 'ctxbundle/0' is not 'ctxbundle/1'")
 UNUSABLE = "stored entry unusable, treated as a miss: "
 
 ROWS: list[tuple[str, Lookup, PutAnswer, CacheVerdict]] = [

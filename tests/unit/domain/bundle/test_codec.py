@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from graph_kvcache_mcp.domain.bundle import (
     Bundle,
-    Rejected,
+    RejectedBundle,
     compile_bundle,
     decode_bundle,
     encode_bundle,
@@ -27,7 +27,7 @@ def sample() -> Bundle:
 
 def reason_of(blob: bytes, key: str, secret: bytes | None = None) -> str:
     decoded = decode_bundle(blob, expected_key=key, secret=secret)
-    assert isinstance(decoded, Rejected)
+    assert isinstance(decoded, RejectedBundle)
     return decoded.reason
 
 
@@ -139,10 +139,10 @@ def test_reasons_never_contain_the_secret() -> None:
 
 @given(st.binary(max_size=2_000))
 def test_arbitrary_bytes_never_raise(blob: bytes) -> None:
-    assert isinstance(decode_bundle(blob, expected_key="ctxbundle:k"), Rejected)
+    assert isinstance(decode_bundle(blob, expected_key="ctxbundle:k"), RejectedBundle)
 
 
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(), st.lists, max_leaves=20))
 def test_arbitrary_json_payloads_with_a_valid_checksum_never_raise(payload: object) -> None:
     blob = envelope_around({"data": payload})
-    assert isinstance(decode_bundle(blob, expected_key="k"), Rejected)
+    assert isinstance(decode_bundle(blob, expected_key="k"), RejectedBundle)

