@@ -21,7 +21,7 @@ from graph_kvcache_mcp.connectors.vllm.local_tokens import LocalChatTokenizer
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_config
+from graph_kvcache_mcp.domain.vllm.hybrid.cache import is_hybrid_config
 from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for

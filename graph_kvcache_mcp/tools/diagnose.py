@@ -14,7 +14,7 @@ from pydantic import Field
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import PlatformKind
 from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.host.registrar import Registrar

@@ -9,13 +9,6 @@ import graph_kvcache_mcp
 
 PACKAGE_DIR = Path(graph_kvcache_mcp.__file__).parent
 MAX_LINES = 400
-BEING_SPLIT = {
-    # Split by work in progress on issue #36 in other branches; each leaves this list when it
-    # lands (the test below fails once one of them fits, to keep the list honest).
-    "plugins/vllm_kv/connector.py",
-    "plugins/vllm_kv/store.py",
-    "services/fleet/operations.py",
-}
 
 
 def oversized_modules() -> dict[str, int]:
@@ -27,8 +20,4 @@ def oversized_modules() -> dict[str, int]:
 
 
 def test_every_module_holds_at_most_400_lines() -> None:
-    assert set(oversized_modules()) - BEING_SPLIT == set()
-
-
-def test_a_module_listed_as_being_split_is_still_over_the_limit() -> None:
-    assert BEING_SPLIT - set(oversized_modules()) == set()
+    assert oversized_modules() == {}

@@ -1,10 +1,16 @@
-"""The openai SDK side of one chat or completion call: typed parameters, the answer, failures."""
+"""The openai SDK side of one chat or completion call: typed parameters, the answer gathered whole
+or streamed chunk by chunk with every wait bounded, and failures. `VllmClient` times the call and
+credits its cache."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+import anyio
 import httpx2
 import openai
 from openai.types import Completion, CompletionUsage
@@ -12,6 +18,7 @@ from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
     ChatCompletionChunk,
     ChatCompletionMessageParam,
+    ChatCompletionStreamOptionsParam,
     ChatCompletionSystemMessageParam,
     ChatCompletionUserMessageParam,
 )
@@ -107,3 +114,105 @@ def failure_of(
 def api_message(exc: openai.APIStatusError) -> str:
     """vLLM's own error message from an openai status error (either of vLLM's body shapes)."""
     return message_of(exc.body) or exc.message[:MAX_MESSAGE_CHARS]
+
+
+_STREAM_OPTIONS: ChatCompletionStreamOptionsParam = {"include_usage": True}
+
+
+async def whole_answer(client: openai.AsyncOpenAI, request: Request, model: str) -> Answer:
+    """The whole answer of one call, in one reply (the caller bounds the wait)."""
+    if isinstance(request, ChatRequest):
+        reply = await client.chat.completions.create(
+            model=model,
+            messages=request.messages,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            stream=False,
+        )
+        choice = reply.choices[0] if reply.choices else None
+        return Answer(
+            text=(choice.message.content or "") if choice else "",
+            usage=reply.usage,
+            finish_reason=choice.finish_reason if choice else None,
+        )
+    completion = await client.completions.create(
+        model=model,
+        prompt=request.prompt,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        stream=False,
+    )
+    first = completion.choices[0] if completion.choices else None
+    return Answer(
+        text=first.text if first else "",
+        usage=completion.usage,
+        finish_reason=first.finish_reason if first else None,
+    )
+
+
+async def streamed_answer(
+    client: openai.AsyncOpenAI, request: Request, model: str, *, start: float, timeout_s: float
+) -> Answer | None:
+    """The answer of one call, streamed; None when vLLM sent no chunk at all. Each wait (for the
+    headers, then for every chunk) is bounded by `timeout_s`; the stream is closed however this
+    ends, so a cancelled call gives its connection back. `start`: the call's perf_counter start,
+    for the time to the first token."""
+    parts: list[str] = []
+    usage: CompletionUsage | None = None
+    finish: str | None = None
+    ttft: float | None = None
+    chunks = 0
+    async with aclosing(_chunks(client, request, model, timeout_s)) as stream:
+        async for chunk in stream:
+            chunks += 1
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for text, finished in pieces(chunk):
+                # vLLM's first chunk with a choice carries the first token (after prefill).
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+                if text:
+                    parts.append(text)
+                if finished:
+                    finish = finished
+    if chunks == 0:
+        return None
+    return Answer(text="".join(parts), usage=usage, finish_reason=finish, ttft_s=ttft)
+
+
+async def _chunks(
+    client: openai.AsyncOpenAI, request: Request, model: str, timeout_s: float
+) -> AsyncGenerator[StreamChunk, None]:
+    with anyio.fail_after(timeout_s):
+        if isinstance(request, ChatRequest):
+            stream: (
+                openai.AsyncStream[ChatCompletionChunk] | openai.AsyncStream[Completion]
+            ) = await client.chat.completions.create(
+                model=model,
+                messages=request.messages,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stream=True,
+                stream_options=_STREAM_OPTIONS,
+            )
+        else:
+            stream = await client.completions.create(
+                model=model,
+                prompt=request.prompt,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stream=True,
+                stream_options=_STREAM_OPTIONS,
+            )
+    try:
+        iterator: AsyncIterator[StreamChunk] = aiter(stream)
+        while True:
+            with anyio.fail_after(timeout_s):
+                chunk = await anext(iterator, None)
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        # Shielded: a cancelled call must still hand its connection back to the pool.
+        with anyio.CancelScope(shield=True):
+            await stream.close()

@@ -17,29 +17,24 @@ the answer's usage, else from /metrics around the call, by the rule in `domain.v
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import Sequence
 from typing import Self
 
 import anyio
 import httpx2
 import openai
-from openai.types import Completion, CompletionUsage
-from openai.types.chat import ChatCompletionChunk, ChatCompletionStreamOptionsParam
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.vllm import errors as vllm_errors
 from graph_kvcache_mcp.connectors.vllm.accounting import CacheMeter
 from graph_kvcache_mcp.connectors.vllm.chat_requests import (
-    Answer,
-    ChatRequest,
     CompletionRequest,
     Request,
-    StreamChunk,
     chat_request,
     failure_of,
-    pieces,
+    streamed_answer,
+    whole_answer,
 )
 from graph_kvcache_mcp.connectors.vllm.metrics import VllmMetricsClient
 from graph_kvcache_mcp.connectors.vllm.routes import VllmRoutes
@@ -61,7 +56,6 @@ from graph_kvcache_mcp.domain.vllm.traces import Trace, cache_split
 from graph_kvcache_mcp.errors import VllmRequestError
 
 _NO_KEY = "EMPTY"  # vLLM without --api-key accepts any bearer; openai insists on one
-_STREAM_OPTIONS: ChatCompletionStreamOptionsParam = {"include_usage": True}
 
 
 class VllmClient:
@@ -269,10 +263,14 @@ class VllmClient:
         start = time.perf_counter()
         try:
             if stream:
-                answer = await self._streamed(request, chosen, start)
+                answer = await streamed_answer(
+                    self._openai, request, chosen, start=start, timeout_s=self.timeout_s
+                )
+                if answer is None:
+                    return vllm_errors.bad_answer(self.root_url, "a streamed answer with no chunk")
             else:
                 with anyio.fail_after(self.timeout_s):
-                    answer = await self._whole(request, chosen)
+                    answer = await whole_answer(self._openai, request, chosen)
         except TimeoutError:
             return vllm_errors.timed_out(self.root_url, self.timeout_s, streamed=stream)
         except openai.APIError as exc:
@@ -312,95 +310,6 @@ class VllmClient:
             note=cached.note,
         )
         return ChatResult(answer=answer.text, trace=trace)
-
-    async def _whole(self, request: Request, model: str) -> Answer:
-        if isinstance(request, ChatRequest):
-            reply = await self._openai.chat.completions.create(
-                model=model,
-                messages=request.messages,
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                stream=False,
-            )
-            choice = reply.choices[0] if reply.choices else None
-            return Answer(
-                text=(choice.message.content or "") if choice else "",
-                usage=reply.usage,
-                finish_reason=choice.finish_reason if choice else None,
-            )
-        completion = await self._openai.completions.create(
-            model=model,
-            prompt=request.prompt,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            stream=False,
-        )
-        first = completion.choices[0] if completion.choices else None
-        return Answer(
-            text=first.text if first else "",
-            usage=completion.usage,
-            finish_reason=first.finish_reason if first else None,
-        )
-
-    async def _streamed(self, request: Request, model: str, start: float) -> Answer | Unavailable:
-        """Each wait (for the headers, then for every chunk) is bounded by `timeout_s`; the
-        stream is closed however this ends, so a cancelled call gives its connection back."""
-        parts: list[str] = []
-        usage: CompletionUsage | None = None
-        finish: str | None = None
-        ttft: float | None = None
-        chunks = 0
-        async with aclosing(self._chunks(request, model)) as stream:
-            async for chunk in stream:
-                chunks += 1
-                if chunk.usage is not None:
-                    usage = chunk.usage
-                for text, finished in pieces(chunk):
-                    # vLLM's first chunk with a choice carries the first token (after prefill).
-                    if ttft is None:
-                        ttft = time.perf_counter() - start
-                    if text:
-                        parts.append(text)
-                    if finished:
-                        finish = finished
-        if chunks == 0:
-            return vllm_errors.bad_answer(self.root_url, "a streamed answer with no chunk")
-        return Answer(text="".join(parts), usage=usage, finish_reason=finish, ttft_s=ttft)
-
-    async def _chunks(self, request: Request, model: str) -> AsyncGenerator[StreamChunk, None]:
-        with anyio.fail_after(self.timeout_s):
-            if isinstance(request, ChatRequest):
-                stream: (
-                    openai.AsyncStream[ChatCompletionChunk] | openai.AsyncStream[Completion]
-                ) = await self._openai.chat.completions.create(
-                    model=model,
-                    messages=request.messages,
-                    max_tokens=request.max_tokens,
-                    temperature=request.temperature,
-                    stream=True,
-                    stream_options=_STREAM_OPTIONS,
-                )
-            else:
-                stream = await self._openai.completions.create(
-                    model=model,
-                    prompt=request.prompt,
-                    max_tokens=request.max_tokens,
-                    temperature=request.temperature,
-                    stream=True,
-                    stream_options=_STREAM_OPTIONS,
-                )
-        try:
-            iterator: AsyncIterator[StreamChunk] = aiter(stream)
-            while True:
-                with anyio.fail_after(self.timeout_s):
-                    chunk = await anext(iterator, None)
-                if chunk is None:
-                    return
-                yield chunk
-        finally:
-            # Shielded: a cancelled call must still hand its connection back to the pool.
-            with anyio.CancelScope(shield=True):
-                await stream.close()
 
     def _failed(self, exc: openai.APIError, *, streamed: bool = False) -> Unavailable:
         """Raises VllmRequestError when the request itself was wrong (see `vllm_errors`)."""

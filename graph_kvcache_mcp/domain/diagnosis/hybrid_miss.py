@@ -1,7 +1,7 @@
 """A prefix-cache miss on a hybrid model, explained in hybrid terms. Pure: no I/O.
 
 A hybrid keeps a request's mamba state only where its prefill ended (its last full block), so the
-second request resumes there or nowhere (`domain/vllm/hybrid_cache.py`). When that serves less
+second request resumes there or nowhere (`domain/vllm/hybrid/cache.py`). When that serves less
 than the shared prefix would on a dense model, the cause the prompts show (an edit, a new turn)
 is kept and the hybrid reason and fix are added to it.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from graph_kvcache_mcp.domain.diagnosis.prefix_diff import Cause
 from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import state_position
+from graph_kvcache_mcp.domain.vllm.hybrid.cache import state_position
 
 
 def hybrid_cause(

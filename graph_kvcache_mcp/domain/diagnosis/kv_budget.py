@@ -22,7 +22,7 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     ModelGeometry,
     read_geometry,
 )
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import (
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import (
     PlatformKind,
     PredictedHybridLayout,
     hybrid_layout,

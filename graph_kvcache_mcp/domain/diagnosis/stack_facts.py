@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import HybridRun
 from graph_kvcache_mcp.domain.vllm.metrics import CacheConfig
 from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graph_kvcache_mcp.domain.diagnosis.stack_facts import Finding, Severity, VllmFacts
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import CPU_DEFAULT_BATCHED_TOKENS
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import CPU_DEFAULT_BATCHED_TOKENS
 from graph_kvcache_mcp.domain.vllm.metrics.models import int_label
 from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 

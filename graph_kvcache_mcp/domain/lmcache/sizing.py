@@ -9,8 +9,8 @@ from typing import Literal
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import cpu_mp_limit
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind, hybrid_layout
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import cpu_mp_limit
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import PlatformKind, hybrid_layout
 from graph_kvcache_mcp.errors import ConfigError
 
 ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES

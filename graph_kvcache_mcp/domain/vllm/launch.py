@@ -21,7 +21,7 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     mp_kv_transfer_config,
 )
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import (
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import (
     CPU_HYBRID_BLOCK_SIZE,
     plan_hybrid,
     refuse_unservable,
@@ -192,7 +192,7 @@ def plan_launch(
     Raises:
         ConfigError: a block size the CPU backend cannot use, extra_args that repeat a flag
             the plan sets itself, an api key in extra_args, or a hybrid the platform cannot
-            serve (`hybrid_launch.refuse_unservable`).
+            serve (`hybrid.launch.refuse_unservable`).
     """
     lmcache_mp = launch.kv_connector in MP_CONNECTORS
     hybrid = refuse_unservable(model_config, platform.kind, lmcache_mp=lmcache_mp)

@@ -9,7 +9,7 @@ from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
 from graph_kvcache_mcp.domain.lmcache.process_spec import compact_json
 from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as VLLM_ENTRY_MODULE
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import MAX_NUM_SEQS
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import MAX_NUM_SEQS
 
 
 def vllm_argv(

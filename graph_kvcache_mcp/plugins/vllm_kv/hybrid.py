@@ -3,7 +3,7 @@
 What a hybrid adds to the dense path: its layers sit in several KV cache groups that overlay one
 allocation (`raw_pages`), a block's value holds the attention layers' pages only, and the
 recurrent state at a boundary is one more value holding every Mamba layer's page (all Mamba
-groups, group by group), under its own key and identity (`domain.vllm.kv_hybrid_plan`).
+groups, group by group), under its own key and identity (`domain.vllm.hybrid.kv_plan`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
-from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 from graph_kvcache_mcp.plugins.vllm_kv.raw_pages import Placement, RawPages
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
-from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad, StateTransfer
+from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 
 

@@ -2,7 +2,7 @@
 
 Names each full block of a request by a chained content key (`domain.vllm.kv_blocks`), asks the
 engine for the longest present run of them after vLLM's own prefix-cache hit, and plans each
-step's loads and saves (`domain.vllm.kv_plan`; a hybrid's in `domain.vllm.kv_hybrid_plan`).
+step's loads and saves (`domain.vllm.kv_plan`; a hybrid's in `domain.vllm.hybrid.kv_plan`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph_kvcache_mcp.connectors.files.private import write_private
+from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridPlanner
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
-from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridPlanner
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
     identity_file_json,
     published_identity,

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
 
+from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
-from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridLoad
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
 from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridPages

@@ -12,7 +12,7 @@ from typing import Any
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
 from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, kv_budget
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import PlatformKind
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import PlatformKind
 
 
 def budget_for(

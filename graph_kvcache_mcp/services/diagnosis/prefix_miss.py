@@ -28,7 +28,7 @@ from graph_kvcache_mcp.domain.diagnosis.prefix_diff import (
 )
 from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss, salt_mismatch
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
+from graph_kvcache_mcp.domain.vllm.hybrid.cache import (
     hybrid_cached_tokens,
     keeps_state_at_prefill_end_only,
 )

@@ -33,7 +33,7 @@ from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun, hybrid_run
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.stack.engine_death import data_dir_death

@@ -26,7 +26,7 @@ from graph_kvcache_mcp.domain.fleet.index import prompt_keys
 from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
 from graph_kvcache_mcp.domain.fleet.memory import l1_pressure
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import is_hybrid_cache
+from graph_kvcache_mcp.domain.vllm.hybrid.cache import is_hybrid_cache
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.fleet.effectiveness import FleetCounters as FleetCounters
 from graph_kvcache_mcp.services.fleet.effectiveness import counters as counters

@@ -44,7 +44,7 @@ from graph_kvcache_mcp.domain.lmcache.stack import (
     generic_facts,
     plan_stack_server,
 )
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import refuse_unservable
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import refuse_unservable
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch
 from graph_kvcache_mcp.errors import ConfigError, FileRefused
 from graph_kvcache_mcp.services.lmcache.plan import server_environment

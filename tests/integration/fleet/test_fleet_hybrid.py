@@ -29,7 +29,7 @@ from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
 from graph_kvcache_mcp.domain.outcomes import Unavailable
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import state_position
+from graph_kvcache_mcp.domain.vllm.hybrid.cache import state_position
 from graph_kvcache_mcp.services.diagnosis.prefix_miss import explain_miss
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
 from tests.support.hybrid import hybrid_model_dir

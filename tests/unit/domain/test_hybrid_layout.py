@@ -13,7 +13,7 @@ import pytest
 
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import kv_budget
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts, read_geometry
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import hybrid_layout, kv_cache_tokens
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import hybrid_layout, kv_cache_tokens
 from graph_kvcache_mcp.errors import ConfigError
 
 DATA = Path(__file__).parents[2] / "data" / "hybrid"

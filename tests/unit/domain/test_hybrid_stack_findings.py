@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import VllmFacts, stack_findings
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import HybridRun, hybrid_run
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import parse_snapshot
 from tests.unit.domain.test_hybrid_layout import tiny
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridPlanner, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KEY_PREFIX,
     block_digests,
@@ -13,7 +14,6 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     state_key,
     unsupported_hybrid,
 )
-from graph_kvcache_mcp.domain.vllm.kv_hybrid_plan import HybridPlanner, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_plan import ScheduledRequest
 from tests.support.kv_identity import kv_identity
 

@@ -13,7 +13,7 @@ import pytest
 from graph_kvcache_mcp.domain.fleet.events import AllCleared, BlocksRemoved, decode_batch
 from graph_kvcache_mcp.domain.fleet.index import BlockIndex, prompt_keys
 from graph_kvcache_mcp.domain.fleet.kv_groups import groups_gap
-from graph_kvcache_mcp.domain.vllm.hybrid_cache import (
+from graph_kvcache_mcp.domain.vllm.hybrid.cache import (
     hybrid_cached_tokens,
     is_hybrid_cache,
     is_hybrid_config,

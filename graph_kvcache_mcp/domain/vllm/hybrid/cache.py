@@ -19,7 +19,7 @@ from typing import Any
 
 from graph_kvcache_mcp.domain.fleet.index import cacheable_tokens
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import declares_recurrent_layers
-from graph_kvcache_mcp.domain.vllm.hybrid_launch import model_text
+from graph_kvcache_mcp.domain.vllm.hybrid.launch import model_text
 
 MAMBA_LABELS = ("mamba_cache_mode", "mamba_block_size")
 """`vllm:cache_config_info` labels that say a served model keeps mamba state."""

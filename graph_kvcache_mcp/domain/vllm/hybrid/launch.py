@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import family_of
 from graph_kvcache_mcp.domain.lmcache.model import HybridFamily, ModelFacts, read_geometry
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
-from graph_kvcache_mcp.domain.vllm.hybrid_layout import (
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import (
     PlatformKind,
     PredictedHybridLayout,
     hybrid_layout,
