@@ -44,8 +44,9 @@ def test_the_demo_skips_a_current_install_and_reinstalls_after_pyproject_changes
     calls = tmp_path / "calls.log"
     root = tmp_path / "checkout"
     root.mkdir()
-    for name in ("run.sh", "pyproject.toml"):
-        shutil.copy2(REPO / name, root / name)
+    for name in ("run.sh", "pyproject.toml", "graph_kvcache_mcp/domain/versions.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, root / name)  # run.sh reads the pins from versions.py
     fake_venv(root, calls)
 
     first = run_demo(root)
