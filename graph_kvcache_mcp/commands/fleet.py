@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 
+from graph_kvcache_mcp.commands import fleet_pki
 from graph_kvcache_mcp.commands._common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
@@ -65,6 +66,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="measure over the next SECONDS (default: since each instance started)",
     )
     effect.set_defaults(handler=run_effectiveness)
+
+    fleet_pki.register(verbs)
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
