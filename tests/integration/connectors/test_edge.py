@@ -1,0 +1,167 @@
+"""The host's managed edge (real haproxy) carrying the real engine's `/kv` between two edges
+with mutual TLS: byte-exact, refusing outsiders, rotating without a drop, stopping clean."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from pydantic import SecretStr
+
+from graph_kvcache_mcp.connectors.edge import haproxy
+from graph_kvcache_mcp.connectors.edge.process import ManagedEdge
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
+from graph_kvcache_mcp.connectors.processes.identity import listener_owner
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.domain.edge.routes import routes_of
+from graph_kvcache_mcp.domain.outcomes import Hit, Stored, Unavailable
+from graph_kvcache_mcp.errors import EdgeProcessError
+from tests.support.engines import RunningEngine
+from tests.support.fleet_tls import (
+    FleetTls,
+    client_context,
+    http_exchange,
+    make_fleet_tls,
+    refused,
+    require_haproxy,
+    served_serial,
+    tls_connection,
+)
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> FleetTls:
+    require_haproxy()
+    return make_fleet_tls(tmp_path / "tls")
+
+
+@pytest.fixture
+def edges(
+    tmp_path: Path, tls: FleetTls, memory_engine: RunningEngine
+) -> Iterator[tuple[ManagedEdge, int, ManagedEdge, int]]:
+    """The store's edge (inbound, to the engine) and a node's (outbound, to the store's edge)."""
+    engine_port = int(memory_engine.base_url.rsplit(":", 1)[1])
+    inbound_port, outbound_port = free_port(), free_port()
+    store = ManagedEdge(tmp_path / "store")
+    node = ManagedEdge(tmp_path / "node")
+    try:
+        store.start(routes_of([f"http:127.0.0.1:{inbound_port}>{engine_port}"], []), tls.store)
+        node.start(
+            routes_of([], [f"http:{outbound_port}>127.0.0.1:{inbound_port}@store"]), tls.node
+        )
+        yield store, inbound_port, node, outbound_port
+    finally:
+        node.stop(term_wait_s=5)
+        store.stop(term_wait_s=5)
+
+
+def test_kv_put_and_get_are_byte_exact_through_both_edges(
+    edges: tuple[ManagedEdge, int, ManagedEdge, int], memory_engine: RunningEngine
+) -> None:
+    _, _, _, outbound_port = edges
+    value = os.urandom(1024 * 1024 + 7)
+    run = os.urandom(4).hex()  # the engine keeps a key's first value: fresh keys per run
+    keys = [f"edge/{run}/{k}" for k in ("plain", '"quoted"<>', "%zz%41", "x/../y", "a//b")]
+    with SyncKvClient(f"http://127.0.0.1:{outbound_port}", memory_engine.token) as client:
+        for key in keys:
+            assert isinstance(client.put(key, value + key.encode()), Stored)
+        for key in keys:
+            got = client.get(key)
+            assert isinstance(got, Hit) and got.value == value + key.encode()
+    with memory_engine.sync_client() as direct:
+        got = direct.get(keys[1])
+        assert isinstance(got, Hit) and got.value == value + keys[1].encode()
+
+
+def test_a_client_without_a_fleet_certificate_is_refused_at_the_inbound_listener(
+    edges: tuple[ManagedEdge, int, ManagedEdge, int], tls: FleetTls
+) -> None:
+    _, inbound_port, _, _ = edges
+    assert refused(inbound_port, client_context(tls.node, tls.node)) is None  # the control
+    assert refused(inbound_port, client_context(None, tls.node)) is not None
+    assert refused(inbound_port, client_context(tls.rogue, tls.node)) is not None
+
+
+def test_the_outbound_edge_refuses_a_peer_of_another_ca(
+    tmp_path: Path, tls: FleetTls, memory_engine: RunningEngine
+) -> None:
+    engine_port = int(memory_engine.base_url.rsplit(":", 1)[1])
+    impostor_port, outbound_port = free_port(), free_port()
+    impostor = ManagedEdge(tmp_path / "impostor")
+    node = ManagedEdge(tmp_path / "node")
+    try:  # an impostor edge for "store", its certificate from the rogue CA
+        impostor.start(routes_of([f"http:127.0.0.1:{impostor_port}>{engine_port}"], []), tls.rogue)
+        node.start(
+            routes_of([], [f"http:{outbound_port}>127.0.0.1:{impostor_port}@store"]), tls.node
+        )
+        with SyncKvClient(f"http://127.0.0.1:{outbound_port}", SecretStr("x")) as client:
+            got = client.get("edge/plain")
+            assert isinstance(got, Unavailable), got
+    finally:
+        node.stop(term_wait_s=5)
+        impostor.stop(term_wait_s=5)
+
+
+def test_rotate_serves_a_new_serial_without_dropping_a_live_connection(
+    edges: tuple[ManagedEdge, int, ManagedEdge, int], tls: FleetTls
+) -> None:
+    store, inbound_port, _, _ = edges
+    context = client_context(tls.node, tls.node)
+    before = served_serial(inbound_port, context)
+    with tls_connection(inbound_port, context) as live:
+        assert http_exchange(live, "/kv/stats").startswith(b"HTTP/1.1 ")
+        rotated = store.rotate(tls.store_next)
+        assert http_exchange(live, "/kv/stats").startswith(b"HTTP/1.1 ")  # still up
+    after = served_serial(inbound_port, context)
+    assert rotated.previous_serial == before
+    assert rotated.served_serial == after == rotated.certificate.serial != before
+    assert store.status().served_serial == after
+
+
+def test_rotate_refuses_a_certificate_of_another_ca(
+    edges: tuple[ManagedEdge, int, ManagedEdge, int], tls: FleetTls
+) -> None:
+    store = edges[0]
+    before = store.status().served_serial
+    with pytest.raises(EdgeProcessError, match="another CA"):
+        store.rotate(tls.rogue)
+    assert store.status().served_serial == before
+
+
+def test_stop_leaves_nothing_running_and_frees_every_port(tmp_path: Path, tls: FleetTls) -> None:
+    port = free_port()
+    edge = ManagedEdge(tmp_path / "edge")
+    status = edge.start(routes_of([f"tcp:127.0.0.1:{port}>{free_port()}"], []), tls.store)
+    assert status.reachable and status.pid is not None
+    members = [status.pid, *(c.pid for c in psutil.Process(status.pid).children(recursive=True))]
+    assert len(members) >= 2  # master and worker
+    assert edge.stop(term_wait_s=5).how == "terminated"
+    for pid in members:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert listener_owner(-1, port) == "none"
+    assert not edge.status().running
+    assert not (tmp_path / "edge" / "edge" / "stats.sock").exists()
+
+
+def test_a_taken_listener_port_fails_the_start_naming_it(tmp_path: Path, tls: FleetTls) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        edge = ManagedEdge(tmp_path / "edge")
+        with pytest.raises(EdgeProcessError, match=f"port {port} is already in use"):
+            edge.start(routes_of([f"http:127.0.0.1:{port}>1"], []), tls.store)
+    assert not edge.status().running
+
+
+def test_missing_haproxy_is_refused_with_the_install_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(haproxy, "_SBIN", ())
+    with pytest.raises(EdgeProcessError, match="apt-get install -y haproxy"):
+        haproxy.haproxy_binary()
