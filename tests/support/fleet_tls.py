@@ -29,16 +29,18 @@ class FleetTls:
     rogue: Path
 
 
-def make_fleet_tls(root: Path, address: str = "127.0.0.1") -> FleetTls:
+def make_fleet_tls(
+    root: Path, store_address: str = "127.0.0.1", node_address: str = "127.0.0.1"
+) -> FleetTls:
     now = datetime.now(UTC)
     pki.init_ca(root / "pki", now=now)
     pki.init_ca(root / "rogue-pki", now=now)
     dirs = {}
-    for name, ca, host in (
-        ("store", "pki", "store"),
-        ("store_next", "pki", "store"),
-        ("node", "pki", "node"),
-        ("rogue", "rogue-pki", "node"),
+    for name, ca, host, address in (
+        ("store", "pki", "store", store_address),
+        ("store_next", "pki", "store", store_address),
+        ("node", "pki", "node", node_address),
+        ("rogue", "rogue-pki", "node", node_address),
     ):
         dirs[name] = root / name
         pki.issue(root / ca, HostRequest.of(host, [address]), dirs[name], now=now)
@@ -61,10 +63,12 @@ def client_context(tls_dir: Path | None, ca_dir: Path) -> ssl.SSLContext:
 
 
 @contextmanager
-def tls_connection(port: int, context: ssl.SSLContext) -> Iterator[ssl.SSLSocket]:
-    """A TLS connection to 127.0.0.1:`port` with `context`."""
+def tls_connection(
+    port: int, context: ssl.SSLContext, host: str = "127.0.0.1"
+) -> Iterator[ssl.SSLSocket]:
+    """A TLS connection to `host`:`port` with `context`."""
     with (
-        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        socket.create_connection((host, port), timeout=5) as raw,
         context.wrap_socket(raw) as conn,
     ):
         yield conn
@@ -82,11 +86,11 @@ def http_exchange(conn: ssl.SSLSocket, path: str) -> bytes:
     return head.split(b"\r\n", 1)[0]
 
 
-def refused(port: int, context: ssl.SSLContext) -> str | None:
-    """Why an HTTP request over TLS to 127.0.0.1:`port` got no answer (None when it got one).
+def refused(port: int, context: ssl.SSLContext, host: str = "127.0.0.1") -> str | None:
+    """Why an HTTP request over TLS to `host`:`port` got no answer (None when it got one).
     With TLS 1.3 a refused client certificate shows on the first read, not in the handshake."""
     try:
-        with tls_connection(port, context) as conn:
+        with tls_connection(port, context, host) as conn:
             status = http_exchange(conn, "/kv/stats")
     except (ssl.SSLError, ConnectionError) as exc:
         return type(exc).__name__ + ": " + str(exc)
