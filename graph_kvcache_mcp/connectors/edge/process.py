@@ -43,6 +43,7 @@ from graph_kvcache_mcp.connectors.files.pki import TlsBundle, load_tls_dir
 from graph_kvcache_mcp.connectors.files.private import (
     exclusive,
     private_dir,
+    read_private,
     remove_own,
     write_private,
 )
@@ -150,7 +151,7 @@ class ManagedEdge:
                     f"no managed edge runs for {self.data_dir}; start one with `edge start`"
                 )
             bundle = load_tls_dir(tls_dir, now=datetime.now(UTC))
-            if bundle.ca_pem.strip() != self.ca_path.read_text().strip():
+            if bundle.ca_pem.strip() != (read_private(self.ca_path) or "").strip():
                 raise EdgeProcessError(
                     f"{tls_dir}/ca.pem is another CA than the one the edge trusts; a new fleet CA "
                     "needs every edge restarted (`edge stop`, then `edge start`)"

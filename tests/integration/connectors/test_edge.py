@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import zmq
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.connectors.edge import haproxy
@@ -165,3 +166,64 @@ def test_missing_haproxy_is_refused_with_the_install_line(
     monkeypatch.setattr(haproxy, "_SBIN", ())
     with pytest.raises(EdgeProcessError, match="apt-get install -y haproxy"):
         haproxy.haproxy_binary()
+
+
+def test_a_zmq_feed_through_tcp_routes_loses_nothing_across_a_rotation(
+    tmp_path: Path, tls: FleetTls
+) -> None:
+    publisher_port, inbound_port, outbound_port = free_port(), free_port(), free_port()
+    store = ManagedEdge(tmp_path / "store")  # the feed's host: its edge forwards to the PUB
+    node = ManagedEdge(tmp_path / "node")  # the reader's host
+    context = zmq.Context()
+    publisher = context.socket(zmq.PUB)
+    subscriber = context.socket(zmq.SUB)
+    try:
+        publisher.bind(f"tcp://127.0.0.1:{publisher_port}")
+        store.start(routes_of([f"tcp:127.0.0.1:{inbound_port}>{publisher_port}"], []), tls.store)
+        node.start(routes_of([], [f"tcp:{outbound_port}>127.0.0.1:{inbound_port}@store"]), tls.node)
+        subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+        subscriber.setsockopt(zmq.RCVTIMEO, 200)
+        subscriber.connect(f"tcp://127.0.0.1:{outbound_port}")
+        _until_subscribed(publisher, subscriber)
+        got = _send_and_receive(publisher, subscriber, range(100))
+        store.rotate(tls.store_next)
+        got += _send_and_receive(publisher, subscriber, range(100, 200))
+        assert got == [str(i).encode() for i in range(200)]
+    finally:
+        subscriber.close(linger=0)
+        publisher.close(linger=0)
+        context.term()
+        node.stop(term_wait_s=5)
+        store.stop(term_wait_s=5)
+
+
+def _until_subscribed(publisher: zmq.Socket[bytes], subscriber: zmq.Socket[bytes]) -> None:
+    """PUB drops what it sends before the subscription arrives: probe until one gets through."""
+    for _ in range(100):  # a bound, not a race: 100 x 200 ms
+        publisher.send(b"probe")
+        try:
+            if subscriber.recv() == b"probe":
+                break
+        except zmq.Again:
+            continue
+    else:
+        pytest.fail("the subscription never reached the publisher through the edges")
+    while True:  # drain the probes still in flight
+        try:
+            subscriber.recv()
+        except zmq.Again:
+            return
+
+
+def _send_and_receive(
+    publisher: zmq.Socket[bytes], subscriber: zmq.Socket[bytes], numbers: range
+) -> list[bytes]:
+    for number in numbers:
+        publisher.send(str(number).encode())
+    received = []
+    for _ in numbers:
+        try:
+            received.append(subscriber.recv())
+        except zmq.Again:
+            break
+    return received
