@@ -3,9 +3,11 @@ node certificate, a second store certificate (for rotation), and a rogue CA's ce
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import ssl
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -103,3 +105,42 @@ def served_serial(port: int, context: ssl.SSLContext) -> str:
         der = conn.getpeercert(binary_form=True)
     assert der is not None
     return f"{x509.load_der_x509_certificate(der).serial_number:x}"
+
+
+IMPOSTOR_BAIT = b"IMPOSTOR-SECRET-BAIT"
+
+
+@contextmanager
+def impostor(tls_dir: Path) -> Iterator[int]:
+    """A TLS server on 127.0.0.1 presenting `tls_dir`'s certificate, accepting any client (or
+    none), answering every request with `IMPOSTOR_BAIT`: what a client edge must never pass on.
+    Yields its port."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls_dir / "cert.pem", tls_dir / "key.pem")
+    context.verify_mode = ssl.CERT_NONE
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                raw, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with contextlib.suppress(OSError), raw, context.wrap_socket(raw, server_side=True) as c:
+                c.settimeout(5)
+                c.recv(65536)
+                c.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                    % (len(IMPOSTOR_BAIT), IMPOSTOR_BAIT)
+                )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()

@@ -15,7 +15,7 @@ CLI forms (`parse_inbound`, `parse_outbound`):
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal, TypeAlias, TypeVar
+from typing import Annotated, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -33,14 +33,26 @@ _OUTBOUND_FORM = (
 )
 
 
-class Inbound(BaseModel):
-    """Listen on `listen` with mutual TLS; forward to `target` on loopback."""
+class _Route(BaseModel):
+    """What every route has: a mode and where it listens (named after both)."""
 
     model_config = ConfigDict(frozen=True)
 
+    direction: ClassVar[str]
     mode: RouteMode
     listen_ip: ipaddress.IPv4Address
     listen_port: Port
+
+    @property
+    def name(self) -> str:
+        """The route's haproxy section name: unique, since no two routes share a listener."""
+        return f"{self.direction}_{self.mode}_{self.listen_ip}_{self.listen_port}".replace(".", "_")
+
+
+class Inbound(_Route):
+    """Listen on `listen` with mutual TLS; forward to `target` on loopback."""
+
+    direction = "in"
     target_ip: ipaddress.IPv4Address = LOOPBACK
     target_port: Port
 
@@ -52,19 +64,12 @@ class Inbound(BaseModel):
             raise ValueError("an inbound route listens on one address, not 0.0.0.0")
         return self
 
-    @property
-    def name(self) -> str:
-        return f"in_{self.mode}_{self.listen_ip}_{self.listen_port}".replace(".", "_")
 
-
-class Outbound(BaseModel):
+class Outbound(_Route):
     """Listen on loopback in the clear; carry to the peer's edge with mutual TLS."""
 
-    model_config = ConfigDict(frozen=True)
-
-    mode: RouteMode
+    direction = "out"
     listen_ip: ipaddress.IPv4Address = LOOPBACK
-    listen_port: Port
     peer_ip: ipaddress.IPv4Address
     peer_port: Port
     peer_name: Annotated[str, Field(min_length=1, max_length=63)]
@@ -78,10 +83,6 @@ class Outbound(BaseModel):
             )
         check_host_name(self.peer_name)
         return self
-
-    @property
-    def name(self) -> str:
-        return f"out_{self.mode}_{self.listen_ip}_{self.listen_port}".replace(".", "_")
 
 
 class EdgeRoutes(BaseModel):

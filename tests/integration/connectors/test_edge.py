@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -26,6 +27,7 @@ from tests.support.fleet_tls import (
     FleetTls,
     client_context,
     http_exchange,
+    impostor,
     make_fleet_tls,
     refused,
     require_haproxy,
@@ -40,24 +42,33 @@ def tls(tmp_path: Path) -> FleetTls:
     return make_fleet_tls(tmp_path / "tls")
 
 
-@pytest.fixture
-def edges(
-    tmp_path: Path, tls: FleetTls, memory_engine: RunningEngine
+@contextmanager
+def edge_pair(
+    root: Path, store_tls: Path, node_tls: Path, *, mode: str, target_port: int
 ) -> Iterator[tuple[ManagedEdge, int, ManagedEdge, int]]:
-    """The store's edge (inbound, to the engine) and a node's (outbound, to the store's edge)."""
-    engine_port = int(memory_engine.base_url.rsplit(":", 1)[1])
+    """A store's edge (inbound, to `target_port`) and a node's (outbound, to the store's edge,
+    expecting the name "store"), stopped on exit: (store, its port, node, its local port)."""
     inbound_port, outbound_port = free_port(), free_port()
-    store = ManagedEdge(tmp_path / "store")
-    node = ManagedEdge(tmp_path / "node")
+    store = ManagedEdge(root / "store")
+    node = ManagedEdge(root / "node")
     try:
-        store.start(routes_of([f"http:127.0.0.1:{inbound_port}>{engine_port}"], []), tls.store)
-        node.start(
-            routes_of([], [f"http:{outbound_port}>127.0.0.1:{inbound_port}@store"]), tls.node
-        )
+        store.start(routes_of([f"{mode}:127.0.0.1:{inbound_port}>{target_port}"], []), store_tls)
+        outbound = f"{mode}:{outbound_port}>127.0.0.1:{inbound_port}@store"
+        node.start(routes_of([], [outbound]), node_tls)
         yield store, inbound_port, node, outbound_port
     finally:
         node.stop(term_wait_s=5)
         store.stop(term_wait_s=5)
+
+
+@pytest.fixture
+def edges(
+    tmp_path: Path, tls: FleetTls, memory_engine: RunningEngine
+) -> Iterator[tuple[ManagedEdge, int, ManagedEdge, int]]:
+    """The store's edge in front of the engine, and a node's edge to it (HTTP mode)."""
+    engine_port = int(memory_engine.base_url.rsplit(":", 1)[1])
+    with edge_pair(tmp_path, tls.store, tls.node, mode="http", target_port=engine_port) as pair:
+        yield pair
 
 
 def test_kv_put_and_get_are_byte_exact_through_both_edges(
@@ -87,24 +98,37 @@ def test_a_client_without_a_fleet_certificate_is_refused_at_the_inbound_listener
     assert refused(inbound_port, client_context(tls.rogue, tls.node)) is not None
 
 
-def test_the_outbound_edge_refuses_a_peer_of_another_ca(
+def test_the_outbound_edge_passes_nothing_from_a_peer_of_another_ca(
+    tmp_path: Path, tls: FleetTls
+) -> None:
+    with impostor(tls.rogue) as impostor_port:
+        outbound_port = free_port()
+        node = ManagedEdge(tmp_path / "node")
+        try:
+            outbound = f"http:{outbound_port}>127.0.0.1:{impostor_port}@store"
+            node.start(routes_of([], [outbound]), tls.node)
+            got = _get_through(outbound_port)
+        finally:
+            node.stop(term_wait_s=5)
+    assert isinstance(got, Unavailable), got
+
+
+def test_the_outbound_edge_refuses_a_fleet_peer_with_another_name(
     tmp_path: Path, tls: FleetTls, memory_engine: RunningEngine
 ) -> None:
     engine_port = int(memory_engine.base_url.rsplit(":", 1)[1])
-    impostor_port, outbound_port = free_port(), free_port()
-    impostor = ManagedEdge(tmp_path / "impostor")
-    node = ManagedEdge(tmp_path / "node")
-    try:  # an impostor edge for "store", its certificate from the rogue CA
-        impostor.start(routes_of([f"http:127.0.0.1:{impostor_port}>{engine_port}"], []), tls.rogue)
-        node.start(
-            routes_of([], [f"http:{outbound_port}>127.0.0.1:{impostor_port}@store"]), tls.node
-        )
-        with SyncKvClient(f"http://127.0.0.1:{outbound_port}", SecretStr("x")) as client:
-            got = client.get("edge/plain")
-            assert isinstance(got, Unavailable), got
-    finally:
-        node.stop(term_wait_s=5)
-        impostor.stop(term_wait_s=5)
+    # the node's own certificate (fleet CA, name "node") in front of the engine, asked for "store"
+    with edge_pair(tmp_path, tls.node, tls.node, mode="http", target_port=engine_port) as pair:
+        got = _get_through(pair[3], memory_engine.token)  # the engine would answer a Miss
+    assert isinstance(got, Unavailable), got
+
+
+WRONG_TOKEN = SecretStr("not-the-engine-token")
+
+
+def _get_through(port: int, token: SecretStr = WRONG_TOKEN) -> object:
+    with SyncKvClient(f"http://127.0.0.1:{port}", token) as client:
+        return client.get("edge/never-stored")
 
 
 def test_rotate_serves_a_new_serial_without_dropping_a_live_connection(
@@ -171,30 +195,31 @@ def test_missing_haproxy_is_refused_with_the_install_line(
 def test_a_zmq_feed_through_tcp_routes_loses_nothing_across_a_rotation(
     tmp_path: Path, tls: FleetTls
 ) -> None:
-    publisher_port, inbound_port, outbound_port = free_port(), free_port(), free_port()
-    store = ManagedEdge(tmp_path / "store")  # the feed's host: its edge forwards to the PUB
-    node = ManagedEdge(tmp_path / "node")  # the reader's host
+    publisher_port = free_port()
     context = zmq.Context()
     publisher = context.socket(zmq.PUB)
     subscriber = context.socket(zmq.SUB)
     try:
         publisher.bind(f"tcp://127.0.0.1:{publisher_port}")
-        store.start(routes_of([f"tcp:127.0.0.1:{inbound_port}>{publisher_port}"], []), tls.store)
-        node.start(routes_of([], [f"tcp:{outbound_port}>127.0.0.1:{inbound_port}@store"]), tls.node)
-        subscriber.setsockopt(zmq.SUBSCRIBE, b"")
-        subscriber.setsockopt(zmq.RCVTIMEO, 200)
-        subscriber.connect(f"tcp://127.0.0.1:{outbound_port}")
-        _until_subscribed(publisher, subscriber)
-        got = _send_and_receive(publisher, subscriber, range(100))
-        store.rotate(tls.store_next)
-        got += _send_and_receive(publisher, subscriber, range(100, 200))
+        # the feed's host is the "store" here: its edge forwards to the PUB
+        with edge_pair(tmp_path, tls.store, tls.node, mode="tcp", target_port=publisher_port) as (
+            store,
+            _,
+            _,
+            outbound_port,
+        ):
+            subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+            subscriber.setsockopt(zmq.RCVTIMEO, 200)
+            subscriber.connect(f"tcp://127.0.0.1:{outbound_port}")
+            _until_subscribed(publisher, subscriber)
+            got = _send_and_receive(publisher, subscriber, range(100))
+            store.rotate(tls.store_next)
+            got += _send_and_receive(publisher, subscriber, range(100, 200))
         assert got == [str(i).encode() for i in range(200)]
     finally:
         subscriber.close(linger=0)
         publisher.close(linger=0)
         context.term()
-        node.stop(term_wait_s=5)
-        store.stop(term_wait_s=5)
 
 
 def _until_subscribed(publisher: zmq.Socket[bytes], subscriber: zmq.Socket[bytes]) -> None:
