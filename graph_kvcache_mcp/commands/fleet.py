@@ -35,7 +35,8 @@ MAX_WINDOW_S = 3600.0
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
-        "fleet", help="several vLLM instances: where prefixes are cached, pressure, payoff"
+        "fleet",
+        help="several vLLM instances: where prefixes are cached, pressure, payoff; the fleet's PKI",
     )
     verbs = group.add_subparsers(dest="verb", required=True)
     parent = fleet_options()
