@@ -18,6 +18,7 @@ connection crashed haproxy 2.6's old worker).
 
 from __future__ import annotations
 
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -53,17 +54,18 @@ from graph_kvcache_mcp.connectors.processes.control import (
     inherited_environment,
     spawn_logged,
     stop_process,
-    tail,
 )
 from graph_kvcache_mcp.connectors.processes.identity import describe_listener, listener_owner
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.edge.haproxy import EdgeFiles, render
 from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes
+from graph_kvcache_mcp.domain.plain_text import plain_text
 from graph_kvcache_mcp.errors import EdgeProcessError
 
 DEFAULT_READY_TIMEOUT_S = 15.0
 LISTENER_WAIT_S = 5.0
+_ALERT_PREFIX = re.compile(r"^\[ALERT\]\s*\(\d+\)\s*:\s*")
 
 
 class ManagedEdge:
@@ -207,6 +209,7 @@ class ManagedEdge:
         env = inherited_environment(OS_INHERITED, OS_INHERITED_PREFIXES)
         with notify_socket(self.notify_path) as receiver:
             env["NOTIFY_SOCKET"] = str(self.notify_path)
+            log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             process, record = spawn_logged(
                 (str(binary), "-Ws", "-f", str(self.config_path)),
                 env=env,
@@ -228,7 +231,7 @@ class ManagedEdge:
             stop_process(state.process, term_wait_s=5.0)
             self._forget()
             raise EdgeProcessError(
-                f"{failed}; haproxy says: {_haproxy_reason(self.log_path)} "
+                f"{failed}; haproxy says: {_haproxy_reason(self.log_path, log_offset)} "
                 f"(log: {self.log_path}, config: {self.config_path})"
             )
         return self.status()
@@ -286,8 +289,15 @@ class ManagedEdge:
             yield
 
 
-def _haproxy_reason(log_path: Path) -> str:
-    """The most telling line of haproxy's log: its last ALERT, else its last line."""
-    lines = [line.strip() for line in tail(log_path, 30).splitlines() if line.strip()]
-    alerts = [line for line in lines if "ALERT" in line]
-    return (alerts or lines or ["(empty log)"])[-1][-300:]
+def _haproxy_reason(log_path: Path, offset: int) -> str:
+    """What haproxy said of this start: its ALERT lines since `offset` (the first three, which
+    name the cause; the last one only says it exits), else the last line of its log."""
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(offset)
+            text = plain_text(handle.read(64 * 1024).decode(errors="replace"))
+    except OSError:
+        text = ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    alerts = [_ALERT_PREFIX.sub("", line) for line in lines if line.startswith("[ALERT]")]
+    return "; ".join(alerts[:3])[:600] if alerts else (lines or ["(empty log)"])[-1][-300:]

@@ -252,3 +252,12 @@ def _send_and_receive(
         except zmq.Again:
             break
     return received
+
+
+def test_an_address_not_on_this_host_fails_the_start_quoting_haproxy(
+    tmp_path: Path, tls: FleetTls
+) -> None:
+    edge = ManagedEdge(tmp_path / "edge")
+    with pytest.raises(EdgeProcessError, match=r"cannot bind socket .* for \[192\.0\.2\.1:"):
+        edge.start(routes_of([f"http:192.0.2.1:{free_port()}>1"], []), tls.store)  # TEST-NET-1
+    assert not edge.status().running
