@@ -40,7 +40,7 @@ from graph_kvcache_mcp.connectors.edge.state import (
     EdgeStatus,
     EdgeStopResult,
 )
-from graph_kvcache_mcp.connectors.files.pki import TlsBundle, load_tls_dir
+from graph_kvcache_mcp.connectors.files.pki import TlsBundle, describe_pem, load_tls_dir
 from graph_kvcache_mcp.connectors.files.private import (
     exclusive,
     private_dir,
@@ -187,10 +187,10 @@ class ManagedEdge:
                 serial = served_serial(self.stats_socket, self.certificate_path)
             except EdgeProcessError as exc:
                 reason = str(exc)
-        try:
-            certificate = load_tls_dir(Path(state.tls_dir), now=datetime.now(UTC)).summary
-        except (OSError, ValueError):  # ConfigError is a ValueError: the dir changed since
-            certificate = None
+        # What the edge was given (its private copies), not what the TLS dir holds by now.
+        served = read_private(self.certificate_path)
+        trusted = read_private(self.ca_path)
+        certificate = describe_pem(served, trusted) if served and trusted else None
         return EdgeStatus(
             **running_fields(state.process, self.data_dir),
             reachable=reason is None,

@@ -175,6 +175,17 @@ def load_tls_dir(directory: Path, *, now: datetime) -> TlsBundle:
     return TlsBundle(texts[CA_CERT], texts[HOST_CERT], texts[HOST_KEY], summary)
 
 
+def describe_pem(cert_pem: str, ca_pem: str) -> HostCertificate | None:
+    """The host certificate at the head of `cert_pem` (a haproxy PEM: certificate, then key),
+    issued by `ca_pem`'s CA; None when either is not a certificate."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem.encode())
+        ca_cert = x509.load_pem_x509_certificate(ca_pem.encode())
+        return describe_host(cert, ca_cert, directory=None)
+    except (ValueError, x509.ExtensionNotFound):
+        return None
+
+
 def describe_host(
     cert: x509.Certificate, ca_cert: x509.Certificate, *, directory: Path | None
 ) -> HostCertificate:

@@ -144,7 +144,9 @@ def test_rotate_serves_a_new_serial_without_dropping_a_live_connection(
     after = served_serial(inbound_port, context)
     assert rotated.previous_serial == before
     assert rotated.served_serial == after == rotated.certificate.serial != before
-    assert store.status().served_serial == after
+    status = store.status()
+    assert status.served_serial == after
+    assert status.certificate is not None and status.certificate.serial == after
 
 
 def test_rotate_refuses_a_certificate_of_another_ca(
