@@ -247,7 +247,7 @@ class ManagedEdge:
     def _listener_refusal(self, state: EdgeState) -> str | None:
         """Why the edge's listeners are not all its own (None when they are)."""
         for host, port in state.routes.listeners():
-            owner = listener_owner(state.process.pid, port, group=True)
+            owner = listener_owner(state.process.pid, port, group=True, host=host)
             if owner == "none":
                 return f"nothing listens on {host}:{port} yet"
             if owner == "foreign":
@@ -259,7 +259,7 @@ class ManagedEdge:
 
     def _refuse_taken(self, routes: EdgeRoutes) -> None:
         for host, port in routes.listeners():
-            if listener_owner(-1, port) != "none":
+            if listener_owner(-1, port, host=host) != "none":
                 raise EdgeProcessError(
                     f"port {port} is already in use ({describe_listener(port)}); the edge "
                     f"cannot listen on {host}:{port}. Free it or choose another port"

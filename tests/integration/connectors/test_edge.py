@@ -78,7 +78,10 @@ def test_kv_put_and_get_are_byte_exact_through_both_edges(
     value = os.urandom(1024 * 1024 + 7)
     run = os.urandom(4).hex()  # the engine keeps a key's first value: fresh keys per run
     keys = [f"edge/{run}/{k}" for k in ("plain", '"quoted"<>', "%zz%41", "x/../y", "a//b")]
-    with SyncKvClient(f"http://127.0.0.1:{outbound_port}", memory_engine.token) as client:
+    # a bound, not a race: the machine is shared and loaded
+    with SyncKvClient(
+        f"http://127.0.0.1:{outbound_port}", memory_engine.token, timeout_s=30
+    ) as client:
         for key in keys:
             assert isinstance(client.put(key, value + key.encode()), Stored)
         for key in keys:
@@ -183,6 +186,22 @@ def test_a_taken_listener_port_fails_the_start_naming_it(tmp_path: Path, tls: Fl
         with pytest.raises(EdgeProcessError, match=f"port {port} is already in use"):
             edge.start(routes_of([f"http:127.0.0.1:{port}>1"], []), tls.store)
     assert not edge.status().running
+
+
+def test_a_listener_on_another_address_of_the_port_is_no_rival(
+    tmp_path: Path, tls: FleetTls
+) -> None:
+    with socket.socket() as neighbour:  # 127.0.0.2:PORT, held by this test process
+        neighbour.bind(("127.0.0.2", 0))
+        neighbour.listen()
+        port = neighbour.getsockname()[1]
+        edge = ManagedEdge(tmp_path / "edge")
+        try:
+            status = edge.start(routes_of([f"tcp:127.0.0.1:{port}>1"], []), tls.store)
+            assert status.reachable, status.reason
+            assert edge.status().reachable
+        finally:
+            edge.stop(term_wait_s=5)
 
 
 def test_missing_haproxy_is_refused_with_the_install_line(
