@@ -18,6 +18,7 @@ from graph_kvcache_mcp.commands import (
     cache,
     demo,
     diagnose,
+    edge,
     engine,
     fleet,
     kv,
@@ -39,7 +40,7 @@ from graph_kvcache_mcp.errors import (
     ProcessError,
 )
 
-COMMAND_GROUPS = (serve, demo, engine, kv, bundle, vllm, lmcache, diagnose, fleet, cache)
+COMMAND_GROUPS = (serve, demo, engine, edge, kv, bundle, vllm, lmcache, diagnose, fleet, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

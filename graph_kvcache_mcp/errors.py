@@ -73,6 +73,10 @@ class LmcacheProcessError(ProcessError):
     """The managed `lmcache server` could not be started, found, or stopped."""
 
 
+class EdgeProcessError(ProcessError):
+    """The host's managed TLS edge (haproxy) could not be started, found, rotated or stopped."""
+
+
 QUOTE_LIMIT = 200
 """How many characters of an argument an error message quotes."""
 

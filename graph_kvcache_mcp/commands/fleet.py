@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 
+from graph_kvcache_mcp.commands import fleet_pki
 from graph_kvcache_mcp.commands._common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
@@ -34,7 +35,8 @@ MAX_WINDOW_S = 3600.0
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
-        "fleet", help="several vLLM instances: where prefixes are cached, pressure, payoff"
+        "fleet",
+        help="several vLLM instances: where prefixes are cached, pressure, payoff; the fleet's PKI",
     )
     verbs = group.add_subparsers(dest="verb", required=True)
     parent = fleet_options()
@@ -65,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="measure over the next SECONDS (default: since each instance started)",
     )
     effect.set_defaults(handler=run_effectiveness)
+
+    fleet_pki.register(verbs)
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:

@@ -40,8 +40,10 @@ STACK_CONNECTORS = (
     "connectors.vllm.process",
     "connectors.stack",
     "connectors.processes",
+    "connectors.edge",
 )
-"""What starts, stops or wires processes: adapters go through services/stack instead."""
+"""What starts, stops or wires processes: adapters go through services/stack (the edge: through
+services/edge, its one door) instead."""
 HOST_RUNTIME = tuple(
     f"host.{path.stem}"
     for path in (ROOT / "host").glob("*.py")
@@ -58,6 +60,10 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("connectors.processes", ("connectors.fleet",)),
     ("connectors.files", ("connectors.fleet",)),
     ("connectors.engine", ("connectors.vllm", "connectors.lmcache", "connectors.stack")),
+    # the edge is a process of its own: it knows no subsystem, and none of them knows it
+    ("connectors.edge", ("connectors.engine", "connectors.vllm", "connectors.lmcache")),
+    ("connectors.edge", ("connectors.stack", "connectors.fleet")),
+    *((f"connectors.{s}", ("connectors.edge",)) for s in ("engine", "vllm", "lmcache", "stack")),
     ("connectors.vllm", ("connectors.lmcache", "connectors.stack")),
     ("connectors.lmcache", ("connectors.vllm", "connectors.stack")),
     # the fleet spans vLLM instances (and may read the engine), like stack; nothing imports it
@@ -239,7 +245,7 @@ def test_services_reach_the_managed_processes_only_through_the_stack_service() -
         module.removeprefix(PACKAGE + "."): names
         for module, source in package_modules().items()
         if module.removeprefix(PACKAGE + ".").startswith(("services.", "state"))
-        and not module.removeprefix(PACKAGE + ".").startswith("services.stack")
+        and not module.removeprefix(PACKAGE + ".").startswith(("services.stack", "services.edge"))
         if (names := _stack_connectors_in(imported_modules(source, module)))
     }
     assert reaching == {}

@@ -151,10 +151,14 @@ def describe_listener(port: int) -> str:
     return f"pid {pid} ({name})"
 
 
-def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner:
+def listener_owner(
+    pid: int, port: int, *, group: bool = False, host: str | None = None
+) -> ListenerOwner:
     """Who listens on TCP `port` (any address, IPv4 or IPv6): "ours" when every listening socket
     there is an open file of `pid` (or, with `group`, of a member of the process group `pid`
     leads), "none" when nothing listens, else "foreign" (a socket we cannot attribute included).
+    With `host`, only the sockets that take that address's connections count: those bound to
+    it and the wildcard ones (another process on another address of the port is no rival).
 
     Sockets are matched by address, counted: psutil names one holder per socket, so a socket
     our engine shares with a child it forked is checked among our own process's files instead.
@@ -163,7 +167,7 @@ def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner
     # from ours (which would read as foreign).
     try:
         everyone: Counter[tuple[int, str, int]] | None = Counter(
-            _listening_addresses(psutil.net_connections(kind="tcp"), port)
+            _listening_addresses(psutil.net_connections(kind="tcp"), port, host)
         )
     except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
         everyone = None
@@ -174,7 +178,7 @@ def listener_owner(pid: int, port: int, *, group: bool = False) -> ListenerOwner
         members += [member for member in group_members(pid) if member != pid]
     ours: Counter[tuple[int, str, int]] = Counter()
     for member in members:
-        ours.update(_listening_addresses(_sockets_of(member), port))
+        ours.update(_listening_addresses(_sockets_of(member), port, host))
     if everyone is None:
         return "ours" if ours else ("foreign" if _answers(port) else "none")
     return "ours" if everyone <= ours else "foreign"
@@ -218,11 +222,19 @@ def _sockets_of(pid: int) -> list[Any]:
         return []
 
 
-def _listening_addresses(sockets: Iterable[Any], port: int) -> list[tuple[int, str, int]]:
+_WILDCARDS = frozenset({"0.0.0.0", "::"})
+
+
+def _listening_addresses(
+    sockets: Iterable[Any], port: int, host: str | None = None
+) -> list[tuple[int, str, int]]:
     return [
         (found.family, found.laddr.ip, found.laddr.port)
         for found in sockets
-        if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
+        if found.status == psutil.CONN_LISTEN
+        and found.laddr
+        and found.laddr.port == port
+        and (host is None or found.laddr.ip == host or found.laddr.ip in _WILDCARDS)
     ]
 
 

@@ -56,6 +56,21 @@ def test_the_listener_of_a_port_is_this_process_and_no_one_elses() -> None:
     assert describe_listener(port) == "owner unknown"
 
 
+def test_with_a_host_only_the_listeners_that_take_its_connections_count() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.2", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert listener_owner(os.getppid(), port, host="127.0.0.1") == "none"  # another address
+        assert listener_owner(os.getppid(), port, host="127.0.0.2") == "foreign"
+        assert listener_owner(os.getpid(), port, host="127.0.0.2") == "ours"
+    with socket.socket() as wildcard:
+        wildcard.bind(("0.0.0.0", 0))
+        wildcard.listen()
+        port = wildcard.getsockname()[1]
+        assert listener_owner(os.getppid(), port, host="127.0.0.1") == "foreign"  # takes it too
+
+
 def test_without_process_groups_a_group_lookup_refuses_instead_of_finding_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

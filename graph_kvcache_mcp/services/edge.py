@@ -1,0 +1,62 @@
+"""The host's TLS edge, the one door adapters use to reach it (`connectors/edge`): start it with
+its routes, report it, rotate its certificate, stop it.
+
+The edge is no part of the managed stack (`services/stack`): nothing of the stack starts or
+stops it, and it takes no leases; it runs until `edge stop`. Its models are the connector's
+(`connectors/edge/state.py`), as the other managed processes' are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.edge.process import ManagedEdge
+from graph_kvcache_mcp.connectors.edge.state import (
+    EdgeRotateOut,
+    EdgeStatus,
+    EdgeStopResult,
+)
+from graph_kvcache_mcp.domain.edge.routes import routes_of
+
+__all__ = [
+    "EdgeRotateOut",
+    "EdgeStatus",
+    "EdgeStopResult",
+    "edge_status",
+    "rotate",
+    "start",
+    "stop",
+]
+
+
+def start(
+    settings: Settings,
+    *,
+    inbound: list[str],
+    outbound: list[str],
+    tls_dir: Path,
+    ready_timeout_s: float,
+) -> EdgeStatus:
+    """Start (or reuse) this data dir's edge with the routes the CLI gives.
+
+    Raises:
+        InvalidValue: a malformed route (before anything starts).
+        ConfigError: the TLS dir cannot be used.
+        EdgeProcessError: haproxy missing or the edge did not come up (see `ManagedEdge.start`).
+    """
+    routes = routes_of(inbound, outbound)
+    return ManagedEdge(settings.data_dir).start(routes, tls_dir, ready_timeout_s=ready_timeout_s)
+
+
+def edge_status(settings: Settings) -> EdgeStatus:
+    return ManagedEdge(settings.data_dir).status()
+
+
+def stop(settings: Settings, *, wait_s: float) -> EdgeStopResult:
+    return ManagedEdge(settings.data_dir).stop(term_wait_s=wait_s)
+
+
+def rotate(settings: Settings, *, tls_dir: Path) -> EdgeRotateOut:
+    """Serve the certificate in `tls_dir` without a reload (see `ManagedEdge.rotate`)."""
+    return ManagedEdge(settings.data_dir).rotate(tls_dir)

@@ -1,0 +1,96 @@
+"""Two hosts as network namespaces: the store's engine reached from the node only through the
+two edges, with mutual TLS; nothing else of the store is reachable, and outsiders are refused.
+Skipped when not root (CI runs as root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tests.support.fleet_tls import make_fleet_tls, require_haproxy
+from tests.support.netns import Host, require_netns, two_hosts
+
+CLI = (sys.executable, "-m", "graph_kvcache_mcp")
+REPO = Path(__file__).resolve().parents[3]
+EDGE_PORT = 9443
+LOCAL_PORT = 19130
+
+# Run inside the node's namespace: a fleet client, a client without a certificate and one from
+# another CA at the store's edge; then the store's engine port directly.
+_PROBES = """
+import socket, sys
+from pathlib import Path
+from tests.support.fleet_tls import client_context, refused
+fleet, rogue, host, edge_port, engine_port = sys.argv[1:]
+for name, cert in (("fleet", Path(fleet)), ("none", None), ("rogue", Path(rogue))):
+    print(name, refused(int(edge_port), client_context(cert, Path(fleet)), host) is None)
+try:
+    socket.create_connection((host, int(engine_port)), timeout=5).close()
+    print("engine True")
+except OSError:
+    print("engine False")
+"""
+
+
+def test_the_nodes_kv_reaches_the_store_only_through_both_edges(tmp_path: Path) -> None:
+    require_netns()
+    require_haproxy()
+    value = os.urandom(1024 * 1024 + 3)
+    (tmp_path / "value").write_bytes(value)
+    with two_hosts() as (store, node):
+        tls = make_fleet_tls(tmp_path / "tls", store.address, node.address)
+        store_dir, node_dir = tmp_path / "store", tmp_path / "node"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE": str(store_dir / "engine" / "token"),
+        }
+        try:
+            engine = _cli(store, "engine", "start", "--backend", "memory", "--data-dir", store_dir)
+            _cli(
+                store,
+                *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
+                *("--inbound", f"http:{store.address}:{EDGE_PORT}>{engine['port']}"),
+            )
+            _cli(
+                node,
+                *("edge", "start", "--data-dir", node_dir, "--tls-dir", tls.node),
+                *("--outbound", f"http:{LOCAL_PORT}>{store.address}:{EDGE_PORT}@store"),
+            )
+            url = ("--url", f"http://127.0.0.1:{LOCAL_PORT}")
+            _cli(node, "kv", "put", "netns/value", tmp_path / "value", *url, env=env)
+            _cli(node, "kv", "get", "netns/value", "-o", tmp_path / "back", *url, env=env)
+            assert (tmp_path / "back").read_bytes() == value
+
+            probes = node.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _PROBES,
+                    *(str(tls.node), str(tls.rogue), store.address),
+                    *(str(EDGE_PORT), str(engine["port"])),
+                ],
+                env=env,
+            )
+            assert probes.stdout.split("\n")[:4] == [
+                "fleet True",
+                "none False",
+                "rogue False",
+                "engine False",
+            ]
+        finally:
+            for host, data_dir, verb in (
+                (node, node_dir, "edge"),
+                (store, store_dir, "edge"),
+                (store, store_dir, "engine"),
+            ):
+                host.run([*CLI, verb, "stop", "--data-dir", str(data_dir)], check=False)
+
+
+def _cli(host: Host, *args: object, env: dict[str, str] | None = None) -> dict[str, object]:
+    done = host.run([*CLI, *(str(a) for a in args), "--json"], env=env, check=False)
+    assert done.returncode == 0, done.stderr + done.stdout
+    result: dict[str, object] = json.loads(done.stdout)
+    return result

@@ -1,0 +1,77 @@
+"""Network namespaces standing in for hosts: two of them joined by a veth pair, with addresses
+only inside them (the root namespace gets no address and no route), removed in a finalizer.
+
+Needs root and `ip` (CI runs as root); `require_netns` skips with the reason otherwise. Programs
+run inside a namespace with `ip netns exec`: our CLI started there starts its children there, so
+the engine and the edges of a "host" see that host's loopback and address only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+
+COMMAND_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Host:
+    """One namespace: its name and its address on the link."""
+
+    namespace: str
+    address: str
+
+    def run(
+        self, argv: Sequence[str], *, env: dict[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `argv` inside this host's namespace; its output as text."""
+        return subprocess.run(
+            ["ip", "netns", "exec", self.namespace, *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=COMMAND_TIMEOUT_S,
+            check=check,
+        )
+
+
+def require_netns() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (CI runs as root)")
+    if shutil.which("ip") is None:
+        pytest.skip("network namespaces need iproute2's `ip`")
+
+
+@contextmanager
+def two_hosts() -> Iterator[tuple[Host, Host]]:
+    """Two namespaces on one /24 of their own (10.254.N.1 and .2), torn down on exit."""
+    tag = secrets.token_hex(3)
+    net = f"10.254.{int(tag[:2], 16)}"
+    store = Host(f"gkm-{tag}-store", f"{net}.1")
+    node = Host(f"gkm-{tag}-node", f"{net}.2")
+    made: list[str] = []
+    try:
+        for host in (store, node):
+            _ip("netns", "add", host.namespace)
+            made.append(host.namespace)
+        _ip("link", "add", f"gkm{tag}s", "type", "veth", "peer", "name", f"gkm{tag}n")
+        for host, link in ((store, f"gkm{tag}s"), (node, f"gkm{tag}n")):
+            _ip("link", "set", link, "netns", host.namespace)
+            _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", link)
+            _ip("-n", host.namespace, "link", "set", link, "up")
+            _ip("-n", host.namespace, "link", "set", "lo", "up")
+        yield store, node
+    finally:
+        for namespace in made:  # deleting a namespace deletes its end of the veth pair too
+            subprocess.run(["ip", "netns", "del", namespace], check=False, timeout=30)
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
