@@ -32,6 +32,12 @@ from graph_kvcache_mcp.domain.endpoints import (
     check_insecure_hosts,
     url_from_addr,
 )
+from graph_kvcache_mcp.domain.engine.environment import (
+    KV_TIMEOUT_ENV,
+    KV_TOKEN_ENV,
+    KV_TOKEN_FILE_ENV,
+    KV_URL_ENV,
+)
 from graph_kvcache_mcp.domain.file_roots import ROOTS_ENV, roots_from_setting
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.domain.vllm.deadlines import (
@@ -223,7 +229,7 @@ class Settings(BaseModel):
 
 
 ENDPOINT_SETTINGS: dict[Endpoint, tuple[str, str]] = {
-    "kv": ("kv_url", "EPISTEMIC_GRAPH_KVCACHE_URL"),
+    "kv": ("kv_url", KV_URL_ENV),
     "vllm": ("vllm_base_url", "VLLM_BASE_URL"),
 }
 """Each endpoint's Settings field and the variable that names it in messages."""
@@ -252,8 +258,6 @@ def _endpoint_problems(values: dict[str, Any]) -> tuple[tuple[Endpoint, str], ..
     return tuple(problems.items())
 
 
-KV_TOKEN_FILE_ENV = "EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE"
-
 EnvParser = Callable[[str, str], Any]
 """(a variable's value as set, its name) -> the setting, or None to leave it at its default.
 
@@ -263,7 +267,7 @@ Raises ConfigError naming the variable when the value is malformed."""
 def _kv_endpoint(env: Mapping[str, str], *, defer_endpoint_errors: bool) -> dict[str, Any]:
     """The engine's URL: `EPISTEMIC_GRAPH_KVCACHE_URL`, else one made of `..._ADDR` (kept as
     given, with the problem recorded, when malformed and errors are deferred)."""
-    if url := env.get("EPISTEMIC_GRAPH_KVCACHE_URL", "").strip():
+    if url := env.get(KV_URL_ENV, "").strip():
         return {"kv_url": url}
     if not (addr := env.get("EPISTEMIC_GRAPH_KVCACHE_ADDR", "").strip()):
         return {}
@@ -343,9 +347,9 @@ def _flag(text: str, name: str) -> bool:
 
 ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     (INSECURE_HOSTS_ENV, "insecure_http_hosts", _given(split_list)),
-    ("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "kv_token", _given(SecretStr)),
+    (KV_TOKEN_ENV, "kv_token", _given(SecretStr)),
     (KV_TOKEN_FILE_ENV, "kv_token", _token_file),  # after the variable: the file wins
-    ("EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S", "kv_timeout_s", _numeric(float)),
+    (KV_TIMEOUT_ENV, "kv_timeout_s", _numeric(float)),
     ("EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS", "kv_concurrency", _numeric(int)),
     ("GRAPH_KVCACHE_READ_ONLY", "read_only", _flag),
     ("GRAPH_KVCACHE_TOOLSETS", "toolsets", _given(split_list)),

@@ -12,8 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias
+from urllib.parse import urlsplit
 
 Component = Literal["engine", "vLLM", "lmcache server", "lmcache coordinator"]
+Source = Literal["configured", "managed", "default"]
+"""Where a resolved target's address came from: a setting named it (`Configured`), this data
+dir's state records it (`ManagedHere`), or neither, so the component's own default address (a
+`Configured` no setting named: what to tell a caller differs, e.g. "start the managed one")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,4 +46,17 @@ def not_managed_here(target: Configured) -> str:
     return (
         f"not managed here: {target.url} (a {target.component} this data dir did not start; "
         "stop or restart it where it runs)"
+    )
+
+
+def logs_not_readable_here(target: Configured, own_log: Path) -> str:
+    """What a log read answers for a component it did not start: its log is written where it
+    runs, by whatever started it, so nothing here can read it (and this data dir's own log is of
+    another process)."""
+    host = urlsplit(target.url).hostname or target.url
+    return (
+        f"{not_managed_here(target)}; the log of a {target.component} this data dir did not "
+        f"start is not readable from here: read it on {host}, where it runs (the output of "
+        f"whatever started it: its terminal, journal or container log). A {target.component} "
+        f"started here would log to {own_log}"
     )

@@ -13,7 +13,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.lifecycle import LogLines, ReadyTimeout, ServicePort, StopWait
@@ -282,7 +281,11 @@ async def vllm_logs(
     """The last lines of the managed vLLM's log (why it failed to start)."""
     access = state_of(ctx).vllm
     stack = Stack.of(access.settings, vllm=access.managed)
-    return await anyio.to_thread.run_sync(partial(stack.vllm_logs, lines=lines))
+    read = partial(stack.vllm_logs, access.base_url, lines=lines)
+    try:
+        return await anyio.to_thread.run_sync(read)
+    except (VllmProcessError, ConfigError) as exc:  # a vLLM we did not start: not ours to read
+        raise ToolError(str(exc)) from exc
 
 
 async def vllm_reset_prefix_cache(ctx: Context[Any]) -> VllmResetOut:
@@ -349,7 +352,6 @@ async def vllm_restart_reuse(
         return await measure_restart_reuse(
             Stack.of(settings, vllm=access.managed),
             prompt_tokens=prompt_tokens,
-            env=engine_environment(settings),
             ready_timeout_s=ready_timeout_s,
             progress=_progress_reporter(ctx),
             mode=restart,

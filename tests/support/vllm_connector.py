@@ -21,7 +21,7 @@ from typing import Protocol
 import httpx
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmStatus
@@ -144,7 +144,7 @@ def connector_environment(settings: Settings, cache_root: Path) -> dict[str, str
     """What `vllm start --kv-connector engine` passes, plus this checkout on vLLM's path."""
     env = offline_environment(cache_root)
     env["PYTHONPATH"] = str(REPO)  # this checkout's connector, not whatever vLLM's venv has
-    env.update(engine_environment(settings))
+    env.update(engine_environment(resolve_kv_target(settings), settings))
     return env
 
 

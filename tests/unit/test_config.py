@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_kvcache_mcp.config import KV_TOKEN_FILE_ENV, Settings
+from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.domain.endpoints import ENABLE_WORDS
+from graph_kvcache_mcp.domain.engine.environment import KV_TOKEN_FILE_ENV
 from graph_kvcache_mcp.errors import ConfigError
 
 

@@ -24,7 +24,6 @@ from graph_kvcache_mcp.commands.vllm._describe import (
     describe_trace,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import engine_environment
 from graph_kvcache_mcp.connectors.files.trace_log import append_traces
 from graph_kvcache_mcp.services.stack import vllm as managed
 from graph_kvcache_mcp.services.stack.engine_death import chat_with_death
@@ -86,7 +85,6 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
             measure_restart_reuse,
             Stack.of(settings),
             prompt_tokens=args.prompt_tokens,
-            env=engine_environment(settings),
             ready_timeout_s=args.ready_timeout_s,
             mode=args.restart,
             progress=None if args.json else (lambda _elapsed, _total, message: note(message)),
@@ -109,7 +107,7 @@ def run_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_logs(args: argparse.Namespace, settings: Settings) -> int:
-    logs = Stack.of(settings).vllm_logs(lines=args.lines)
+    logs = Stack.of(settings).vllm_logs(settings.vllm_base_url, lines=args.lines)
     emit(logs, as_json=args.json, human=describe_logs)
     return EXIT_OK if logs.exists else EXIT_UNAVAILABLE
 

@@ -354,6 +354,7 @@ class ManagedKvAccess(KvAccess):
             # The state records the backend, so key limits need no stats call to learn it.
             self._binding.state.backend if self._binding is not None else None,
             self.engine.token_path,
+            data_dir=self.settings.data_dir,
         )
         return KvClient(sync_client_for(target, self.settings))
 

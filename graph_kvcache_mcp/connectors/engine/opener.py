@@ -18,55 +18,79 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIABLE, engine_proof
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.engine.reasons import EngineSource
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
+from graph_kvcache_mcp.domain.engine.environment import KV_TIMEOUT_ENV, KV_TOKEN_ENV, KV_URL_ENV
 from graph_kvcache_mcp.domain.engine.limits import EngineBackend
+from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Source, Target
 
 
 @dataclass(frozen=True)
 class KvTarget:
+    """The engine to talk to, resolved once and passed down: where it answers, the token a client
+    sends, and where the address came from (`domain.targets.Source`). `target` is the same engine
+    in the vocabulary vLLM, the lmcache server and the coordinator share."""
+
     base_url: str
     token: SecretStr | None
-    source: EngineSource
+    source: Source
     backend: EngineBackend | None = None
     """Known for a managed engine (its state records it); else the client learns it."""
     token_file: Path | None = None
     """A managed engine's token file, named when the engine refuses the token."""
+    data_dir: Path | None = None
+    """The data dir whose state records a managed engine (set exactly when it is managed)."""
+
+    def __post_init__(self) -> None:
+        if (self.source == "managed") != (self.data_dir is not None):
+            raise ValueError("a managed engine target names the data dir that records it")
 
     def __repr__(self) -> str:
         return f"KvTarget({self.base_url!r}, source={self.source!r})"
 
+    @property
+    def target(self) -> Target:
+        """ManagedHere (this data dir started it) or Configured (a setting, or the default)."""
+        if self.data_dir is not None:
+            return ManagedHere("engine", self.data_dir, self.base_url)
+        return Configured("engine", self.base_url)
+
 
 def resolve_kv_target(settings: Settings) -> KvTarget:
-    """Pick the engine per the precedence above (reads the data dir's state file)."""
+    """Pick the engine per the precedence above (reads the data dir's state file and the managed
+    engine's token). Once per call or start: pass the result down, never resolve it again."""
     if settings.kv_url is not None:
         return KvTarget(settings.kv_url, settings.kv_token, "configured")
     managed = ManagedEngine(settings.data_dir)
     if (state := managed.running_state()) is not None:
         return KvTarget(
-            state.base_url, managed.token(), "managed", state.backend, managed.token_path
+            state.base_url,
+            managed.token(),
+            "managed",
+            state.backend,
+            managed.token_path,
+            data_dir=settings.data_dir,
         )
     return KvTarget(f"http://{DEFAULT_KV_HOST}:{DEFAULT_KV_PORT}", settings.kv_token, "default")
 
 
-def engine_environment(settings: Settings) -> dict[str, str]:
-    """What a process we launch (vLLM with the engine as its KV tier) needs to reach the engine
-    `settings` resolve to; holds the token, so it goes only into that process's environment."""
-    target = resolve_kv_target(settings)
+def engine_environment(target: KvTarget, settings: Settings) -> dict[str, str]:
+    """What a process we launch (vLLM with the engine as its KV tier) needs to reach `target`;
+    holds the token, so it goes only into that process's environment."""
     env = {
-        "EPISTEMIC_GRAPH_KVCACHE_URL": target.base_url,
-        "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S": f"{settings.kv_timeout_s:g}",
+        KV_URL_ENV: target.base_url,
+        KV_TIMEOUT_ENV: f"{settings.kv_timeout_s:g}",
     }
     if target.token is not None:
-        env["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = target.token.get_secret_value()
-    env.update(engine_proof_environment(target, settings))
+        env[KV_TOKEN_ENV] = target.token.get_secret_value()
+    env.update(engine_proof_environment(target))
     return env
 
 
-def engine_proof_environment(target: KvTarget, settings: Settings) -> dict[str, str]:
+def engine_proof_environment(target: KvTarget) -> dict[str, str]:
     """For a child that uses the managed engine: where that engine's record lives, so the child
     proves the engine holds its port before each token leaves (`children.proof`)."""
-    return {ENGINE_DIR_VARIABLE: str(settings.data_dir)} if target.source == "managed" else {}
+    where = target.target
+    return {ENGINE_DIR_VARIABLE: str(where.data_dir)} if isinstance(where, ManagedHere) else {}
 
 
 def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = False) -> SyncKvClient:

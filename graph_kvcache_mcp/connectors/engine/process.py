@@ -69,6 +69,7 @@ from graph_kvcache_mcp.connectors.processes.leases import Leases
 from graph_kvcache_mcp.connectors.processes.ports import free_port, wait_port_free
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
+from graph_kvcache_mcp.domain.engine.environment import KV_TOKEN_ENV
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.engine.resp import RESP_USER, resp_password
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -381,8 +382,8 @@ class ManagedEngine(LeasedLifecycle[EngineStopResult]):
             EPISTEMIC_GRAPH_REQUIRE_OIDC="false",
             EPISTEMIC_GRAPH_SIGNER_KEYS_JSON=json.dumps({"service:local": signer}),
             EPISTEMIC_GRAPH_KVCACHE_ADDR=f"{ENGINE_HOST}:{port}",
-            EPISTEMIC_GRAPH_KVCACHE_TOKEN=self.token().get_secret_value(),
         )
+        env[KV_TOKEN_ENV] = self.token().get_secret_value()
         if backend == "durable":
             env["EPISTEMIC_GRAPH_KVCACHE_BACKEND"] = "durable"
         if resp_port is not None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 from graph_kvcache_mcp.connectors.engine.http_response import WireResponse
 from graph_kvcache_mcp.connectors.engine.wire import WireError, WireRefused, WireTimeout
+from graph_kvcache_mcp.domain.engine.environment import KV_TOKEN_ENV
 from graph_kvcache_mcp.domain.engine.limits import ENGINE_REQUEST_DEADLINE_S, MAX_VALUE_BYTES
+from graph_kvcache_mcp.domain.targets import Source
 
-EngineSource: TypeAlias = Literal["configured", "managed", "default"]
+EngineSource: TypeAlias = Source
 """Where the engine's address came from: it decides what a reason tells the caller to do."""
 
 
@@ -68,9 +70,9 @@ def explain_status(
         )
     if response.status == 401:
         fix = (
-            "set EPISTEMIC_GRAPH_KVCACHE_TOKEN to the engine's token"
+            f"set {KV_TOKEN_ENV} to the engine's token"
             if not token_given
-            else "EPISTEMIC_GRAPH_KVCACHE_TOKEN does not match the engine's token"
+            else f"{KV_TOKEN_ENV} does not match the engine's token"
         )
         return f"engine at {url} refused the bearer token (401): {fix}"
     if response.status == 400:

@@ -3,9 +3,9 @@
 A process's environment is readable back through its APIs: `lmcache server`'s admin HTTP port
 answers `GET /env` with all of it, to any local user. So the secrets a managed process needs go
 into 0600 files in its private (0700) directory under the data dir, and the child is given only
-each file's path, as `<NAME>_FILE`. Our adapters inside vLLM and LMCache read the engine token from
-there (`config.KV_TOKEN_FILE_ENV`); `plugins/lmcache/server.py` hands the RESP password to
-LMCache's own `resp` adapter inside the server process.
+each file's path, as `<NAME>_FILE`. Our adapters inside vLLM and LMCache read the engine token
+from there (`domain.engine.environment.KV_TOKEN_FILE_ENV`); `plugins/lmcache/server.py` hands the
+RESP password to LMCache's own `resp` adapter inside the server process.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from graph_kvcache_mcp.connectors.files.private import private_dir, remove_own, write_private
+from graph_kvcache_mcp.domain.engine.environment import KV_TOKEN_ENV
 
 FILE_SUFFIX = "_FILE"
-FILED_SECRETS = ("EPISTEMIC_GRAPH_KVCACHE_TOKEN", "LMCACHE_RESP_PASSWORD")
+FILED_SECRETS = (KV_TOKEN_ENV, "LMCACHE_RESP_PASSWORD")
 """The secrets the processes we start may need: the engine's bearer token and the RESP password."""
 
 

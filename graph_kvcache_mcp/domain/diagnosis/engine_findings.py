@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from graph_kvcache_mcp.domain.diagnosis.stack_facts import EngineFacts, Finding
+from graph_kvcache_mcp.domain.engine.environment import KV_TOKEN_ENV
 
 
 def engine_findings(facts: EngineFacts) -> list[Finding]:
@@ -14,7 +15,7 @@ def engine_findings(facts: EngineFacts) -> list[Finding]:
                 severity="error",
                 component="engine",
                 evidence=f"{facts.target} refused the token (HTTP {facts.status})",
-                fix="set EPISTEMIC_GRAPH_KVCACHE_TOKEN to the token the engine was started with",
+                fix=f"set {KV_TOKEN_ENV} to the token the engine was started with",
             )
         ]
     if not facts.reachable:

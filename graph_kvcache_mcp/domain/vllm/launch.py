@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.domain.engine.environment import KV_TIMEOUT_ENV, KV_TOKEN_ENV, KV_URL_ENV
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.domain.lmcache.config import (
     TELEMETRY_OFF,
@@ -64,11 +65,7 @@ same: LMCache's MP connector talking to an `lmcache server`)."""
 MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
 """The modes whose vLLM side is LMCache's MP connector talking to an `lmcache server`."""
 ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.plugins.vllm_kv.connector"
-ENGINE_ENV_NAMES = (
-    "EPISTEMIC_GRAPH_KVCACHE_URL",
-    "EPISTEMIC_GRAPH_KVCACHE_TOKEN",
-    "EPISTEMIC_GRAPH_KVCACHE_TIMEOUT_S",
-)
+ENGINE_ENV_NAMES = (KV_URL_ENV, KV_TOKEN_ENV, KV_TIMEOUT_ENV)
 """The environment through which vLLM's processes learn where the engine is (never flags: vLLM
 logs its kv_transfer_config)."""
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import engine_proof_environment, resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.opener import KvTarget, engine_proof_environment
 from graph_kvcache_mcp.connectors.files.hf_config import config_file_of, read_hf_config
 from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
+from graph_kvcache_mcp.domain.engine.environment import KV_TOKEN_ENV
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import (
     HybridFacts,
@@ -117,17 +117,16 @@ _REFERENCE = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 
 
 def server_environment(
-    plan_env: Mapping[str, str], settings: Settings, environ: Mapping[str, str] | None = None
+    plan_env: Mapping[str, str], engine: KvTarget, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The plan's environment with its `${NAME}` references filled in for a real launch: the
-    engine token from the engine `settings` resolve to, anything else from `environ`; a reference
-    with no value is left out rather than passed on literally."""
+    engine token from `engine` (the start's one resolution), anything else from `environ`; a
+    reference with no value is left out rather than passed on literally."""
     source = os.environ if environ is None else environ
-    target = resolve_kv_target(settings)
     values = dict(source)
-    if target.token is not None:
-        values["EPISTEMIC_GRAPH_KVCACHE_TOKEN"] = target.token.get_secret_value()
-    env: dict[str, str] = engine_proof_environment(target, settings)
+    if engine.token is not None:
+        values[KV_TOKEN_ENV] = engine.token.get_secret_value()
+    env: dict[str, str] = engine_proof_environment(engine)
     for name, value in plan_env.items():
         match = _REFERENCE.match(value)
         if match is None:

@@ -22,6 +22,7 @@ import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.dependents import dependents_refusal
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine, engine_binary
 from graph_kvcache_mcp.connectors.engine.state import Backend, EngineStatus, EngineStopResult
 from graph_kvcache_mcp.connectors.lmcache.access import lmcache_python
@@ -40,8 +41,14 @@ from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import approve_http_url, parse_http_url
 from graph_kvcache_mcp.domain.lmcache.config import ProcessSpec
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import flag_value, join_coordinator
-from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Target, not_managed_here
-from graph_kvcache_mcp.errors import EngineProcessError
+from graph_kvcache_mcp.domain.targets import (
+    Configured,
+    ManagedHere,
+    Target,
+    logs_not_readable_here,
+    not_managed_here,
+)
+from graph_kvcache_mcp.errors import EngineProcessError, VllmProcessError
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 from graph_kvcache_mcp.services.stack.description import StackDescription, describe_stack
 from graph_kvcache_mcp.services.stack.engine_death import status_with_death
@@ -107,7 +114,7 @@ class Stack:
             EngineProcessError: the engine's RESP wire could not be started.
             LmcacheProcessError: the server (or the managed coordinator) did not start.
         """
-        env = server_environment(server.env, self.settings)
+        env = server_environment(server.env, resolve_kv_target(self.settings))
         server, coordinator_started = await anyio.to_thread.run_sync(
             self.join_coordinator, server, coordinator
         )
@@ -202,7 +209,8 @@ class Stack:
                 server is not healthy in time.
         """
         state = self.lmcache.running_state()
-        env = server_environment(state.plan_env if state is not None else {}, self.settings)
+        plan_env = state.plan_env if state is not None else {}
+        env = server_environment(plan_env, resolve_kv_target(self.settings))
         if state is not None and state.resp_peer is not None:  # the adapter needs the wire
             return restart_resp_lmcache(self.engine, self.lmcache, env=env)
         return self.lmcache.restart(env=env)
@@ -294,8 +302,18 @@ class Stack:
             return result.model_copy(update={"reason": not_managed_here(target)})
         return result
 
-    def vllm_logs(self, *, lines: int) -> VllmLogs:
-        """The last `lines` of the managed vLLM's log."""
+    def vllm_logs(self, calls_base_url: str, *, lines: int) -> VllmLogs:
+        """The last `lines` of the managed vLLM's log. When calls go to a configured vLLM and
+        none runs here, its log is not ours to read (nor is the data dir's old one about it).
+
+        Raises:
+            ConfigError: the URL is not an http(s) URL.
+            VllmProcessError: calls go to a configured vLLM and this data dir runs none (the
+                message says where its log is).
+        """
+        target = self.vllm_target(calls_base_url)
+        if isinstance(target, Configured) and self.vllm.running_state() is None:
+            raise VllmProcessError(logs_not_readable_here(target, self.vllm.log_path))
         return self.vllm.logs(max(1, lines))
 
     def describe(self) -> StackDescription:

@@ -26,7 +26,11 @@ import anyio
 import anyio.to_thread
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
+from graph_kvcache_mcp.connectors.engine.opener import (
+    KvTarget,
+    engine_environment,
+    resolve_kv_target,
+)
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config, read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.process import DEFAULT_READY_TIMEOUT_S
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch
@@ -99,7 +103,8 @@ async def start_vllm(
             platform=platform,
         )
     if launch.needs_engine_environment:
-        env = {**engine_environment(settings), **(env or {})}
+        engine = await anyio.to_thread.run_sync(resolve_kv_target, settings)  # once per start
+        env = {**engine_environment(engine, settings), **(env or {})}
     start = partial(stack.vllm.start, launch, env=env, ready_timeout_s=ready_timeout_s)
     status = await anyio.to_thread.run_sync(partial(start, progress=progress))
     return VllmStatusOut.of(status, status.base_url or calls_base_url)
@@ -126,9 +131,11 @@ async def _start_mp_stack(
     try:
         resp = launch.l2_over_resp
         started.engine = await lifetime.ensure_engine(stack, resp=resp, progress=None)
-        target = resolve_kv_target(settings)
+        # Once per start, after the engine is up: the plan, the server's token and its proof
+        # all come from this one resolution.
+        target = await anyio.to_thread.run_sync(resolve_kv_target, settings)
         await say(f"L2: the {target.source} engine at {target.base_url}")
-        server = await _planned_server(launch, stack, where, target.base_url, options, say)
+        server = await _planned_server(launch, stack, where, target, options, say)
         coordinator = options.coordinator if options else None
         join = partial(stack.join_coordinator, server.spec, coordinator)
         joined, started.coordinator = await anyio.to_thread.run_sync(join)
@@ -180,7 +187,7 @@ async def _planned_server(
     launch: VllmLaunch,
     stack: Stack,
     where: Platform,
-    engine_url: str,
+    engine: KvTarget,
     options: StackOptions | None,
     say: Say,
 ) -> ServerLaunch:
@@ -188,11 +195,11 @@ async def _planned_server(
     onto the engine's RESP wire when the launch asks for it."""
     facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
     plan = plan_stack_server(
-        launch, facts, where, engine_url=engine_url, options=options or StackOptions()
+        launch, facts, where, engine_url=engine.base_url, options=options or StackOptions()
     )
     server = plan.lmcache_server
     assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
-    server_env = server_environment(server.env, stack.settings)
+    server_env = server_environment(server.env, engine)
     if not launch.l2_over_resp:
         return ServerLaunch(server, server_env, None, list(plan.notes))
     resp = await anyio.to_thread.run_sync(prepare_resp_launch, stack.engine, server, server_env)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -24,7 +24,11 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
-from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
+from graph_kvcache_mcp.connectors.engine.opener import (
+    engine_environment,
+    resolve_kv_target,
+    sync_client_for,
+)
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.vllm.access import open_client
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
@@ -108,12 +112,12 @@ async def measure_restart_reuse(
     stack: Stack,
     *,
     prompt_tokens: int,
-    env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 600.0,
     progress: WaitProgress | None = None,
     mode: RestartMode = "vllm",
 ) -> RestartReuseOut:
-    """Cold call, restart (`mode`), warm call on the stack's managed vLLM.
+    """Cold call, restart (`mode`), warm call on the stack's managed vLLM. The engine is resolved
+    once: the measurement's own client and the restarted vLLM's environment both use it.
 
     Raises:
         VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
@@ -127,7 +131,10 @@ async def measure_restart_reuse(
     model = vllm.served_model_name
     # On the MP stack the client's traces split the external hit by the server's own counters.
     opened = partial(open_client if server is None else open_metered_client, settings)
-    kv = sync_client_for(resolve_kv_target(settings), settings)
+    engine = await anyio.to_thread.run_sync(resolve_kv_target, settings)
+    # The engine's token only where it is used: EngineKVConnector's vLLM, not the MP one's.
+    env = engine_environment(engine, settings) if server is None else None
+    kv = sync_client_for(engine, settings)
     try:
         async with opened(base_url=vllm.base_url) as client:
             prompt = await _prompt_of(client, model, prompt_tokens)
@@ -139,7 +146,7 @@ async def measure_restart_reuse(
         began = time.monotonic()
         await anyio.to_thread.run_sync(
             lambda: stack.vllm.restart(
-                env=env if server is None else None,  # the engine's token only where it is used
+                env=env,
                 ready_timeout_s=ready_timeout_s,
                 progress=progress,
                 while_stopped=between,

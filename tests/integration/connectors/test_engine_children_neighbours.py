@@ -17,7 +17,7 @@ import pytest
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIABLE
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
-from graph_kvcache_mcp.connectors.engine.opener import engine_environment
+from graph_kvcache_mcp.connectors.engine.opener import engine_environment, resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.processes.ports import wait_port_free
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -45,7 +45,8 @@ def managed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Managed
     engine = ManagedEngine(tmp_path)
     engine.start(backend="memory")
     try:
-        child_env = engine_environment(Settings.build(data_dir=tmp_path))
+        settings = Settings.build(data_dir=tmp_path)
+        child_env = engine_environment(resolve_kv_target(settings), settings)
         assert child_env[ENGINE_DIR_VARIABLE] == str(tmp_path)
         for name, value in child_env.items():
             monkeypatch.setenv(name, value)

@@ -19,6 +19,7 @@ import anyio.to_thread
 import pytest
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.files.hf_config import read_hf_config
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
@@ -110,7 +111,7 @@ def test_redis_resp_survives_a_server_and_vllm_restart_and_leaves_kv_stats_alone
         assert cold.cached_tokens == 0
         server.wait_counter(L2_STORED, at_least=PROMPT_TOKENS // CHUNK_TOKENS)
 
-        server_env = server_environment(state.plan_env, settings)
+        server_env = server_environment(state.plan_env, resolve_kv_target(settings))
         restarted: list[LmcacheStatus] = []
 
         def restart_server() -> None:  # while vLLM is down: the new server starts with empty L1

@@ -1,5 +1,6 @@
 """vllm_status, vllm_metrics and fleet where pointed at a real vLLM this project did not start,
-on 127.0.0.2 with a port that is free on 127.0.0.1: every answer is about that vLLM.
+on 127.0.0.2 with a port that is free on 127.0.0.1: every answer is about that vLLM (and
+vllm_logs says its log is on that host, not here).
 
 Before targets, vllm_status took the configured URL's port and probed 127.0.0.1 there ("nothing
 listens on port N"), which is the wrong machine's answer for a vLLM that runs elsewhere.
@@ -21,7 +22,7 @@ from graph_kvcache_mcp.connectors.vllm.state import VllmStopResult
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.fleet.views import FleetWhereOut
 from graph_kvcache_mcp.services.vllm.views import VllmChatOut, VllmMetricsOut, VllmStatusOut
-from tests.support.mcp_calls import call_ok
+from tests.support.mcp_calls import call_error, call_ok
 from tests.support.vllm import BLOCK_SIZE, MODEL_NAME, VllmServers
 from tests.support.vllm_elsewhere import ElsewhereVllm, vllm_elsewhere
 
@@ -52,8 +53,8 @@ def settings_for(remote: ElsewhereVllm, root: Path) -> Settings:
 
 
 async def ask(settings: Settings, text: str) -> dict[str, object]:
-    """Status, a chat call, metrics, fleet where for the same prompt, the same call again, and
-    a stop attempt: the answers by name."""
+    """Status, a chat call, metrics, fleet where for the same prompt, the same call again, a
+    stop attempt and a log read: the answers by name."""
     messages = [{"role": "user", "content": text}]
     async with Client(build_server(settings)) as client:
         status = await call_ok(client, "vllm_status", {})
@@ -62,6 +63,7 @@ async def ask(settings: Settings, text: str) -> dict[str, object]:
         where = await call_ok(client, "fleet_where_cached", {"messages": messages})
         again = await call_ok(client, "vllm_chat", {"messages": messages, "max_tokens": 1})
         stop = await call_ok(client, "vllm_stop", {"wait_s": 1})
+        logs = await call_error(client, "vllm_logs", {"lines": 20})
     return {
         "status": VllmStatusOut.model_validate(status),
         "first": VllmChatOut.model_validate(first),
@@ -69,6 +71,7 @@ async def ask(settings: Settings, text: str) -> dict[str, object]:
         "where": FleetWhereOut.model_validate(where),
         "again": VllmChatOut.model_validate(again),
         "stop": VllmStopResult.model_validate(stop),
+        "logs": logs,
     }
 
 
@@ -104,3 +107,6 @@ def test_status_metrics_and_fleet_where_answer_about_a_vllm_started_elsewhere(
     assert isinstance(stop, VllmStopResult)
     assert (stop.stopped, stop.how) == (False, "not_running")
     assert stop.reason is not None and f"not managed here: {remote.base_url}" in stop.reason
+    logs = answers["logs"]
+    assert isinstance(logs, str) and f"not managed here: {remote.base_url}" in logs
+    assert f"read it on {remote.host}, where it runs" in logs

@@ -292,3 +292,19 @@ async def test_vllm_start_of_a_bad_model_path_fails_with_vllms_reason_after_prog
     assert messages and messages[0].startswith("starting vLLM")
     assert ManagedVllm(tmp_path).running_state() is None
     assert not port_in_use("127.0.0.1", port)
+
+
+async def test_vllm_logs_of_a_vllm_started_elsewhere_say_where_they_are_not_ours(
+    tmp_path: Path,
+) -> None:
+    # Calls go to a vLLM on another address; this data dir runs none but kept an older log.
+    own_log = ManagedVllm(tmp_path).log_path
+    own_log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    own_log.write_text("a vLLM this data dir started long ago\n")
+    url = f"http://127.0.0.2:{free_port()}/v1"
+    settings = Settings.build(data_dir=tmp_path, vllm_base_url=url, toolsets=("vllm",))
+    async with Client(build_server(settings)) as client:
+        message = await call_error(client, "vllm_logs", {"lines": 20})
+    assert f"not managed here: {url}" in message
+    assert "not readable from here: read it on 127.0.0.2, where it runs" in message
+    assert str(own_log) in message and "long ago" not in message

@@ -59,5 +59,6 @@ def test_a_timeout_says_after_how_long_and_that_the_engine_may_be_hung() -> None
 
 def test_the_client_opened_for_a_target_knows_where_its_address_came_from() -> None:
     settings = Settings.build(kv_timeout_s=2.5)
-    client = sync_client_for(KvTarget(_refusing_url(), TOKEN, "managed"), settings)
+    target = KvTarget(_refusing_url(), TOKEN, "managed", data_dir=settings.data_dir)
+    client = sync_client_for(target, settings)
     assert (client.source, client.timeout_s) == ("managed", 2.5)

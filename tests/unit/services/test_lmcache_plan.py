@@ -5,6 +5,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target
 from graph_kvcache_mcp.services.lmcache.plan import server_environment
 
 
@@ -20,7 +21,8 @@ def test_references_are_filled_from_the_resolved_engine_and_the_environment(
         "LMCACHE_RESP_USERNAME": "${LMCACHE_RESP_USERNAME}",
         "LMCACHE_RESP_PASSWORD": "${LMCACHE_RESP_PASSWORD}",
     }
-    env = server_environment(plan_env, settings, {"LMCACHE_RESP_USERNAME": "alice"})
+    engine = resolve_kv_target(settings)
+    env = server_environment(plan_env, engine, {"LMCACHE_RESP_USERNAME": "alice"})
     assert env == {
         "PYTHONHASHSEED": "0",
         "EPISTEMIC_GRAPH_KVCACHE_TOKEN": "tok-1",

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.engine.opener import KvTarget
 from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, not_managed_here
-from graph_kvcache_mcp.errors import ConfigError
+from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
 from graph_kvcache_mcp.services.stack.stack import Stack
 
 
@@ -43,3 +44,29 @@ def test_the_coordinator_is_the_data_dirs_own_or_one_named_by_url(tmp_path: Path
     )
     with pytest.raises(ConfigError, match="coordinator"):
         stack.coordinator_target("http://10.9.8.7:8300")  # plain http off loopback, unlisted
+
+
+def test_the_engine_target_speaks_the_same_vocabulary(tmp_path: Path) -> None:
+    url = "http://127.0.0.1:9130"
+    managed = KvTarget(url, None, "managed", data_dir=tmp_path)
+    assert managed.target == ManagedHere("engine", tmp_path, url)
+    for source in ("configured", "default"):
+        assert KvTarget(url, None, source).target == Configured("engine", url)
+
+
+def test_a_managed_engine_target_names_the_data_dir_that_records_it() -> None:
+    with pytest.raises(ValueError, match="data dir"):
+        KvTarget("http://127.0.0.1:9130", None, "managed")
+    with pytest.raises(ValueError, match="data dir"):
+        KvTarget("http://127.0.0.1:9130", None, "configured", data_dir=Path("/tmp"))
+
+
+def test_logs_of_a_configured_vllm_are_not_read_from_this_data_dir(tmp_path: Path) -> None:
+    stack = Stack.of(Settings.build(data_dir=tmp_path))
+    with pytest.raises(VllmProcessError) as refused:
+        stack.vllm_logs("https://gpu-box.example.com/v1", lines=10)
+    message = str(refused.value)
+    assert message.startswith("not managed here: https://gpu-box.example.com/v1 ")
+    assert "read it on gpu-box.example.com" in message and str(stack.vllm.log_path) in message
+    here = stack.vllm_logs("http://127.0.0.1:8000/v1", lines=10)  # ours: read (none yet)
+    assert (here.exists, here.log_path) == (False, str(stack.vllm.log_path))
