@@ -77,14 +77,30 @@ def tls_connection(
 
 
 def http_exchange(conn: ssl.SSLSocket, path: str) -> bytes:
-    """Send one keep-alive GET on `conn` and return the status line of its answer."""
+    """Send one keep-alive GET on `conn` and return the status line of its answer. The whole
+    answer is read (its Content-Length body too), so the next exchange on `conn` starts at its
+    own status line, however the bytes were split between reads."""
     conn.sendall(f"GET {path} HTTP/1.1\r\nHost: edge\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data.split(b"\r\n", 1)[0]
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")[1:]
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
         chunk = conn.recv(65536)
         if not chunk:
             break
-        head += chunk
+        body += chunk
     return head.split(b"\r\n", 1)[0]
 
 
