@@ -120,7 +120,7 @@ def unsupported_setup(
 
 HYBRID_HINT = (
     "EngineKVConnector handles a hybrid as one full-attention KV cache group plus Mamba state "
-    "groups in vLLM's align mode (--enable-prefix-caching --mamba-cache-mode align)"
+    "groups in vLLM's align mode (--enable-prefix-caching; vLLM derives the mode from it)"
 )
 
 
