@@ -67,6 +67,16 @@ VERSION_FACTS: tuple[VersionFact, ...] = (
         "0.33: FlashInfer GDN prefill on SM90 (and SM10x/12x, key head dim 128) aligns the "
         "block to 64 and keeps one prefill-checkpoint state block",
     ),
+    VersionFact(
+        "vllm",
+        "domain.vllm.engine_kv.hit_sources",
+        "0.32/0.33: get_external_cache_hit_sources and CacheHitSource's values",
+    ),
+    VersionFact(
+        "vllm",
+        "domain.vllm.engine_kv.device",
+        "0.33: a GPU backend may split the block into kernel blocks (the identity names it)",
+    ),
     VersionFact("vllm", "domain.fleet.events", "0.33: BlockStored.lookahead_token_ids"),
     VersionFact("vllm", "domain.fleet.index", "0.33: lookahead tokens folded into block keys"),
     VersionFact(
