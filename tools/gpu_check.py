@@ -44,6 +44,10 @@ LOGPROB_TOLERANCE = 1e-3
 """Largest difference between a cold and a restored token logprob (kernels are not bit-exact
 between a prefill and a load; a wrong page differs by whole units)."""
 WIRE_BLOCKS = 64
+CUDA_DENSE_SETUP: dict[str, Any] = {"device": "cuda", "tensor_parallel": 1}
+CUDA_DENSE_SETUP |= {"pipeline_parallel": 1, "kv_cache_groups": 1, "sliding_window": None}
+CUDA_DENSE_SETUP |= {"spec_kind": "FullAttentionSpec"}
+"""A single-rank dense model on CUDA: what EngineKVConnector is asked to serve here."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,14 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     python = args.python or sys.executable
     version = _run([python, "-c", "import vllm; print(vllm.__version__)"]).strip()
     print(f"gpu: {', '.join(platform.gpus)}; vLLM {version} in {python}")
-    refusal = unsupported_setup(
-        device="cuda",
-        tensor_parallel=1,
-        pipeline_parallel=1,
-        kv_cache_groups=1,
-        spec_kind="FullAttentionSpec",
-        sliding_window=None,
-    )
+    refusal = unsupported_setup(**CUDA_DENSE_SETUP)
     print(f"EngineKVConnector on CUDA: refused ({refusal})")
     data_dir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     common = ["--data-dir", str(data_dir)]

@@ -13,26 +13,14 @@ from graph_kvcache_mcp.domain.vllm.engine_kv.device import (
     tensor_parallel_label,
 )
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, block_keys
+from tests.unit.domain.test_vllm_kv_identity_file import IDENTITY
 
 CPU = {"device": "cpu", "backend": "CPU_ATTN", "kv_layout": "LBHNC", "isa": "vec"}
 GPU = {"device": "cuda", "backend": "FLASH_ATTN", "kv_layout": "NHD", "isa": "sm90"}
 
 
 def identity(layout: str, tensor_parallel: str = "1/1") -> KvModelIdentity:
-    return KvModelIdentity(
-        served_model="tiny-llama",
-        architecture="LlamaForCausalLM",
-        dtype="bfloat16",
-        num_layers=2,
-        num_kv_heads=2,
-        head_size=64,
-        head_size_v=64,
-        block_size=32,
-        page_bytes=32 * 2 * 2 * 64 * 2,
-        layout=layout,
-        tensor_parallel=tensor_parallel,
-        vllm_version="0.32.0",
-    )
+    return IDENTITY.model_copy(update={"layout": layout, "tensor_parallel": tensor_parallel})
 
 
 def keys(layout: str) -> list[str]:
