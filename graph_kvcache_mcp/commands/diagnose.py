@@ -22,6 +22,7 @@ from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, 
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.diagnosis.tier_miss import TierMiss
 from graph_kvcache_mcp.domain.vllm.hybrid.cache import is_hybrid_config
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GpuChoice, VllmVersion
 from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.diagnosis.kv_budget import budget_for
@@ -79,6 +80,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     budget.add_argument(
         "--platform", choices=("cpu", "gpu"), help="a hybrid's layout (default: this machine)"
     )
+    add_flag(budget, "--gpu", GpuChoice, help="a hybrid's card: a100|h100|h200|b200 or 9.0")
+    add_flag(budget, "--vllm-version", VllmVersion, help="its vLLM (default: the pin)")
     add_flag(budget, "--max-model-len", MaxModelLen, help="context (default: the config's)")
     budget.add_argument(
         "--no-prefix-caching", action="store_true", help="a hybrid without align mode"
@@ -223,6 +226,8 @@ def run_budget(args: argparse.Namespace, settings: Settings) -> int:
         platform=args.platform,
         max_model_len=args.max_model_len,
         prefix_caching=not args.no_prefix_caching,
+        gpu=args.gpu,
+        vllm_version=args.vllm_version,
     )
     emit(out, as_json=args.json, human=_describe_budget)
     return EXIT_OK

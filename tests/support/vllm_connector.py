@@ -122,6 +122,11 @@ class ConnectorVllm:
         text = httpx.get(f"{self.root_url}/metrics", timeout=30.0).text
         return parse_snapshot(text, MODEL_NAME).external_prefix_cache_hits_tokens or 0
 
+    def cached_by_source(self) -> dict[str, int]:
+        """`vllm:prompt_tokens_cached_by_source_total` by its `source` label, in tokens."""
+        text = httpx.get(f"{self.root_url}/metrics", timeout=30.0).text
+        return dict(parse_snapshot(text, MODEL_NAME).prompt_tokens_cached_by_source or {})
+
     def reset_local_cache(self) -> None:
         """Empty vLLM's own prefix cache (dev mode), so the next lookup goes to the engine."""
         httpx.post(f"{self.root_url}/reset_prefix_cache", timeout=30.0).raise_for_status()

@@ -22,9 +22,11 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     ModelGeometry,
     read_geometry,
 )
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GpuTarget
 from graph_kvcache_mcp.domain.vllm.hybrid.layout import (
     PlatformKind,
     PredictedHybridLayout,
+    gpu_rule_note,
     hybrid_layout,
     kv_cache_tokens,
 )
@@ -131,10 +133,11 @@ def kv_budget(
     platform: PlatformKind = "gpu",
     max_model_len: int | None = None,
     prefix_caching: bool = True,
+    target: GpuTarget | None = None,
 ) -> KvBudget:
     """The budget of the model a parsed HF `config.json` describes; a hybrid's as vLLM lays it
-    out on `platform` (prefix caching on: align mode), for `max_model_len` (default: the
-    config's max_position_embeddings, as vLLM).
+    out on `platform` (prefix caching on: align mode) by `target`'s vLLM and card rules, for
+    `max_model_len` (default: the config's max_position_embeddings, as vLLM).
 
     Raises:
         ConfigError: the config lacks a field the geometry needs, an unknown dtype, or a
@@ -160,7 +163,14 @@ def kv_budget(
     if geometry.facts.hybrid is None or geometry.facts.hybrid.state_bytes_per_layer is None:
         return budget
     context = max_model_len or _max_positions(config)
-    return _with_hybrid(budget, geometry.facts, platform, context, prefix_caching)
+    layout = hybrid_layout(
+        geometry.facts,
+        platform,
+        block_size=budget.block_size,
+        prefix_caching=prefix_caching,
+        target=target,
+    )
+    return _with_hybrid(budget, geometry.facts, layout, context)
 
 
 def _max_positions(config: Mapping[str, Any]) -> int | None:
@@ -173,15 +183,12 @@ def _max_positions(config: Mapping[str, Any]) -> int | None:
 def _with_hybrid(
     budget: KvBudget,
     facts: ModelFacts,
-    platform: PlatformKind,
+    layout: PredictedHybridLayout,
     max_model_len: int | None,
-    prefix_caching: bool,
 ) -> KvBudget:
     """The budget with vLLM's hybrid layout: its block, groups and padded pages, and the
     tokens it reports for the memory (attention bytes alone count 5-20% too many)."""
-    layout = hybrid_layout(
-        facts, platform, block_size=budget.block_size, prefix_caching=prefix_caching
-    )
+    platform = layout.platform
     tokens = None
     if budget.kv_memory_gib is not None and max_model_len is not None:
         memory = int(budget.kv_memory_gib * GIB)
@@ -193,6 +200,8 @@ def _with_hybrid(
         + f", {layout.kv_cache_groups} KV cache groups, pages of {layout.page_bytes:,} bytes "
         f"(Mamba page padded {layout.padding_pct}%)",
     ]
+    if (card := gpu_rule_note(layout, facts)) is not None:
+        notes.append(card)
     if budget.kv_memory_gib is not None and max_model_len is None:
         notes.append("no max_position_embeddings: give max_model_len for vLLM's token count")
     recurrent = budget.recurrent_state

@@ -178,7 +178,8 @@ def _hybrid_state_not_cached(facts: VllmFacts) -> Finding | None:
         "warning",
         f"{facts.hybrid.model_family} runs with mamba_cache_mode none: its Mamba state is "
         "never kept, so no prefix is reused",
-        "restart with vllm_start (--mamba-cache-mode align and the platform's recipe)",
+        "restart with vllm_start (prefix caching on, from which vLLM derives align mode, and "
+        "the platform's recipe)",
     )
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.domain.lmcache.keys import DEFAULT_NAMESPACE, Namespace
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GpuChoice, VllmVersion
 
 Mode = Literal["mp_native", "redis_resp", "inprocess_plugin"]
 MODES: tuple[Mode, ...] = ("mp_native", "redis_resp", "inprocess_plugin")
@@ -62,6 +63,8 @@ class LmcacheChoices(BaseModel):
         description="vLLM runs on CPU: the server takes the shared-memory transfer path "
         "(--supported-transfer-mode auto --shm-name), the one a CPU worker registers with.",
     )
+    gpu: GpuChoice | None = None
+    vllm_version: VllmVersion | None = None
     shm_name: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9_]{1,64}$",

@@ -12,7 +12,8 @@
 
 Rules applied (lmcache 0.5.6, see docs/lmcache.md): the same `PYTHONHASHSEED` on every process,
 telemetry off, `kv_connector_module_path` always set, `--enable-prefix-caching`; for Mamba/GDN
-hybrids `--mamba-cache-mode align`, `--max-num-batched-tokens` = the attention block size and a
+hybrids `--max-num-batched-tokens` = the attention block size (vLLM derives the Mamba cache mode
+from prefix caching, so no `--mamba-cache-mode`) and a
 chunk size that is a multiple of it; chunks kept under the engine's 64 MiB value cap. Secrets are
 never written: the token is passed through as `${EPISTEMIC_GRAPH_KVCACHE_TOKEN}`.
 """

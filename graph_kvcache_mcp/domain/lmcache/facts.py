@@ -68,6 +68,8 @@ class HybridFacts(BaseModel):
     )
     chunk_size: int | None = Field(None, description="The Mamba2 scan chunk, in tokens.")
     chunk_key: str | None = Field(None, description="The config key of the chunk size.")
+    key_head_dim: int | None = None
+    """A gated delta net's linear_key_head_dim: it picks the GDN prefill kernel on Blackwell."""
 
     def state_bytes(self, ssm_dtype: str | None = None) -> int | None:
         """One layer's state with the SSM part stored as `ssm_dtype` (default: the config's)."""

@@ -270,6 +270,7 @@ def hybrid_facts(
         ssm_dtype_explicit=explicit,
         chunk_size=chunk,
         chunk_key=family.chunk_key,
+        key_head_dim=integer("linear_key_head_dim") if family.mixer == "gdn" else None,
     )
 
 

@@ -9,8 +9,9 @@ from typing import Literal
 from graph_kvcache_mcp.domain.engine.limits import MAX_VALUE_BYTES
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.model import KERNEL_BLOCK_ALIGNMENT, ModelFacts
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GpuTarget, cpu_target, gpu_target
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import cpu_mp_limit
-from graph_kvcache_mcp.domain.vllm.hybrid.layout import PlatformKind, hybrid_layout
+from graph_kvcache_mcp.domain.vllm.hybrid.layout import PlatformKind, gpu_rule_note, hybrid_layout
 from graph_kvcache_mcp.errors import ConfigError
 
 ENGINE_VALUE_CAP_BYTES = MAX_VALUE_BYTES
@@ -35,20 +36,39 @@ def block_size(
         )
     platform: PlatformKind = "cpu" if choices.cpu else "gpu"
     layout = hybrid_layout(
-        facts, platform, block_size=choices.vllm_block_size, tp=choices.tensor_parallel_size
+        facts,
+        platform,
+        block_size=choices.vllm_block_size,
+        tp=choices.tensor_parallel_size,
+        target=target_of(choices),
     )
     estimate = layout.block_size
     warnings.append(
-        f"hybrid block size {estimate} is an estimate of vLLM's rule on {platform.upper()} "
-        f"({layout.kv_cache_groups} KV cache groups); confirm it against vLLM's log line "
-        "'Setting attention block size to N tokens' and pass mamba_block_size=N if it differs"
+        f"hybrid block size {estimate} is an estimate of vLLM {layout.vllm_version}'s rule on "
+        f"{(layout.gpu or platform).upper()} ({layout.kv_cache_groups} KV cache groups); "
+        "confirm it against vLLM's log line 'Setting attention block size to N tokens' and "
+        "pass mamba_block_size=N if it differs"
     )
+    if (card := gpu_rule_note(layout, facts)) is not None:
+        warnings.append(card)
     # The plan itself holds on a GPU; on a CPU vLLM the MP connector cannot take the groups.
     on_cpu = layout if choices.cpu else hybrid_layout(facts, "cpu", tp=choices.tensor_parallel_size)
     if choices.mode != "inprocess_plugin" and on_cpu.kv_cache_groups > 1:
         label = facts.hybrid.model_family or "hybrid"
         warnings.append(cpu_mp_limit(label, on_cpu.kv_cache_groups))
     return estimate, "estimated"
+
+
+def target_of(choices: LmcacheChoices) -> GpuTarget:
+    """The vLLM release and card the choices name (the pins, and no card, by default)."""
+    if choices.cpu:
+        target = cpu_target()
+        version = choices.vllm_version or target.vllm_version
+        return target.model_copy(update={"vllm_version": version})
+    named = choices.gpu
+    capability = named if named is not None and named[0].isdigit() else None
+    card = None if capability is not None else named
+    return gpu_target(card, vllm_version=choices.vllm_version, capability=capability)
 
 
 def chunk_size(

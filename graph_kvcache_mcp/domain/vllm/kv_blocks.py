@@ -53,7 +53,10 @@ class KvModelIdentity(BaseModel):
     head_size_v: int = Field(ge=1)
     block_size: int = Field(ge=1, description="Tokens per block.")
     page_bytes: int = Field(ge=1, description="Bytes of one layer's page for one block.")
-    layout: str = Field(description="KV layout, backend and kernel ISA (e.g. cpu:LBHNC:vec).")
+    layout: str = Field(
+        description="Device, attention backend, KV layout, kernel block, kernel ISA and cache "
+        "dtype (`domain.vllm.engine_kv.device`, e.g. cpu:CPU_ATTN:LBHNC:kb32:vec:auto)."
+    )
     tensor_parallel: str = Field("1/1", description="rank/size of the rank that holds the KV.")
     vllm_version: str
     kv_groups: str = Field(
@@ -83,10 +86,12 @@ class KvModelIdentity(BaseModel):
 
 
 GPU_ALTERNATIVE = (
-    "EngineKVConnector moves blocks of vLLM's CPU KV cache only. On a GPU use LMCache's MP "
-    "connector with the engine as its remote tier (graph-kvcache-mcp lmcache config, "
-    "vllm start --kv-connector mp_native); docs/vllm-connector.md says what a GPU build of "
-    "this connector would need"
+    "EngineKVConnector moves blocks of vLLM's CPU KV cache only: its CUDA copy path (pinned "
+    "host buffers, copies on a side stream ordered against the model's writes by events, "
+    "blocks held until an async save finishes, pages addressed through vLLM's KVCacheTensor "
+    "placements, the sleep-mode hooks) is not built yet. On a GPU use LMCache's MP connector "
+    "with the engine as its remote tier (graph-kvcache-mcp lmcache config, vllm start "
+    "--kv-connector mp_native); docs/vllm-connector.md lists what a GPU build needs"
 )
 
 
@@ -120,7 +125,7 @@ def unsupported_setup(
 
 HYBRID_HINT = (
     "EngineKVConnector handles a hybrid as one full-attention KV cache group plus Mamba state "
-    "groups in vLLM's align mode (--enable-prefix-caching --mamba-cache-mode align)"
+    "groups in vLLM's align mode (--enable-prefix-caching; vLLM derives the mode from it)"
 )
 
 

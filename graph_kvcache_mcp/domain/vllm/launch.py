@@ -22,6 +22,7 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     mp_kv_transfer_config,
 )
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import gpu_target
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import (
     CPU_HYBRID_BLOCK_SIZE,
     plan_hybrid,
@@ -226,6 +227,7 @@ def plan_launch(
             block_size=launch.block_size,
             lmcache_mp=lmcache_mp,
             extra_args=launch.extra_args,
+            target=gpu_target(platform.gpus[0]) if platform.gpus else None,
         )
         args += recipe.flags
         notes += recipe.notes

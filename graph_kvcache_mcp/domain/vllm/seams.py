@@ -33,6 +33,7 @@ KV_CACHE_INTERFACE = "vllm/v1/kv_cache_interface.py"
 CPU_ATTENTION = "vllm/v1/attention/backends/cpu_attn.py"
 KV_EVENTS = "vllm/distributed/kv_events.py"
 METRIC_LOGGERS = "vllm/v1/metrics/loggers.py"
+CACHE_HIT_SOURCE = "vllm/v1/metrics/cache_hit_source.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +131,15 @@ SEAMS: tuple[Check, ...] = (
             "get_kv_connector_stats",
             "build_kv_connector_stats",
             "build_prom_metrics",
+            "get_external_cache_hit_sources",
         ),
         "EngineKVConnector overrides it",
+    ),
+    *_members(
+        CACHE_HIT_SOURCE,
+        "CacheHitSource",
+        ("HOST", "DISK", "EXTERNAL_UNSPECIFIED"),
+        "the tier engine hits count under (domain.vllm.engine_kv.hit_sources)",
     ),
     Seam(BASE, "SupportsHMA", "request_finished_all_groups", "hybrid saves end through it"),
     *_members(

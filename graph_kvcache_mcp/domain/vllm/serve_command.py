@@ -30,7 +30,8 @@ def vllm_argv(
         argv += ["--tensor-parallel-size", str(choices.tensor_parallel_size)]
     argv.append("--enable-prefix-caching")
     if facts.kind == "hybrid" and block is not None:
-        argv += ["--mamba-cache-mode", "align", "--max-num-batched-tokens", str(block)]
+        # vLLM derives the Mamba cache mode from prefix caching: no --mamba-cache-mode.
+        argv += ["--max-num-batched-tokens", str(block)]
         if block < MAX_NUM_SEQS["cpu" if choices.cpu else "gpu"]:
             argv += ["--max-num-seqs", str(block)]  # vLLM refuses a batch under max_num_seqs
     if transfer is not None:

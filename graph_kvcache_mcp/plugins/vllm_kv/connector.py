@@ -38,6 +38,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorTransferResults,
     SupportsHMA,
 )
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_KEY
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
@@ -131,6 +132,14 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
     ) -> None:
         self.scheduler.after_alloc(request, blocks, num_external_tokens)
+
+    def get_external_cache_hit_sources(
+        self, request: Request, num_external_tokens: int
+    ) -> dict[CacheHitSource, int]:
+        """The engine's tier (host: a memory engine here; disk: a durable one), so vLLM's
+        prompt_tokens_cached_by_source counts engine hits under it, not external_unspecified."""
+        split = self.scheduler.hit_sources(num_external_tokens)
+        return {CacheHitSource(source): tokens for source, tokens in split.items()}
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         return self.scheduler.step_plan(scheduler_output)

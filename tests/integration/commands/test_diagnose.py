@@ -31,6 +31,25 @@ def test_budget_prints_the_same_model_the_tool_returns(capsys: pytest.CaptureFix
     assert code == 0 and "70,272 bytes per token" in text
 
 
+def test_budget_follows_the_named_card_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = str(MODELS.parent / "lmcache" / "qwen3-next-80b-a3b.config.json")
+    given = ("diagnose", "budget", "--hf-config", config, "--platform", "gpu", "--json")
+    blocks = {}
+    for card in ("h100", "a100"):
+        code, out, _ = run(
+            capsys, *given, "--gpu", card, "--kv-memory-gib", "40", "--max-model-len", "32768"
+        )
+        assert code == 0
+        budget = json.loads(out)
+        blocks[card] = (budget["block_size"], budget["tokens_fit"])
+    assert blocks["h100"][0] == 576 and blocks["a100"][0] == 544
+    assert blocks["h100"][1] < blocks["a100"][1]
+    code, out, err = run(capsys, *given, "--gpu", "v100")
+    assert (code, out) == (2, "") and "--gpu" in err
+
+
 def test_budget_refuses_a_missing_config_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "diagnose", "budget", "--hf-config", "/nonexistent/x")
     assert (code, out) == (2, "") and "no config.json" in err

@@ -81,7 +81,8 @@ def test_vllm_start_with_defaults_serves_and_caches_a_long_prompt_as_the_budget_
     )  # fmt: skip
     assert code == 0, err
     status = VllmStatusOut.model_validate_json(out)
-    assert any("--mamba-cache-mode align" in note for note in status.notes)
+    assert any("--max-num-batched-tokens" in note for note in status.notes)
+    assert not any("--mamba-cache-mode" in note for note in status.notes)
     url = f"http://127.0.0.1:{port}/v1"
     prompt = long_prompt(620, seed=groups)
     chats = []

@@ -81,12 +81,18 @@ def test_a_second_vllm_beside_the_first_loads_what_the_first_computed(
     cold = first.complete(prompt)
     _wait_stored(kv_engine, first.keys_of(prompt))
     with connector_vllm(tmp_path, kv_engine) as second:
-        hits_before = second.external_hits()
+        hits_before, by_source_before = second.external_hits(), second.cached_by_source()
         warm = second.complete(prompt)
         hits = second.external_hits() - hits_before
+        by_source = second.cached_by_source()
     assert cold.cached_tokens == 0
     assert (warm.cached_tokens, hits) == (FULL_BLOCK_TOKENS, FULL_BLOCK_TOKENS)
     assert warm.text == cold.text
+    # The connector names the tier (a memory engine on loopback: host memory), so vLLM counts
+    # the engine's hits under it rather than external_unspecified.
+    assert by_source.get("host", 0) - by_source_before.get("host", 0) == FULL_BLOCK_TOKENS
+    unspecified = by_source.get("external_unspecified", 0)
+    assert unspecified == by_source_before.get("external_unspecified", 0)
 
 
 def test_a_corrupted_block_in_the_engine_is_recomputed_not_loaded(

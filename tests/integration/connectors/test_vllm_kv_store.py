@@ -58,6 +58,27 @@ def test_count_present_is_the_leading_run_of_stored_keys(memory_engine: RunningE
         store.close()
 
 
+def test_the_hit_source_follows_the_engines_backend(
+    memory_engine: RunningEngine, durable_engine: RunningEngine
+) -> None:
+    """vLLM's prompt_tokens_cached_by_source label for engine hits: host for a memory engine
+    here, disk for a durable one, None (external_unspecified) when the engine does not answer."""
+    answers = []
+    for engine in (memory_engine, durable_engine):
+        store = _store(engine.base_url, engine)
+        try:
+            answers.append(store.hit_source())
+        finally:
+            store.close()
+    assert answers == ["host", "disk"]
+    with slow_peer() as url:
+        store = _store(url, timeout_s=0.5)
+        try:
+            assert store.hit_source() is None
+        finally:
+            store.close()
+
+
 def test_saved_blocks_are_uploaded_in_the_background_and_fetched_back(
     memory_engine: RunningEngine,
 ) -> None:

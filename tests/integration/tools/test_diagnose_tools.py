@@ -124,3 +124,21 @@ async def test_diagnose_budget_lays_a_hybrid_out_for_the_platform_asked_and_name
     assert cpu_state.vllm_bytes_per_sequence is not None and gpu_state.bytes_per_sequence
     assert cpu_state.vllm_bytes_per_sequence > gpu_state.bytes_per_sequence
     assert any("vLLM stores it in float32 on CPU" in note for note in cpu.notes)
+
+
+async def test_diagnose_budget_on_a_named_card_follows_its_vllm_rules(tmp_path: Path) -> None:
+    """platform=h100 applies vLLM 0.33's Hopper rule to a gated delta net (576-token blocks,
+    one more state block per request); a100 keeps 544 and fits more tokens."""
+    qwen3_next = str(MODELS.parent / "lmcache" / "qwen3-next-80b-a3b.config.json")
+    arguments = {"hf_config": qwen3_next, "kv_memory_gib": 40, "max_model_len": 32768}
+    async with Client(build_server(settings(tmp_path))) as client:
+        h100, a100 = [
+            KvBudget.model_validate(
+                await call_ok(client, "diagnose_budget", {**arguments, "platform": card})
+            )
+            for card in ("h100", "a100")
+        ]
+    assert (h100.block_size, a100.block_size) == (576, 544)
+    assert h100.tokens_fit is not None and a100.tokens_fit is not None
+    assert h100.tokens_fit < a100.tokens_fit
+    assert h100.hybrid is not None and h100.hybrid.layout.gpu == "h100"

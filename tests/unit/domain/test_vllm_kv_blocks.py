@@ -135,6 +135,7 @@ def test_the_cpu_full_attention_single_rank_setup_is_handled() -> None:
     ("change", "says"),
     [
         ({"device": "cuda"}, "LMCache's MP connector"),
+        ({"device": "cuda"}, "pinned host buffers"),  # says what the CUDA path lacks
         ({"tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
         ({"pipeline_parallel": 2}, "tensor and pipeline parallel size 1"),
         ({"kv_cache_groups": 2}, "one KV cache group"),

@@ -2,11 +2,14 @@
 Pure: no I/O.
 
 Measured on CPU vLLM 0.32 (docs/vllm.md, "Hybrid models"): with prefix caching on, vLLM picks
-`--mamba-cache-mode align` for a Mamba2 hybrid by itself, and the first prompt longer than one
+align mode for a Mamba2 hybrid by itself, and the first prompt longer than one
 Mamba chunk then kills the engine core (the CPU scan kernel returns only a sequence's final
 state, while align mode asks for a checkpoint inside a multi-chunk step). What works: one block
 per step (`--max-num-batched-tokens B`, B the block vLLM will use) and a Mamba chunk of at least
-B (`--hf-overrides`). A gated delta net sets no prefill checkpoint and needs neither; Mamba1
+B (`--hf-overrides`). Read in vLLM 0.32's and 0.33's source: both derive the Mamba cache mode
+from prefix caching (align with it, none without; 0.33 deprecates `--mamba-cache-mode` and
+ignores it), so the plan never passes that flag. A gated delta net on CPU sets no prefill
+checkpoint and needs neither; Mamba1
 (Jamba, Mamba) has no CPU scan kernel at all. LMCache's MP connector cannot register several KV
 cache groups on CPU.
 """
@@ -24,9 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import family_of
 from graph_kvcache_mcp.domain.lmcache.model import HybridFamily, ModelFacts, read_geometry
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GpuTarget
 from graph_kvcache_mcp.domain.vllm.hybrid.layout import (
     PlatformKind,
     PredictedHybridLayout,
+    gpu_rule_note,
     hybrid_layout,
 )
 from graph_kvcache_mcp.errors import ConfigError
@@ -38,7 +43,6 @@ MAX_NUM_SEQS = {"cpu": 128, "gpu": 1024}
 """vLLM's largest default max_num_seqs for its API server (CPU; a large-memory GPU): a step of
 one block must not be smaller (vLLM refuses max_num_batched_tokens < max_num_seqs)."""
 HYBRID_FLAGS = (
-    "--mamba-cache-mode",
     "--max-num-batched-tokens",
     "--max-num-seqs",
     "--hf-overrides",
@@ -106,12 +110,13 @@ def plan_hybrid(
     block_size: int | None,
     lmcache_mp: bool,
     extra_args: tuple[str, ...],
+    target: GpuTarget | None = None,
 ) -> HybridPlan:
     """The flags `facts` needs on `platform` (prefix caching on; `lmcache_mp`: behind
-    LMCache's MP connector), with a note for each."""
+    LMCache's MP connector; `target`: the vLLM and card), with a note for each."""
     assert facts.hybrid is not None
     hybrid = facts.hybrid
-    layout = hybrid_layout(facts, platform, block_size=block_size)
+    layout = hybrid_layout(facts, platform, block_size=block_size, target=target)
     block = layout.block_size
     label = hybrid.model_family or "hybrid"
     notes = [
@@ -134,7 +139,6 @@ def plan_hybrid(
             if platform == "cpu"
             else "LMCache's hybrid rule: max batched tokens in [B, 2B)"
         )
-        wanted.append(("--mamba-cache-mode", "align", "prefix caching keeps the Mamba state"))
         wanted.append(("--max-num-batched-tokens", str(block), why))
         if block < MAX_NUM_SEQS[platform]:
             wanted.append(("--max-num-seqs", str(block), "vLLM needs max_num_seqs <= batch"))
@@ -143,8 +147,10 @@ def plan_hybrid(
         override = json.dumps({hybrid.chunk_key: block}, separators=(",", ":"))
         why = f"the model's Mamba chunk {chunk} < block {block} crashes align mode on CPU"
         wanted.append(("--hf-overrides", override, why))
-    if hybrid.family == "gdn":
-        notes.append("gated delta net: no prefill checkpoints, vLLM's defaults cache it")
+    if hybrid.family == "gdn" and platform == "cpu":
+        notes.append("gated delta net: no prefill checkpoints on CPU, vLLM's defaults cache it")
+    if (card := gpu_rule_note(layout, facts)) is not None:
+        notes.append(card)
     flags: list[str] = []
     given = {arg.split("=", 1)[0] for arg in extra_args}
     for flag, value, why in wanted:

@@ -14,6 +14,8 @@ The rules are vLLM 0.32's (`Platform._align_hybrid_block_size`,
   ceil(len / block) blocks per attention group and 1 per recurrent group (2, plus a prefill
   checkpoint for Mamba2, in align mode). vLLM logs `num_blocks / blocks_per_request ×
   max_model_len` as "CPU KV cache size: N tokens".
+- vLLM 0.33 on Hopper (and Blackwell for a 128 key head dim) adds the gated-delta-net
+  checkpoint rule of `gpu_rules`: the block a multiple of 64, one more state block per request.
 - On CPU (vLLM's CPU build targets AVX-512 BF16), the SSM state is stored in float32 except a
   gated delta net whose config asks for a 16-bit one.
 """
@@ -26,6 +28,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.facts import ModelFacts
+from graph_kvcache_mcp.domain.versions import VLLM_GPU_VERSION
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import (
+    GDN_CHECKPOINT_BLOCKS,
+    GpuTarget,
+    cpu_target,
+    gdn_checkpoint_alignment,
+)
 from graph_kvcache_mcp.errors import ConfigError
 
 PlatformKind = Literal["cpu", "gpu"]
@@ -58,6 +67,14 @@ class PredictedHybridLayout(BaseModel):
     padding_pct: float = Field(description="vLLM's 'Padding mamba page size by X%'.")
     block_bytes: int = Field(description="Bytes one block takes from the KV memory.")
     mamba_cache_mode: MambaCacheMode
+    vllm_version: str
+    """The vLLM release whose rules were applied."""
+    gpu: str | None = None
+    """The card those rules were applied for (None: CPU, or a GPU not named)."""
+    checkpoint_alignment: int | None = None
+    """Token grid of align-mode prefill checkpoints (a GDN on FlashInfer), or None."""
+    prefill_checkpoint_blocks: int = 0
+    """Extra state blocks a request keeps for prefill checkpoints (align mode)."""
 
 
 def hybrid_layout(
@@ -67,8 +84,10 @@ def hybrid_layout(
     block_size: int | None = None,
     prefix_caching: bool = True,
     tp: int = 1,
+    target: GpuTarget | None = None,
 ) -> PredictedHybridLayout:
-    """The layout vLLM will build for `facts` given the requested `block_size`.
+    """The layout vLLM will build for `facts` given the requested `block_size`, by the rules of
+    `target`'s vLLM and card (default: the CPU pin on CPU, the GPU pin on an unnamed GPU).
 
     Raises:
         ConfigError: the model is not a hybrid of a family known here (its state is unknown).
@@ -82,8 +101,17 @@ def hybrid_layout(
         )
     state = max(1, state_bytes // tp)
     per_token = facts.attention_bytes_per_token_layer(tp)
+    if target is None:
+        target = cpu_target() if platform == "cpu" else GpuTarget(vllm_version=VLLM_GPU_VERSION)
+    if platform == "cpu":
+        target = target.model_copy(update={"capability": None, "gpu": None})
+    alignment = None
+    if prefix_caching and hybrid.family == "gdn":
+        alignment = gdn_checkpoint_alignment(target, hybrid.key_head_dim)
     requested = block_size or DEFAULT_BLOCK[platform]
     kernel = max(KERNEL_BLOCK[platform], requested)
+    if alignment is not None:
+        kernel = math.lcm(kernel, alignment)
     needed = kernel * math.ceil(state / (kernel * per_token))
     needed = KERNEL_BLOCK[platform] * math.ceil(needed / KERNEL_BLOCK[platform])
     block = max(requested, needed)
@@ -107,6 +135,16 @@ def hybrid_layout(
         padding_pct=round(100 * (page - state) / state, 2),
         block_bytes=group * page,
         mamba_cache_mode="align" if prefix_caching else "none",
+        vllm_version=target.vllm_version,
+        gpu=target.gpu,
+        checkpoint_alignment=alignment,
+        prefill_checkpoint_blocks=(
+            0
+            if not prefix_caching
+            else GDN_CHECKPOINT_BLOCKS
+            if alignment
+            else PREFILL_CHECKPOINT_BLOCKS.get(hybrid.family, 0)
+        ),
     )
 
 
@@ -129,9 +167,29 @@ def kv_cache_tokens(
     blocks = kv_cache_bytes // layout.block_bytes
     per_state = 1
     if layout.mamba_cache_mode == "align" and facts.hybrid is not None:
-        per_state = 2 + PREFILL_CHECKPOINT_BLOCKS.get(facts.hybrid.family, 0)
+        per_state = 2 + layout.prefill_checkpoint_blocks
     per_request = (
         layout.attention_groups * math.ceil(max_model_len / layout.block_size)
         + layout.recurrent_groups * per_state
     )
     return int(blocks / per_request * max_model_len)
+
+
+def gpu_rule_note(layout: PredictedHybridLayout, facts: ModelFacts) -> str | None:
+    """What a gated delta net's GPU layout assumed about the card, or None (CPU, another
+    family): on vLLM 0.33 its block differs between Hopper/Blackwell and A100."""
+    if layout.platform != "gpu" or facts.hybrid is None or facts.hybrid.family != "gdn":
+        return None
+    if layout.checkpoint_alignment is not None:
+        return (
+            f"gated delta net on {layout.gpu or 'this GPU'} with vLLM {layout.vllm_version}: "
+            f"FlashInfer prefill checkpoints align the block to {layout.checkpoint_alignment} "
+            "and keep one more state block per request (`--gdn-prefill-backend triton` would not)"
+        )
+    if layout.gpu is None:
+        return (
+            "gated delta net on an unnamed GPU: laid out as on an A100 (Triton prefill); with "
+            "vLLM 0.33 on an H100/H200 (or B200) the block is a multiple of 64 and each request "
+            "keeps one more state block: name the card (gpu h100|h200|a100|b200)"
+        )
+    return None
