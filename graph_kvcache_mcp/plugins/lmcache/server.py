@@ -74,24 +74,25 @@ class AdminRoutesOnly:
         """The id the server registers under at its coordinator, told to its owner only."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        # Every route to our own user only: the coordinator's callbacks, and `/config` (the
-        # chunk size, hash and L2 wiring) and the counters, which tell a neighbour how busy we are.
-        if scope["type"] == "lifespan" or (
-            scope["type"] == "http" and self._serves(scope) and from_owner(scope)
-        ):
-            if self.instance_id is not None and scope["path"] == REPORTED_INSTANCE_ROUTE:
-                await answer_json(send, 200, {"instance_id": self.instance_id})
-                return
-            if (scope["method"], scope["path"]) == DELETE_ROUTE:
-                allowed, receive = await l1_delete_only(receive)
-                if not allowed:
-                    await refuse(send, 403, "Forbidden: only an unforced tier=l1 delete is served")
-                    return
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
             return
         if scope["type"] != "http":
             return  # a websocket: closed unanswered
-        await refuse(send, 404, "Not Found")
+        # Every route to our own user only: the coordinator's callbacks, and `/config` (the
+        # chunk size, hash and L2 wiring) and the counters, which tell a neighbour how busy we are.
+        if not (self._serves(scope) and from_owner(scope)):
+            await refuse(send, 404, "Not Found")
+            return
+        if self.instance_id is not None and scope["path"] == REPORTED_INSTANCE_ROUTE:
+            await answer_json(send, 200, {"instance_id": self.instance_id})
+            return
+        if (scope["method"], scope["path"]) == DELETE_ROUTE:
+            allowed, receive = await l1_delete_only(receive)
+            if not allowed:
+                await refuse(send, 403, "Forbidden: only an unforced tier=l1 delete is served")
+                return
+        await self.app(scope, receive, send)
 
     def _serves(self, scope: Any) -> bool:
         method, path = scope["method"], scope["path"]

@@ -146,6 +146,13 @@ def test_the_server_reports_its_instance_id_to_its_owner_only(
     )
     assert owner == (200, b'{"instance_id": "ours-1"}')
     assert stranger[0] == 404
+    lifespan: list[Any] = []
+
+    async def app(scope: Any, _receive: Any, _send: Any) -> None:
+        lifespan.append(scope["type"])
+
+    anyio.run(AdminRoutesOnly(app, instance_id="ours-1"), {"type": "lifespan"}, None, None)
+    assert lifespan == ["lifespan"]  # startup reaches LMCache's app (no path to look at)
     assert flag_value(["--instance-id", "a"], "--instance-id") == "a"
     assert flag_value(["--instance-id=b"], "--instance-id") == "b"
     assert flag_value(["--port", "1"], "--instance-id") is None
