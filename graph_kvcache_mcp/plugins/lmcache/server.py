@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_kvcache_mcp.domain.fleet.tier_trust import REPORTED_INSTANCE_ROUTE
+from graph_kvcache_mcp.domain.lmcache.process_spec import flag_value
 from graph_kvcache_mcp.plugins.owner_only import answer_json, from_owner, refuse
 
 ADMIN_ROUTES = frozenset({"/", "/healthcheck", "/status", "/lmc_version", "/metrics", "/config"})
@@ -138,16 +139,6 @@ async def l1_delete_only(receive: Any) -> tuple[bool, Any]:
         return messages.pop(0) if messages else await receive()
 
     return allowed, replay
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of `flag` in `args` (`--flag value` or `--flag=value`); None when absent."""
-    for at, arg in enumerate(args):
-        if arg == flag and at + 1 < len(args):
-            return args[at + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 def load_filed_secret(name: str) -> None:

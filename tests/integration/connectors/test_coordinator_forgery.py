@@ -15,18 +15,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from graph_kvcache_mcp.cli import main
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
-from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.lmcache.state import LmcacheStatus
 from graph_kvcache_mcp.domain.fleet.tier_trust import REPORTED_INSTANCE_ROUTE
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
-from tests.integration.connectors.test_stack_neighbours import _start_args
+from tests.integration.connectors.test_stack_neighbours import lmcache_started
 from tests.support.coordinator import running_coordinator
-from tests.support.engines import RunningEngine, require_in_ci
-from tests.support.neighbour import as_nobody, can_run_as_nobody
+from tests.support.engines import RunningEngine
+from tests.support.neighbour import as_nobody
 
 pytestmark = pytest.mark.lmcache
 TOKENS = list(range(1, 601))
@@ -38,19 +36,12 @@ def joined(
     memory_engine: RunningEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, LmcacheStatus]]:
     """An unfiltered coordinator (its URL) and the managed server `lmcache start` joined to it."""
-    if not can_run_as_nobody():
-        require_in_ci("root with setpriv and /usr/bin/python3 (a second local user)")
-    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", memory_engine.base_url)
-    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", memory_engine.token.get_secret_value())
-    data_dir = tmp_path / "d"
     (tmp_path / "c").mkdir()
-    managed = ManagedLmcache(data_dir)
-    with running_coordinator(tmp_path / "c") as url:
-        try:
-            assert main([*_start_args(data_dir), "--coordinator", url]) == 0
-            yield url, managed.status()
-        finally:
-            managed.stop()
+    with (
+        running_coordinator(tmp_path / "c") as url,
+        lmcache_started(memory_engine, tmp_path / "d", monkeypatch, "--coordinator", url) as server,
+    ):
+        yield url, server.status()
 
 
 async def _registered(coordinator: CoordinatorHttp, port: int, ours: str) -> None:

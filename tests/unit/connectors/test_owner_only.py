@@ -14,8 +14,9 @@ import anyio
 import pytest
 
 from graph_kvcache_mcp.domain.fleet.tier_trust import REPORTED_INSTANCE_ROUTE
+from graph_kvcache_mcp.domain.lmcache.process_spec import flag_value
 from graph_kvcache_mcp.domain.vllm.entry import DEV_ROUTES_FILTER
-from graph_kvcache_mcp.plugins.lmcache.server import AdminRoutesOnly, flag_value
+from graph_kvcache_mcp.plugins.lmcache.server import AdminRoutesOnly
 from graph_kvcache_mcp.plugins.owner_only import OwnerOnly, from_owner
 from graph_kvcache_mcp.plugins.vllm_dev_routes import OwnerOnlyDevRoutes
 
