@@ -7,7 +7,13 @@ routes, `GET /env` returns the server's whole environment, and others clear the 
 metrics, change quotas, add or remove L2 adapters, or run a script. Before the server starts, this
 entry point answers 404 to all but the read-only routes the project reads (`ADMIN_ROUTES`), and
 to every request whose client socket is not our user's (`owner_only.from_owner`), so a neighbour
-reaching the port learns nothing and changes nothing.
+reaching the port learns nothing and changes nothing. Of deletes it passes on only an unforced L1
+one (`l1_delete_only`), whoever asked a coordinator to forward it.
+
+The server's coordinator instance id is drawn here when its flags name none, and told to its
+owner (`REPORTED_INSTANCE_ROUTE`): our tools then find our registration by that id, never by
+"the newest registration at this address", which any local user can forge at a coordinator
+without our filter.
 
 LMCache's KV RPC (ZMQ, no authentication either) is bound by the 0.5.6 server on
 `tcp://<host>:<port>` only, though its clients accept `ipc://`. With `GRAPH_KVCACHE_LMCACHE_RPC_URL`
