@@ -151,6 +151,11 @@ class Settings(BaseModel):
     lmcache_http_port: ServicePort = Field(
         8080, description="GRAPH_KVCACHE_LMCACHE_HTTP_PORT: its HTTP port."
     )
+    trust_unmanaged_coordinator: bool = Field(
+        False,
+        description="GRAPH_KVCACHE_TRUST_UNMANAGED_COORDINATOR: believe the L1 answers of an "
+        "LMCache coordinator this data dir did not start (any local user may write to one).",
+    )
 
     def endpoint_problem(self, endpoint: Endpoint) -> str | None:
         """Why `endpoint` was refused at startup (a server defers these), else None."""
@@ -363,6 +368,7 @@ ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     (CALL_TIMEOUT_ENV, "vllm_timeout_s", _numeric(float)),
     (PROBE_TIMEOUT_ENV, "vllm_probe_timeout_s", _numeric(float)),
     ("GRAPH_KVCACHE_LMCACHE_PYTHON", "lmcache_python", _given(Path)),
+    ("GRAPH_KVCACHE_TRUST_UNMANAGED_COORDINATOR", "trust_unmanaged_coordinator", _flag),
     ("GRAPH_KVCACHE_FLEET", "fleet_file", _given(lambda text: Path(text).expanduser())),
     ("GRAPH_KVCACHE_LMCACHE_PORT", "lmcache_port", _numeric(int)),
     ("GRAPH_KVCACHE_LMCACHE_HTTP_PORT", "lmcache_http_port", _numeric(int)),

@@ -211,7 +211,11 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_config(args: argparse.Namespace, settings: Settings) -> int:
-    out = _config_out(args, settings, plan=plan_for_this_host)
+    out = _config_out(
+        args,
+        settings,
+        plan=lambda facts, choices: plan_for_this_host(facts, choices, settings.data_dir),
+    )
     plan = out.plan
     if args.write_yaml is not None and plan.lmcache_yaml is not None:
         with args.write_yaml.open("x", encoding="utf-8") as handle:  # never overwrite

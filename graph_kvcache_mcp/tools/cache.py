@@ -74,8 +74,8 @@ async def cache_evict(
     prompt: Prompt = None,
     tier: Annotated[Literal["l1", "l2"], Field(description="l1, or l2 (never deleted).")] = "l1",
 ) -> CacheOut:
-    """Drop a prompt's chunks from the instance's LMCache L1. The engine (L2) keeps them:
-    tier=l2 says so and deletes nothing."""
+    """Drop a prompt's chunks from the instance's LMCache L1. tier=l2 deletes nothing and says
+    what can delete there in this mode."""
     target = await _target(ctx, "cache_evict", instance, messages, prompt)
     if isinstance(target, CacheOut):
         return target

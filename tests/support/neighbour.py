@@ -1,7 +1,8 @@
 """A second local user probing what the processes we start expose (test double for an attacker;
 run as `nobody` through `as_nobody`). Prints one JSON object.
 
-    neighbour.py http METHOD URL        -> {"status": int | null, "body": str, "error": str}
+    neighbour.py http METHOD URL [JSON] -> {"status": int | null, "body": str, "error": str}
+        (JSON: a request body, sent as application/json)
     neighbour.py connect ENDPOINT       -> {"connected": bool, "error": str}
         (ENDPOINT: tcp://host:port or ipc:///path; connect() itself, no protocol spoken)
     neighbour.py replay ENDPOINT        -> {"frames": [[hex, ...], ...], "error": str}
@@ -78,8 +79,10 @@ def _run(prefix: list[str], python: str, args: tuple[str, ...]) -> dict[str, Any
     return answer
 
 
-def http(method: str, url: str) -> dict[str, object]:
-    request = urllib.request.Request(url, method=method)
+def http(method: str, url: str, body: str | None = None) -> dict[str, object]:
+    data = None if body is None else body.encode()
+    headers = {} if body is None else {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return {"status": response.status, "body": response.read().decode(errors="replace")}
@@ -130,7 +133,7 @@ def replay(endpoint: str) -> dict[str, object]:
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "http":
-        print(json.dumps(http(args[0], args[1])))
+        print(json.dumps(http(*args[:3])))
     elif mode == "connect":
         print(json.dumps(connect(args[0])))
     elif mode == "replay":

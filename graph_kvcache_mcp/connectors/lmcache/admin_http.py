@@ -11,7 +11,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
-from graph_kvcache_mcp.domain.fleet.tier_trust import process_start_s
+from graph_kvcache_mcp.domain.fleet.tier_trust import REPORTED_INSTANCE_ROUTE, process_start_s
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, keying_from_config
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
 from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
@@ -101,6 +101,13 @@ class LmcacheHttp:
                 status=reply.status_code,
             )
         return reply.text
+
+    async def instance_id(self) -> str | None:
+        """The id the server says it registers under at its coordinator (a server started
+        through our entry point tells its owner); None when it says none or cannot be asked."""
+        answer = await self._get(REPORTED_INSTANCE_ROUTE)
+        found = answer.get("instance_id") if isinstance(answer, dict) else None
+        return found if isinstance(found, str) and found else None
 
     async def started_s(self) -> float | None:
         """When the server process started (its /metrics); None when it does not say."""

@@ -19,7 +19,11 @@ import httpx2
 
 from graph_kvcache_mcp.connectors.processes.identity import listener_user
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
-from graph_kvcache_mcp.domain.fleet.tier_trust import Registration, process_start_s
+from graph_kvcache_mcp.domain.fleet.tier_trust import (
+    Registration,
+    own_registration,
+    process_start_s,
+)
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -44,15 +48,17 @@ class CoordinatorHttp:
     async def __aexit__(self, *_exc: object) -> None:
         await self._http.aclose()
 
-    async def instance_id(self, ip: str, http_port: int) -> str | Unavailable | None:
-        """The id the server at `ip:http_port` registered under (the newest registration there:
-        a killed predecessor's lingers for the instance timeout); None when none is registered."""
+    async def instance_id(
+        self, ip: str, http_port: int, *, reported: str | None = None
+    ) -> str | Unavailable | None:
+        """The id the server at `ip:http_port` registered under: the one it reports
+        (`LmcacheHttp.instance_id`), else the newest registration there (`own_registration`);
+        None when it is not registered."""
         found = await self.registrations(ip, http_port)
         if isinstance(found, Unavailable):
             return found
-        if not found:
-            return None
-        return max(found, key=lambda r: r.registered_at or 0.0).instance_id
+        own = own_registration(found, None, reported)
+        return own.instance_id if own is not None else None
 
     async def registrations(self, ip: str, http_port: int) -> list[Registration] | Unavailable:
         """Every registration at `ip:http_port` (`GET /instances`)."""

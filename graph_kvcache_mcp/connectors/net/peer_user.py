@@ -2,8 +2,9 @@
 
 A connection from 127.0.0.1 says nothing about who made it; the kernel knows the uid owning the
 client's socket. Used by the HTTP server's per-user connection cap (`host/http_guard.py`) and by
-the owner-only filter in front of LMCache's HTTP apps (`plugins/lmcache/owner_only.py`). Linux
-only: elsewhere the owner is unknown (None), which callers treat as "not ours".
+the owner-only filters in front of LMCache's HTTP apps and a dev-mode vLLM
+(`plugins/owner_only.py`). Linux only: elsewhere the owner is unknown (None), which callers treat
+as "not ours".
 """
 
 from __future__ import annotations

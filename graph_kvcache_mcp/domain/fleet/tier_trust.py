@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict
 
 from graph_kvcache_mcp.domain.vllm.metrics.names import PROCESS_START
 
+REPORTED_INSTANCE_ROUTE = "/graph_kvcache/instance"
+"""Where a server started through our entry point (`plugins/lmcache/server.py`) tells its owner
+the id it registers under at the coordinator (`{"instance_id": ...}`); other servers answer 404."""
 INSTANCE_TIMEOUT_S = 40.0
 """The coordinator's instance timeout (30 s) plus its health-check period (10 s): how long a
 killed server's registration and L1 placements may linger."""
@@ -61,10 +64,19 @@ def process_start_s(exposition: str) -> float | None:
 
 
 def own_registration(
-    registrations: Sequence[Registration], server_started_s: float | None
+    registrations: Sequence[Registration],
+    server_started_s: float | None,
+    reported_id: str | None = None,
 ) -> Registration | Predecessor | None:
-    """The running server's registration among those at its address: the newest, unless every
-    one predates the server's start (then the newest is a predecessor's). None: none at all."""
+    """The running server's registration among those at its address.
+
+    With the id the server reports (`reported_id`), that registration and no other: any local
+    user can register at the server's address or delete its registration on a coordinator
+    without our filter, so "the newest" could be theirs. Without one (a server not started
+    through our entry point), the newest, unless every one predates the server's start (then
+    the newest is a predecessor's). None: not registered."""
+    if reported_id is not None:
+        return next((r for r in registrations if r.instance_id == reported_id), None)
     if not registrations:
         return None
     newest = max(registrations, key=lambda r: r.registered_at or 0.0)
@@ -92,6 +104,16 @@ def l1_distrust(coordinator_started_s: float | None, server_started_s: float | N
         f"server (at {_utc(server_started_s)}): its directory holds only what its checkpoint "
         "restored (none without --checkpoint-path) and what the server reported since; stores "
         "reported while it was down are lost. Held chunks may read as missing (a lower bound)"
+    )
+
+
+def unmanaged_distrust(coordinator_url: str) -> str:
+    """Why the L1 answer of a coordinator we did not start is not trusted by default."""
+    return (
+        f"untrusted: the coordinator at {coordinator_url} was not started from this data dir, "
+        "so nothing filters who writes to it (LMCache's own has no authentication: any local "
+        "user can post store events, register or delete servers there); set "
+        "GRAPH_KVCACHE_TRUST_UNMANAGED_COORDINATOR=1 to trust it"
     )
 
 

@@ -49,6 +49,9 @@ class ServerKeying(BaseModel):
         None, description="Our engine adapter's key namespace; None: no engine L2 adapter."
     )
     coordinator_url: str | None = None
+    resp_l2: bool = Field(
+        False, description="L2 is LMCache's `resp` adapter (redis_resp): LMCache can delete there."
+    )
 
 
 def keying_from_config(config: Mapping[str, Any]) -> ServerKeying:
@@ -60,6 +63,7 @@ def keying_from_config(config: Mapping[str, Any]) -> ServerKeying:
     if isinstance(storage, dict) and isinstance(storage.get("l2_adapter_config"), dict):
         adapters = list(storage["l2_adapter_config"].get("adapters") or [])
     namespace = None
+    resp = any(isinstance(a, dict) and a.get("type") == "resp" for a in adapters)
     for adapter in adapters:
         if isinstance(adapter, dict) and adapter.get("module_path") == ENGINE_ADAPTER_MODULE:
             params = adapter.get("adapter_params") or {}
@@ -72,6 +76,7 @@ def keying_from_config(config: Mapping[str, Any]) -> ServerKeying:
         hash_algorithm=str(mp.get("hash_algorithm") or SEED_FREE_HASH),
         engine_namespace=namespace,
         coordinator_url=str(url) if url else None,
+        resp_l2=resp,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -57,3 +58,14 @@ def point_resp_adapter(server: ProcessSpec, host: str, port: int) -> ProcessSpec
             argv[index + 1] = compact_json({**adapter, "host": host, "port": port})
             return server.model_copy(update={"argv": argv})
     raise ConfigError("the planned lmcache server has no resp L2 adapter (plan mode redis_resp)")
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of the first `flag` in `argv` (`--flag value` or `--flag=value`); None
+    without one."""
+    for index, arg in enumerate(argv):
+        if arg == flag and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None

@@ -17,6 +17,7 @@ from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.domain.lmcache.choices import ChunkSize, SizeGb
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, LmcachePlan, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
+from graph_kvcache_mcp.domain.lmcache.process_spec import compact_json
 from graph_kvcache_mcp.domain.vllm.launch import (
     DEFAULT_CPU_BLOCK_SIZE,
     MP_CONNECTORS,
@@ -37,6 +38,43 @@ def rpc_socket_path(data_dir: Path, port: int) -> Path | None:
     return path if len(str(path)) <= MAX_IPC_PATH else None
 
 
+def with_private_rpc(plan: LmcachePlan, data_dir: Path) -> LmcachePlan:
+    """`plan` with its vLLM command pointed at the private KV RPC socket the managed server
+    of `data_dir` serves (`lmcache start`): its TCP port is bound by nothing of ours, so a vLLM
+    sent there would talk to whoever binds it. A data dir too long for the socket gets a
+    warning instead (`lmcache start` refuses it). Plans without an lmcache server are kept."""
+    transfer = plan.kv_transfer_config
+    if plan.mode not in MP_CONNECTORS or transfer is None:
+        return plan
+    extra = dict(transfer.get("kv_connector_extra_config") or {})
+    port = int(extra.get("lmcache.mp.port") or 0)
+    path = rpc_socket_path(data_dir, port)
+    if path is None:
+        warning = (
+            f"the data dir {data_dir} is too long for the lmcache server's private KV RPC "
+            f"socket (over {MAX_IPC_PATH} characters): `lmcache start` refuses it, and the "
+            f"printed vLLM command targets TCP port {port}, which nothing of ours binds; use a "
+            "shorter --data-dir"
+        )
+        return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
+    extra["lmcache.mp.server_urls"] = [f"ipc://{path}"]  # wins over host and port in LMCache
+    private = {**transfer, "kv_connector_extra_config": extra}
+    argv = list(plan.vllm.argv)
+    argv[argv.index("--kv-transfer-config") + 1] = compact_json(private)
+    note = (
+        f"vLLM reaches the lmcache server over its private socket {path}, which the server "
+        "`graph-kvcache-mcp lmcache start` starts from this data dir serves (its TCP port is "
+        "never bound: LMCache's KV RPC has no authentication)"
+    )
+    return plan.model_copy(
+        update={
+            "kv_transfer_config": private,
+            "vllm": plan.vllm.model_copy(update={"argv": argv}),
+            "notes": [*plan.notes, note],
+        }
+    )
+
+
 __all__ = [
     "MAX_IPC_PATH",
     "MP_CONNECTORS",
@@ -45,6 +83,7 @@ __all__ = [
     "generic_facts",
     "plan_stack_server",
     "rpc_socket_path",
+    "with_private_rpc",
 ]
 Coordinator = Annotated[str, Field(description="'managed' or a coordinator URL.")]
 """An LMCache coordinator for the server to join: 'managed' (started in the data dir, stopped

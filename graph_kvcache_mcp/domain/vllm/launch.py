@@ -22,7 +22,11 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     mp_kv_transfer_config,
 )
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
+<<<<<<< HEAD
 from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import gpu_target
+=======
+from graph_kvcache_mcp.domain.vllm.entry import DEV_ROUTES_FILTER
+>>>>>>> neigh38
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import (
     CPU_HYBRID_BLOCK_SIZE,
     plan_hybrid,
@@ -241,6 +245,7 @@ def plan_launch(
         args += _kv_connector_flags(launch, platform, env, notes)
     if launch.kv_events:
         args += _kv_events_flags(launch, notes)
+    args += ["--middleware", DEV_ROUTES_FILTER] if launch.dev_mode else []
     args += launch.extra_args
     return LaunchPlan(
         args=tuple(args),

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import recorded_coordinator_url
-from graph_kvcache_mcp.domain.lmcache.process_spec import L2_ADAPTER_FLAG
+from graph_kvcache_mcp.domain.lmcache.process_spec import L2_ADAPTER_FLAG, flag_value
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import IDENTITY_FILE_KEY
 
 KV_TRANSFER_FLAG = "--kv-transfer-config"
@@ -73,12 +73,7 @@ def wiring_of(command: Sequence[str]) -> KvWiring:
 
 def transfer_config_text(command: Sequence[str]) -> str | None:
     """The raw value of a command's --kv-transfer-config (either spelling), None without one."""
-    for index, arg in enumerate(command):
-        if arg == KV_TRANSFER_FLAG and index + 1 < len(command):
-            return command[index + 1]
-        if arg.startswith(KV_TRANSFER_FLAG + "="):
-            return arg.split("=", 1)[1]
-    return None
+    return flag_value(command, KV_TRANSFER_FLAG)
 
 
 def _port(value: Any) -> int | None:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from graph_kvcache_mcp.plugins.lmcache.owner_only import OwnerOnly
+from graph_kvcache_mcp.plugins.owner_only import OwnerOnly
 
 
 def main(argv: Sequence[str] | None = None) -> None:

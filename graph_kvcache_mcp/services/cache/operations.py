@@ -2,9 +2,11 @@
 server, through the coordinator that server joined (or the fleet file's `coordinator_url`).
 
 What they really do with the engine as L2 (lmcache 0.5.6, measured): a warm copies the chunks
-from the engine into the server's L1; an L1 evict removes L1 copies; nothing deletes from the
-engine (the coordinator answers "deleted" for L2, but our adapter cannot delete and the engine
-has no DELETE route); pins are coordinator bookkeeping for L2 only.
+from the engine into the server's L1; an L1 evict removes L1 copies; no L2 delete is sent, and
+the managed server's admin filter serves only an unforced L1 delete. Whether anything else can
+delete from the engine depends on the mode: with our `native_plugin` adapter nothing can (it has
+no delete, the engine no DELETE route); in `redis_resp` LMCache's `resp` adapter can (its own L2
+eviction does). Pins are coordinator bookkeeping for L2 only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ L2_KEPT = (
     "the engine keeps every chunk stored in L2: the coordinator's L2 delete cannot remove it "
     "(our adapter has no delete and the engine no DELETE route), so L2 was not touched"
 )
+L2_RESP = (
+    "L2 was not touched: this tool sends no L2 delete, and the lmcache server's admin filter "
+    "refuses one. But in redis_resp mode L2 is the engine's RESP store through LMCache's "
+    "`resp` adapter, which CAN delete engine data (LMCache's own L2 eviction does)"
+)
 PIN_NOTE = (
     "LMCache pins are coordinator bookkeeping for L2 keys: they hold keys back from non-forced "
     "coordinator deletes and quota eviction; they do not keep chunks in any server's L1 "
@@ -46,6 +53,8 @@ class CacheTarget:
     instance_id: str
     model: str
     token_ids: list[int]
+    resp_l2: bool = False
+    """L2 is LMCache's `resp` adapter (redis_resp): LMCache itself can delete there."""
 
     def body(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -95,6 +104,7 @@ async def resolve_target(
         )
     async with LmcacheHttp(url) as server:
         keying = await server.keying()
+        reported = await server.instance_id()
     if isinstance(keying, Unavailable):
         return keying
     coordinator_url = conn.fleet.coordinator_url or keying.coordinator_url
@@ -114,7 +124,9 @@ async def resolve_target(
         return tokens
     parts = urlsplit(url)
     async with CoordinatorHttp(coordinator_url) as coordinator:
-        instance = await coordinator.instance_id(parts.hostname or "", parts.port or 0)
+        instance = await coordinator.instance_id(
+            parts.hostname or "", parts.port or 0, reported=reported
+        )
     if isinstance(instance, Unavailable):
         return instance
     if instance is None:
@@ -122,7 +134,9 @@ async def resolve_target(
             f"the LMCache server at {url} is not registered with the coordinator at "
             f"{coordinator_url}; start it with --coordinator-url and --coordinator-event-reporting"
         )
-    return CacheTarget(coordinator_url, instance, roots[served], list(tokens))
+    return CacheTarget(
+        coordinator_url, instance, roots[served], list(tokens), resp_l2=keying.resp_l2
+    )
 
 
 async def warm(name: str, target: CacheTarget, *, timeout_s: float) -> CacheOut:
@@ -162,9 +176,10 @@ async def warm(name: str, target: CacheTarget, *, timeout_s: float) -> CacheOut:
 
 
 async def evict(name: str, target: CacheTarget, *, tier: Literal["l1", "l2"]) -> CacheOut:
-    """Remove the prompt's chunks from the server's L1; for L2, say that the engine keeps them."""
+    """Remove the prompt's chunks from the server's L1; for L2, delete nothing and say what,
+    in this mode, can delete there."""
     if tier == "l2":
-        return CacheOut(instance=name, done=False, reason=L2_KEPT)
+        return CacheOut(instance=name, done=False, reason=L2_RESP if target.resp_l2 else L2_KEPT)
     async with CoordinatorHttp(target.coordinator) as coordinator:
         answer = await coordinator.delete(target.body(tier="l1", force=False))
     if isinstance(answer, Unavailable):
@@ -176,7 +191,7 @@ async def evict(name: str, target: CacheTarget, *, tier: Literal["l1", "l2"]) ->
         chunks=int(answer.get("requested") or 0),
         affected=int(answer.get("affected") or 0),
         reason=f"{skipped} chunks were in use and kept" if skipped else None,
-        note="L1 only; " + L2_KEPT,
+        note="L1 only; " + (L2_RESP if target.resp_l2 else L2_KEPT),
     )
 
 

@@ -155,11 +155,16 @@ def _hash_seeds(settings: Settings, base_url: str, server_url: str) -> dict[str,
 async def _directory(
     coordinator_url: str, server_url: str, tokens: list[int], model: str
 ) -> DirectoryFacts | None:
+    from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
     from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
 
     parts = urlsplit(server_url)
+    async with LmcacheHttp(server_url) as server:
+        reported = await server.instance_id()
     async with CoordinatorHttp(coordinator_url) as coordinator:
-        this = await coordinator.instance_id(parts.hostname or "", parts.port or 0)
+        this = await coordinator.instance_id(
+            parts.hostname or "", parts.port or 0, reported=reported
+        )
         lookup = await coordinator.lookup(tokens, model=model)
         instances = await coordinator.instances()
     if isinstance(lookup, Unavailable) or isinstance(instances, Unavailable):

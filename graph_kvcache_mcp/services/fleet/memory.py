@@ -59,6 +59,7 @@ async def _server(
     async with LmcacheHttp(url) as server:
         keying = await server.keying()
         started = await server.started_s()
+        reported = await server.instance_id()
     if isinstance(keying, Unavailable):
         return unknown(f"unknown: {keying.reason}")
     coordinator_url = conn.fleet.coordinator_url or keying.coordinator_url
@@ -74,7 +75,7 @@ async def _server(
         return unknown(f"unknown: {found.reason}")
     if isinstance(usage, Unavailable):
         return unknown(f"unknown: {usage.reason}")
-    own = own_registration(found, started)
+    own = own_registration(found, started, reported)
     if own is None:
         return unknown(f"not checked: the server is not registered with {coordinator.url}")
     if isinstance(own, Predecessor):

@@ -27,6 +27,7 @@ from graph_kvcache_mcp.domain.fleet.tier_trust import (
     l1_distrust,
     own_registration,
     predecessor_reason,
+    unmanaged_distrust,
 )
 from graph_kvcache_mcp.domain.fleet.tiers import (
     ServerKeying,
@@ -47,6 +48,7 @@ from graph_kvcache_mcp.domain.outcomes import Presence, Unavailable
 from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
 from graph_kvcache_mcp.services.fleet.views import InstanceWhere
 from graph_kvcache_mcp.services.stack.description import describe_stack
+from graph_kvcache_mcp.services.stack.runtime import managed_coordinator_url
 
 L2_SOURCE = "engine HEAD on computed chunk keys"
 L1_SOURCE = "coordinator directory"
@@ -75,6 +77,17 @@ class TierSources:
         if item.lmcache is not None:  # configured in the fleet file
             return item.lmcache.url
         return _managed_target(self.settings, item.vllm.url)
+
+    def coordinator_distrust(self, coordinator_url: str) -> str | None:
+        """Why a coordinator's L1 answers are not believed outright: None for the one this
+        data dir started (behind our owner-only filter), or when the user trusts the others.
+        Blocking (reads a state file)."""
+        if self.settings.trust_unmanaged_coordinator:
+            return None
+        ours = managed_coordinator_url(self.settings.data_dir)
+        if ours is not None and ours.rstrip("/") == coordinator_url.rstrip("/"):
+            return None
+        return unmanaged_distrust(coordinator_url)
 
 
 async def server_counters(
@@ -151,7 +164,7 @@ async def with_tiers(
                     conn, kv, out[index], identity_file, request, prompt
                 )
             else:
-                out[index] = await _tiers_one(conn, kv, out[index], url, request, prompt)
+                out[index] = await _tiers_one(conn, sources, kv, out[index], url, request, prompt)
 
         async with anyio.create_task_group() as group:
             for index, url in targets.items():
@@ -176,6 +189,7 @@ def _engine_settings(conn: FleetConnection, settings: Settings) -> Settings:
 
 async def _tiers_one(
     conn: FleetConnection,
+    sources: TierSources,
     kv: KvClient,
     item: InstanceWhere,
     url: str,
@@ -204,7 +218,10 @@ async def _tiers_one(
         model = next(iter(roots.values()), "")
         coordinator = conn.fleet.coordinator_url or keying.coordinator_url
         l2 = await l2_held(kv, tokens, keying, model=model)
-        l1 = await l1_held(coordinator, url, tokens, keying, model=model)
+        unmanaged = None
+        if coordinator is not None:
+            unmanaged = await anyio.to_thread.run_sync(sources.coordinator_distrust, coordinator)
+        l1 = await l1_held(coordinator, url, tokens, keying, model=model, unmanaged=unmanaged)
     tiers = {"vllm": vllm_tier, "l1": l1, "l2": l2}
     total = total_cached(
         item.cached_tokens,
@@ -313,19 +330,22 @@ async def l1_held(
     keying: ServerKeying,
     *,
     model: str,
+    unmanaged: str | None = None,
 ) -> TierHeld:
     """The leading prompt tokens whose chunks the server holds in L1, from the coordinator's
-    directory (events flush about every second: a store in the last second may be missing)."""
+    directory (events flush about every second: a store in the last second may be missing).
+    `unmanaged`: why the coordinator is not believed outright (`coordinator_distrust`)."""
     if coordinator_url is None:
         return not_checked(L1_NOT_CHECKED, source=L1_SOURCE)
     parts = urlsplit(server_url)
     async with LmcacheHttp(server_url) as server:
         server_started = await server.started_s()
+        reported = await server.instance_id()
     async with CoordinatorHttp(coordinator_url) as coordinator:
         found = await coordinator.registrations(parts.hostname or "", parts.port or 0)
         if isinstance(found, Unavailable):
             return not_checked(f"unknown: {found.reason}", source=L1_SOURCE)
-        own = own_registration(found, server_started)
+        own = own_registration(found, server_started, reported)
         if own is None:
             return not_checked(
                 f"not checked: the LMCache server at {server_url} is not registered with the "
@@ -336,7 +356,7 @@ async def l1_held(
         if isinstance(own, Predecessor):
             return not_checked(predecessor_reason(server_url, own), source=L1_SOURCE)
         chunks = await coordinator.l1_chunks(tokens, model=model, instance_id=own.instance_id)
-        distrust = l1_distrust(await coordinator.started_s(), server_started)
+        distrust = l1_distrust(await coordinator.started_s(), server_started) or unmanaged
     if isinstance(chunks, Unavailable):
         return not_checked(f"unknown: {chunks.reason}", source=L1_SOURCE)
     held = 0

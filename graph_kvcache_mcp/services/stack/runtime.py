@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from graph_kvcache_mcp.connectors.lmcache.coordinator_process import ManagedCoordinator
 from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.stack.dependency import dependency_reason as dependency_reason
 from graph_kvcache_mcp.connectors.stack.runtime import LmcacheRuntime as LmcacheRuntime
@@ -41,3 +42,10 @@ def managed_lmcache_url(data_dir: Path) -> str | None:
     """The HTTP URL of the managed `lmcache server` when one runs."""
     state = ManagedLmcache(data_dir).running_state(tidy=False)
     return None if state is None else state.http_url
+
+
+def managed_coordinator_url(data_dir: Path) -> str | None:
+    """The URL of the coordinator this data dir started (behind our owner-only filter), when
+    one runs."""
+    state = ManagedCoordinator(data_dir).running_state(tidy=False)
+    return None if state is None else state.url

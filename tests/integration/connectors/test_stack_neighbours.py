@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,21 +36,31 @@ def _start_args(data_dir: Path) -> list[str]:
     ]
 
 
+@contextmanager
+def lmcache_started(
+    engine: RunningEngine, data_dir: Path, monkeypatch: pytest.MonkeyPatch, *extra: str
+) -> Iterator[ManagedLmcache]:
+    """The managed server as `lmcache start` (with `extra` flags) starts it in `data_dir`, the
+    engine token handed over, for a neighbour (`nobody`) to probe; stopped on exit."""
+    if not can_run_as_nobody():
+        require_in_ci("root with setpriv and /usr/bin/python3 (a second local user)")
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", engine.base_url)
+    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", engine.token.get_secret_value())
+    managed = ManagedLmcache(data_dir)
+    try:
+        assert main([*_start_args(data_dir), *extra]) == 0
+        yield managed
+    finally:
+        managed.stop()
+
+
 @pytest.fixture
 def started_server(
     memory_engine: RunningEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[LmcacheStatus, ManagedLmcache]]:
     """The managed server as `lmcache start` starts it, the engine token handed over."""
-    if not can_run_as_nobody():
-        require_in_ci("root with setpriv and /usr/bin/python3 (a second local user)")
-    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_URL", memory_engine.base_url)
-    monkeypatch.setenv("EPISTEMIC_GRAPH_KVCACHE_TOKEN", memory_engine.token.get_secret_value())
-    managed = ManagedLmcache(tmp_path)
-    try:
-        assert main(_start_args(tmp_path)) == 0
+    with lmcache_started(memory_engine, tmp_path, monkeypatch) as managed:
         yield managed.status(), managed
-    finally:
-        managed.stop()
 
 
 def test_a_neighbour_reads_no_engine_token_from_the_lmcache_servers_admin_api(

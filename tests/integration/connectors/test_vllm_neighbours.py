@@ -12,6 +12,7 @@ import anyio
 
 from graph_kvcache_mcp.connectors.processes.identity import group_members
 from graph_kvcache_mcp.domain.bundle import ChatMessage
+from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.targets import ManagedHere
 from graph_kvcache_mcp.domain.vllm.chat import ChatResult
 from tests.support.engines import require_in_ci
@@ -109,3 +110,33 @@ def test_status_after_a_crash_names_the_port_vllm_used_and_says_it_crashed(
     # Its workers' shared-memory queues (recorded once it was ready) die with it, not in /dev/shm.
     assert state.shared_memory, "vLLM's workers mapped no shared memory: nothing was checked"
     assert _existing([f"/dev/shm/{name}" for name in state.shared_memory]) == []
+
+
+DEV_ROUTES = (
+    ("POST", "/collective_rpc"),
+    ("POST", "/update_weights"),
+    ("POST", "/sleep"),
+    ("POST", "/reset_prefix_cache"),
+    ("GET", "/server_info"),
+)
+
+
+async def test_a_dev_mode_vllm_refuses_its_dev_routes_to_a_neighbour(
+    vllm_private: VllmServers,
+) -> None:
+    if not can_run_as_nobody():
+        require_in_ci("root with setpriv and /usr/bin/python3 (a second local user)")
+    with vllm_private.private() as server:  # dev mode, as the suite's vLLMs run
+        root = server.base_url.removesuffix("/v1")
+        refused = {
+            path: as_nobody("http", method, root + path, "{}")["status"]
+            for method, path in DEV_ROUTES
+        }
+        public = as_nobody("http", "GET", root + "/v1/models")
+        info = as_owner("http", "GET", root + "/server_info")
+        async with server.client() as client:
+            reset = await client.reset_prefix_cache()
+    assert refused == {path: 403 for _, path in DEV_ROUTES}, refused
+    assert public["status"] in (200, 401)  # vLLM answers itself: only its key guards /v1
+    assert info["status"] == 200  # the owner still reaches the dev routes ...
+    assert not isinstance(reset, Unavailable) and reset.reset and reset.dev_mode  # ... our tool too

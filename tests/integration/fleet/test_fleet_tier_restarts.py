@@ -129,10 +129,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedStack]:
         os.environ.update(saved)
 
 
+def trusting(stack: FedStack) -> TierSources:
+    """The stack's tier sources, trusting the coordinator the test started (LMCache's own, not
+    this data dir's: untrusted unless the user opts in with
+    GRAPH_KVCACHE_TRUST_UNMANAGED_COORDINATOR)."""
+    return TierSources(stack.settings.model_copy(update={"trust_unmanaged_coordinator": True}))
+
+
 async def where_all(stack: FedStack, prompt: str, *members: FleetInstance) -> FleetWhereOut:
     conn = FleetConnection(Fleet(instances=members or (stack.member("a", stack.vllm),)))
     try:
-        return await where_cached(conn, prompt=prompt, tiers=TierSources(stack.settings))
+        return await where_cached(conn, prompt=prompt, tiers=trusting(stack))
     finally:
         await conn.aclose()
 
@@ -340,7 +347,7 @@ async def test_two_instances_on_one_server_after_an_l1_evict_the_fresh_one_reads
 
         conn = FleetConnection(Fleet(instances=(a, b)))
         try:
-            fleet = await status(conn, prefixes=0, tiers=TierSources(stack.settings))
+            fleet = await status(conn, prefixes=0, tiers=trusting(stack))
         finally:
             await conn.aclose()
     finally:
@@ -359,7 +366,7 @@ async def memory_of(stack: FedStack, *members: FleetInstance) -> PoolUse:
     """The stack's server's L1 pool, as fleet status reports it."""
     conn = FleetConnection(Fleet(instances=members))
     try:
-        fleet = await status(conn, prefixes=0, tiers=TierSources(stack.settings))
+        fleet = await status(conn, prefixes=0, tiers=trusting(stack))
     finally:
         await conn.aclose()
     assert fleet.memory is not None and fleet.memory.servers[0].l1 is not None, fleet.memory

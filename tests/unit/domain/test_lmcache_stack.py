@@ -3,14 +3,23 @@ the external hit split into LMCache L1 and L2 (null + note when the server saw o
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.metrics import (
     LmcacheCounters,
     counters_moved,
     parse_lmcache_counters,
 )
-from graph_kvcache_mcp.domain.lmcache.stack import StackOptions, generic_facts, plan_stack_server
+from graph_kvcache_mcp.domain.lmcache.stack import (
+    StackOptions,
+    generic_facts,
+    plan_stack_server,
+    with_private_rpc,
+)
 from graph_kvcache_mcp.domain.vllm.chat import CachedTokens, split_lmcache_tiers
 from graph_kvcache_mcp.domain.vllm.launch import Platform, VllmLaunch, plan_launch
 from graph_kvcache_mcp.domain.vllm.traces import Trace, summarize
@@ -181,3 +190,17 @@ def test_the_summary_adds_lmcache_tiers_over_the_calls_that_measured_them() -> N
         "lmcache_l1": 256,
         "lmcache_l2": 1280,
     }
+
+
+def test_the_printed_vllm_command_targets_the_managed_servers_private_socket() -> None:
+    plan = plan_lmcache(generic_facts("m"), LmcacheChoices(lmcache_port=6100))
+    private = with_private_rpc(plan, Path("/d"))
+    config = json.loads(flag(private.vllm.argv, "--kv-transfer-config"))
+    urls = config["kv_connector_extra_config"]["lmcache.mp.server_urls"]
+    assert urls == ["ipc:///d/lmcache/rpc-6100.sock"] and private.kv_transfer_config == config
+    assert "rpc-6100.sock" in private.notes[-1]
+    assert "server_urls" not in flag(plan.vllm.argv, "--kv-transfer-config")  # TCP before
+    too_long = with_private_rpc(plan, Path("/" + "d" * 100))
+    assert too_long.vllm == plan.vllm and "too long" in too_long.warnings[-1]
+    inprocess = plan_lmcache(generic_facts("m"), LmcacheChoices(mode="inprocess_plugin"))
+    assert with_private_rpc(inprocess, Path("/d")) == inprocess

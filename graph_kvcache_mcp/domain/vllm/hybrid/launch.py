@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph_kvcache_mcp.domain.lmcache.hybrid_families import family_of
 from graph_kvcache_mcp.domain.lmcache.model import HybridFamily, ModelFacts, read_geometry
+from graph_kvcache_mcp.domain.lmcache.process_spec import flag_value
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
 from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import GpuTarget
 from graph_kvcache_mcp.domain.vllm.hybrid.layout import (
@@ -190,11 +191,11 @@ def hybrid_run(
     if family is None:
         return None
     chunk = text.get(family.chunk_key) if family.chunk_key else None
-    overrides = _flag_value(command, "--hf-overrides")
+    overrides = flag_value(command, "--hf-overrides")
     if overrides is not None and family.chunk_key:
         with contextlib.suppress(ValueError, AttributeError):  # vLLM refuses a broken one
             chunk = json.loads(overrides).get(family.chunk_key, chunk)
-    batched = _flag_value(command, "--max-num-batched-tokens")
+    batched = flag_value(command, "--max-num-batched-tokens")
     return HybridRun(
         model_family=family.label,
         mixer=family.mixer,
@@ -202,12 +203,3 @@ def hybrid_run(
         max_num_batched_tokens=int(batched) if batched and batched.isdigit() else None,
         chunk_size=chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None,
     )
-
-
-def _flag_value(command: Sequence[str], flag: str) -> str | None:
-    for index, arg in enumerate(command):
-        if arg == flag and index + 1 < len(command):
-            return command[index + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None

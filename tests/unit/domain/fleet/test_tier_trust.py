@@ -10,6 +10,7 @@ from graph_kvcache_mcp.domain.fleet.tier_trust import (
     own_registration,
     predecessor_reason,
     process_start_s,
+    unmanaged_distrust,
 )
 
 EXPOSITION = """# HELP process_start_time_seconds Start time of the process.
@@ -56,3 +57,18 @@ def test_only_a_predecessors_registration_is_never_taken_for_the_running_server(
     assert found == Predecessor(instance_id="old")
     reason = predecessor_reason("http://127.0.0.1:8080", found)
     assert reason.startswith("unknown") and "old" in reason and "instance timeout" in reason
+
+
+def test_the_id_the_server_reports_picks_its_registration_and_no_forged_one() -> None:
+    ours = Registration(instance_id="ours", registered_at=100.0)
+    forged = Registration(instance_id="forged", registered_at=500.0)  # newer, at our address
+    assert own_registration([ours, forged], 90.0) == forged  # the rule for unreporting servers
+    assert own_registration([ours, forged], 90.0, "ours") == ours
+    assert own_registration([forged], 90.0, "ours") is None  # ours deleted: not registered
+    assert own_registration([], None, "ours") is None
+
+
+def test_a_coordinator_we_did_not_start_is_untrusted_and_says_how_to_opt_in() -> None:
+    reason = unmanaged_distrust("http://127.0.0.1:9000")
+    assert reason.startswith("untrusted: ") and "http://127.0.0.1:9000" in reason
+    assert "GRAPH_KVCACHE_TRUST_UNMANAGED_COORDINATOR=1" in reason

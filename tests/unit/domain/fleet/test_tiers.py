@@ -44,6 +44,9 @@ def test_a_server_without_our_adapter_has_no_engine_namespace() -> None:
     assert keying_from_config(config({"type": "resp"})).engine_namespace is None
     plain: dict[str, object] = {"module_path": ENGINE_ADAPTER_MODULE}
     assert keying_from_config(config(plain)).engine_namespace == "lmcache"
+    # redis_resp: LMCache's own adapter, which can delete from the engine
+    assert keying_from_config(config({"type": "resp"})).resp_l2
+    assert not keying_from_config(config(plain)).resp_l2
     assert keying_from_config({}).chunk_size == 256
 
 

@@ -4,6 +4,7 @@ served only when the connection's client socket belongs to our own user (`peer_u
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -20,7 +21,12 @@ def from_owner(scope: Any) -> bool:
 
 async def refuse(send: Any, status: int, detail: str) -> None:
     """Answer a refused HTTP request with `status` and a JSON `detail`."""
-    body = b'{"detail":"%s"}' % detail.encode("ascii")
+    await answer_json(send, status, {"detail": detail})
+
+
+async def answer_json(send: Any, status: int, payload: dict[str, str]) -> None:
+    """Answer an HTTP request with `status` and `payload` as JSON."""
+    body = json.dumps(payload).encode("utf-8")
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
