@@ -22,11 +22,8 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     mp_kv_transfer_config,
 )
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
-<<<<<<< HEAD
-from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import gpu_target
-=======
 from graph_kvcache_mcp.domain.vllm.entry import DEV_ROUTES_FILTER
->>>>>>> neigh38
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import gpu_target
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import (
     CPU_HYBRID_BLOCK_SIZE,
     plan_hybrid,

