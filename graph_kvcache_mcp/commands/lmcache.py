@@ -206,6 +206,9 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
             "engine_url": "engine KV base URL (default: the resolved engine)",
             "mamba_block_size": "vLLM's hybrid block size",
             "tensor_parallel_size": "tensor-parallel size",
+            "gpu": "the GPU card vLLM runs on: a100|h100|h200|b200 or a compute capability such "
+            "as 9.0 (default: the card nvidia-smi names; a hybrid's block follows it)",
+            "vllm_version": "the vLLM it runs (default: the pin for the platform)",
         },
     )
 
