@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,41 +32,31 @@ def _ahead(tokens: list[int], blocks: int) -> list[list[int]]:
 
 
 def _scenario(events: Any) -> list[Any]:
-    stored, removed, batch = events.BlockStored, events.BlockRemoved, events.KVEventBatch
-    a = stored(
-        block_hashes=[11, 12],
+    removed, batch = events.BlockRemoved, events.KVEventBatch
+    # Every stored block of the scenario starts a prompt of its own, in group 0 on the GPU.
+    stored = partial(
+        events.BlockStored,
         parent_block_hash=None,
-        token_ids=PROMPT_A[:8],
         block_size=BLOCK,
         lora_id=None,
         medium="GPU",
         lora_name=None,
         group_idx=0,
+    )
+    a = stored(
+        block_hashes=[11, 12],
+        token_ids=PROMPT_A[:8],
         kv_cache_spec_kind="full_attention",
         lookahead_token_ids=_ahead(PROMPT_A, 2),
     )
     b = stored(
         block_hashes=[21],
-        parent_block_hash=None,
         token_ids=PROMPT_B[:4],
-        block_size=BLOCK,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-        group_idx=0,
         kv_cache_spec_kind="full_attention",
         lookahead_token_ids=_ahead(PROMPT_B, 1),
     )
     mla = stored(
-        block_hashes=[31, 32, 33],
-        parent_block_hash=None,
-        token_ids=PROMPT_A[:12],
-        block_size=BLOCK,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-        group_idx=0,
-        kv_cache_spec_kind="mla_attention",
+        block_hashes=[31, 32, 33], token_ids=PROMPT_A[:12], kv_cache_spec_kind="mla_attention"
     )
     return [
         batch(ts=1.0, events=[a, b]),
