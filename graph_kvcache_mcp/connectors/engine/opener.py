@@ -19,7 +19,12 @@ from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIAB
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
 from graph_kvcache_mcp.connectors.engine.reasons import EngineSource
-from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
+from graph_kvcache_mcp.domain.endpoints import (
+    DEFAULT_KV_HOST,
+    DEFAULT_KV_PORT,
+    INSECURE_HOSTS_ENV,
+    url_from_addr,
+)
 from graph_kvcache_mcp.domain.engine.limits import EngineBackend
 
 
@@ -64,9 +69,17 @@ def engine_environment(settings: Settings) -> dict[str, str]:
 
 
 def engine_proof_environment(target: KvTarget, settings: Settings) -> dict[str, str]:
-    """For a child that uses the managed engine: where that engine's record lives, so the child
-    proves the engine holds its port before each token leaves (`children.proof`)."""
-    return {ENGINE_DIR_VARIABLE: str(settings.data_dir)} if target.source == "managed" else {}
+    """For a child that talks to the engine (the lmcache server's L2 adapter, vLLM with our
+    connector): where the managed engine's record lives, so the child proves the engine holds
+    its port before each token leaves (`children.proof`); and the hosts the user allowed plain
+    http to, so the child's client applies the very policy ours does (its URL passed ours).
+
+    The CA settings a child needs for https (`SSL_CERT_FILE`, `SSL_CERT_DIR`) it inherits
+    (`processes.control.ML_STACK_INHERITED`)."""
+    env = {ENGINE_DIR_VARIABLE: str(settings.data_dir)} if target.source == "managed" else {}
+    if settings.insecure_http_hosts:
+        env[INSECURE_HOSTS_ENV] = ",".join(settings.insecure_http_hosts)
+    return env
 
 
 def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = False) -> SyncKvClient:

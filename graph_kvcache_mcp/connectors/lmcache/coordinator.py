@@ -17,6 +17,7 @@ from typing import Any, Self
 import anyio.to_thread
 import httpx2
 
+from graph_kvcache_mcp.connectors.net.tls_trust import certificate_reason
 from graph_kvcache_mcp.connectors.processes.identity import listener_user
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.fleet.tier_trust import Registration, process_start_s
@@ -165,8 +166,11 @@ class CoordinatorHttp:
             reply = await self._http.request(method, self.url + path, json=body)
         except httpx2.HTTPError as exc:
             self._proved = not self.endpoint.is_loopback  # the port may change hands: prove again
+            untrusted = certificate_reason(exc)
             return Unavailable(
-                f"LMCache coordinator not reachable at {self.url} ({type(exc).__name__})"
+                f"LMCache coordinator at {self.url} was not trusted: {untrusted}"
+                if untrusted
+                else f"LMCache coordinator not reachable at {self.url} ({type(exc).__name__})"
             )
         if reply.status_code != 200:
             return Unavailable(

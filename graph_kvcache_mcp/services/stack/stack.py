@@ -133,7 +133,11 @@ class Stack:
         """
         if coordinator == MANAGED_COORDINATOR:
             return ManagedHere("lmcache coordinator", self.settings.data_dir)
-        endpoint = approve_http_url(coordinator, what="LMCache coordinator URL")
+        endpoint = approve_http_url(
+            coordinator,
+            what="LMCache coordinator URL",
+            insecure_hosts=self.settings.insecure_http_hosts,
+        )
         return Configured("lmcache coordinator", endpoint.url.rstrip("/"))
 
     def join_coordinator(

@@ -188,7 +188,12 @@ async def _planned_server(
     onto the engine's RESP wire when the launch asks for it."""
     facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
     plan = plan_stack_server(
-        launch, facts, where, engine_url=engine_url, options=options or StackOptions()
+        launch,
+        facts,
+        where,
+        engine_url=engine_url,
+        options=options or StackOptions(),
+        insecure_hosts=stack.settings.insecure_http_hosts,
     )
     server = plan.lmcache_server
     assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
