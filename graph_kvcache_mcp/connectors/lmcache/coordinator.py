@@ -148,7 +148,10 @@ class CoordinatorHttp:
         """Why nothing may be sent to the coordinator's port now (None once it is proved ours)."""
         if self._proved:
             return None
-        owner = await anyio.to_thread.run_sync(listener_user, self.endpoint.port)
+        endpoint = self.endpoint
+        owner = await anyio.to_thread.run_sync(
+            lambda: listener_user(endpoint.port, host=endpoint.host)
+        )
         if owner == "ours":
             self._proved = True
             return None
