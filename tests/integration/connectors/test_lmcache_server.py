@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
+from graph_kvcache_mcp.domain.lmcache.metrics import parse_lmcache_counters
 from tests.support.engines import RunningEngine
 from tests.support.lmcache import (
     adapter_json,
@@ -96,7 +98,11 @@ def test_lmcache_server_stores_into_the_engine_and_reloads_from_it_after_l1_is_c
             f"{CHUNKS} GET hits",
         )
         log = server.log()
+        with urllib.request.urlopen(server.http_url + "/metrics", timeout=10) as reply:
+            counters = parse_lmcache_counters(reply.read().decode())
 
+    # LMCache's per-adapter load counter, by its real name: our adapter's loads, none by P2P.
+    assert (counters.l2_loads or 0) >= 1 and counters.p2p_loads == 0, counters
     assert "(0 L1, 2 L2)" in log, "the second pass must be served from L2, i.e. the engine"
     assert (reloaded.put_new or 0) - (before.put_new or 0) == CHUNKS, "nothing stored twice"
     # The warm pass zeroes its KV buffers and reloads them; equal checksums = bytes round-tripped.
