@@ -14,7 +14,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests.support.peers import loopback_peer, pipe
 
 
 @dataclass(frozen=True)
@@ -107,20 +109,8 @@ def tls_forwarder(pki: EdgePki, target_port: int) -> Iterator[int]:
     connection."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(pki.cert_file, pki.key_file)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    listener.settimeout(0.2)
-    stopping = threading.Event()
 
-    def pump(source: socket.socket, sink: socket.socket) -> None:
-        with suppress(OSError):
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-        with suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-
-    def serve(raw: socket.socket) -> None:
+    def forward(raw: socket.socket, _stop: threading.Event) -> None:
         try:
             raw.settimeout(10.0)
             client = context.wrap_socket(raw, server_side=True)
@@ -128,26 +118,10 @@ def tls_forwarder(pki: EdgePki, target_port: int) -> Iterator[int]:
             raw.close()
             return
         with client, socket.create_connection(("127.0.0.1", target_port)) as upstream:
-            back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+            back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
             back.start()
-            pump(client, upstream)
+            pipe(client, upstream)
             back.join(timeout=10.0)
 
-    def accept() -> None:
-        while not stopping.is_set():
-            try:
-                raw, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(raw,), daemon=True).start()
-
-    acceptor = threading.Thread(target=accept, daemon=True)
-    acceptor.start()
-    try:
-        yield int(listener.getsockname()[1])
-    finally:
-        stopping.set()
-        acceptor.join(timeout=5.0)
-        listener.close()
+    with loopback_peer(forward, backlog=64, thread_per_connection=True) as url:
+        yield int(url.rsplit(":", 1)[1])
