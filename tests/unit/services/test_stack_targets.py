@@ -43,3 +43,14 @@ def test_the_coordinator_is_the_data_dirs_own_or_one_named_by_url(tmp_path: Path
     )
     with pytest.raises(ConfigError, match="coordinator"):
         stack.coordinator_target("http://10.9.8.7:8300")  # plain http off loopback, unlisted
+
+
+def test_a_coordinator_url_on_a_listed_host_is_accepted_as_the_engine_url_would_be(
+    tmp_path: Path,
+) -> None:
+    listed = Stack.of(Settings.build(data_dir=tmp_path, insecure_http_hosts=("10.9.8.0/24",)))
+    assert listed.coordinator_target("http://10.9.8.7:8300") == Configured(
+        "lmcache coordinator", "http://10.9.8.7:8300"
+    )
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        listed.coordinator_target("http://10.9.9.7:8300")
