@@ -27,6 +27,7 @@ from pydantic import (
 
 from graph_kvcache_mcp.domain.endpoints import (
     ENABLE_WORDS,
+    FEED_HOSTS_ENV,
     INSECURE_HOSTS_ENV,
     approve_http_url,
     check_insecure_hosts,
@@ -76,6 +77,12 @@ class Settings(BaseModel):
         (),
         description="Hosts, IPs or CIDRs that may be sent plain http "
         "(GRAPH_KVCACHE_INSECURE_HTTP_HOSTS); loopback always may.",
+    )
+    insecure_feed_hosts: tuple[str, ...] = Field(
+        (),
+        description="Hosts, IPs or CIDRs whose unauthenticated KV-event feeds (ZMQ) a fleet "
+        "may read (GRAPH_KVCACHE_INSECURE_FEED_HOSTS); loopback always may. Separate from "
+        "insecure_http_hosts: neither list allows what the other does.",
     )
     endpoint_problems: tuple[tuple[Endpoint, str], ...] = Field(
         (),
@@ -165,6 +172,11 @@ class Settings(BaseModel):
     @classmethod
     def _check_insecure_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return check_insecure_hosts(value)
+
+    @field_validator("insecure_feed_hosts")
+    @classmethod
+    def _check_feed_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_insecure_hosts(value, variable=FEED_HOSTS_ENV)
 
     @field_validator("file_roots")
     @classmethod
@@ -352,6 +364,7 @@ def _flag(text: str, name: str) -> bool:
 
 ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     (INSECURE_HOSTS_ENV, "insecure_http_hosts", _given(split_list)),
+    (FEED_HOSTS_ENV, "insecure_feed_hosts", _given(split_list)),
     (KV_TOKEN_ENV, "kv_token", _given(SecretStr)),
     (KV_TOKEN_FILE_ENV, "kv_token", _token_file),  # after the variable: the file wins
     (KV_TIMEOUT_ENV, "kv_timeout_s", _numeric(float)),

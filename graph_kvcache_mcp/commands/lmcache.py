@@ -292,6 +292,7 @@ def _config_out(
         args,
         [name for name in PLAN_FLAGS if name != "engine_url"],
         engine_url=args.engine_url or resolve_kv_target(settings).base_url,
+        insecure_http_hosts=settings.insecure_http_hosts,
         config_file=str(write_yaml) if write_yaml else "lmcache.yaml",
     )
     source = f"config.json at {args.hf_config}" if args.hf_config else "given facts"

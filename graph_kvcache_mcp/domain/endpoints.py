@@ -2,7 +2,10 @@
 
 Plain `http://` is allowed to loopback, and to hosts the user lists in
 `GRAPH_KVCACHE_INSECURE_HTTP_HOSTS` (names or CIDRs); anything else must be `https://`, so a
-token never crosses a network in clear unless the user said that network is trusted.
+token never crosses a network in clear unless the user said that network is trusted. An
+unauthenticated KV-event feed (ZMQ) is another risk with its own list,
+`GRAPH_KVCACHE_INSECURE_FEED_HOSTS`: trusting a host with tokens in clear does not mean trusting
+whatever answers on its feed ports, nor the other way round.
 
 `approve_http_url` applies that policy where a URL enters (settings, tool arguments); connectors
 that receive an approved URL only `parse_http_url` it.
@@ -22,6 +25,7 @@ DEFAULT_KV_HOST = "127.0.0.1"
 DEFAULT_KV_PORT = 9130
 ENABLE_WORDS = frozenset({"1", "true", "yes", "on", "enable", "enabled"})
 INSECURE_HOSTS_ENV = "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"
+FEED_HOSTS_ENV = "GRAPH_KVCACHE_INSECURE_FEED_HOSTS"
 _HOST_NAME = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
 )
@@ -100,9 +104,12 @@ def approve_http_url(url: str, *, what: str, insecure_hosts: Sequence[str] = ())
     return endpoint
 
 
-def check_insecure_hosts(entries: Iterable[str]) -> tuple[str, ...]:
-    """The entries of `GRAPH_KVCACHE_INSECURE_HTTP_HOSTS`, normalised: IP addresses and CIDRs
-    as `ipaddress` writes them, host names lower-case without a trailing dot.
+def check_insecure_hosts(
+    entries: Iterable[str], *, variable: str = INSECURE_HOSTS_ENV
+) -> tuple[str, ...]:
+    """The entries of a host list (`variable`: `GRAPH_KVCACHE_INSECURE_HTTP_HOSTS` or
+    `GRAPH_KVCACHE_INSECURE_FEED_HOSTS`), normalised: IP addresses and CIDRs as `ipaddress`
+    writes them, host names lower-case without a trailing dot.
 
     Raises:
         ConfigError: an entry is neither an address, a CIDR, nor a host name.
@@ -119,7 +126,7 @@ def check_insecure_hosts(entries: Iterable[str]) -> tuple[str, ...]:
         name = entry.lower().rstrip(".")
         if not _HOST_NAME.match(name):
             raise ConfigError(
-                f"{INSECURE_HOSTS_ENV}: {quoted(entry)} is not a host name, IP address or CIDR "
+                f"{variable}: {quoted(entry)} is not a host name, IP address or CIDR "
                 "(write e.g. 10.0.0.18,gpu-box.lan,192.168.0.0/16)"
             )
         checked.append(name)

@@ -46,6 +46,7 @@ VERSION_FACTS: tuple[VersionFact, ...] = (
     VersionFact("lmcache", "domain.lmcache.status", "the shape of the server's /status answer"),
     VersionFact("lmcache", "domain.lmcache.deploy", "the Dockerfile's LMCache install"),
     VersionFact("lmcache", "domain.diagnosis.tier_facts", "the OpenTelemetry counter names"),
+    VersionFact("lmcache", "domain.lmcache.metrics", "L2 tokens per tier only; loads per adapter"),
     VersionFact("lmcache", "domain.vllm.launch", "no in-process CPU connector"),
     VersionFact("lmcache", "domain.vllm.hybrid.launch", "one KV cache group registered on CPU"),
     VersionFact("lmcache", "domain.vllm.wiring", "the server's default transfer mode"),

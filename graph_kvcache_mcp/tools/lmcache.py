@@ -182,7 +182,11 @@ async def _plan(
         facts = await anyio.to_thread.run_sync(
             lambda: model_facts(hf_config=hf_config, **facts_given)
         )
-        choices = LmcacheChoices(engine_url=engine_url or default_url, **choices_given)
+        choices = LmcacheChoices(
+            engine_url=engine_url or default_url,
+            insecure_http_hosts=settings.insecure_http_hosts,
+            **choices_given,
+        )
         plan = await anyio.to_thread.run_sync(plan_for_this_host, facts, choices, settings.data_dir)
     except ConfigError as exc:
         raise ToolError(f"{exc}. Fix the argument and call lmcache_config again.") from None

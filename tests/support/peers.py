@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 Handler = Callable[[socket.socket, threading.Event], None]
 """Serves one accepted connection and closes it; the event is set when the peer stops."""
@@ -47,6 +47,16 @@ def loopback_peer(
         stop.set()
         thread.join(timeout=5)
         listener.close()
+
+
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy `source` into `sink` until `source` ends, then end `sink`'s writing side (one way of a
+    forwarding double)."""
+    with suppress(OSError):
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    with suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
 
 
 class Script:

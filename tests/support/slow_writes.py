@@ -10,17 +10,9 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
-from tests.support.peers import loopback_peer
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    with suppress(OSError):
-        while chunk := source.recv(65536):
-            sink.sendall(chunk)
-    with suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
+from tests.support.peers import loopback_peer, pipe
 
 
 @contextmanager
@@ -34,9 +26,9 @@ def slow_writes_proxy(engine_port: int, *, hold_s: float) -> Iterator[str]:
                 stop.wait(hold_s)
             with socket.create_connection(("127.0.0.1", engine_port), timeout=30) as upstream:
                 upstream.sendall(first)
-                back = threading.Thread(target=_pipe, args=(upstream, conn), daemon=True)
+                back = threading.Thread(target=pipe, args=(upstream, conn), daemon=True)
                 back.start()
-                _pipe(conn, upstream)
+                pipe(conn, upstream)
                 back.join(timeout=30)
 
     with loopback_peer(forward, backlog=64, thread_per_connection=True) as url:

@@ -224,3 +224,18 @@ def test_a_token_file_others_may_read_or_a_link_is_refused(tmp_path: Path) -> No
     token_file.chmod(0o600)
     with pytest.raises(ConfigError, match="cannot open"):
         Settings.from_env({KV_TOKEN_FILE_ENV: str(link)})
+
+
+def test_the_feed_hosts_list_is_its_own_setting_and_allows_no_plain_http() -> None:
+    settings = Settings.from_env({"GRAPH_KVCACHE_INSECURE_FEED_HOSTS": "10.0.0.0/8, gpu-box"})
+    assert settings.insecure_feed_hosts == ("10.0.0.0/8", "gpu-box")
+    assert settings.insecure_http_hosts == ()
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        Settings.from_env(
+            {
+                "GRAPH_KVCACHE_INSECURE_FEED_HOSTS": "10.0.0.0/8",
+                "VLLM_BASE_URL": "http://10.0.0.18:8000/v1",
+            }
+        )
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_FEED_HOSTS"):
+        Settings.from_env({"GRAPH_KVCACHE_INSECURE_FEED_HOSTS": "not a host"})

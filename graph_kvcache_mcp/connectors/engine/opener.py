@@ -7,7 +7,7 @@ the data dir > the engine's default address, http://127.0.0.1:9130.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,12 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIABLE, engine_proof
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT, url_from_addr
+from graph_kvcache_mcp.domain.endpoints import (
+    DEFAULT_KV_HOST,
+    DEFAULT_KV_PORT,
+    INSECURE_HOSTS_ENV,
+    url_from_addr,
+)
 from graph_kvcache_mcp.domain.engine.environment import KV_TIMEOUT_ENV, KV_TOKEN_ENV, KV_URL_ENV
 from graph_kvcache_mcp.domain.engine.limits import EngineBackend
 from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Source, Target
@@ -82,15 +87,25 @@ def engine_environment(target: KvTarget, settings: Settings) -> dict[str, str]:
     }
     if target.token is not None:
         env[KV_TOKEN_ENV] = target.token.get_secret_value()
-    env.update(engine_proof_environment(target))
+    env.update(engine_proof_environment(target, settings.insecure_http_hosts))
     return env
 
 
-def engine_proof_environment(target: KvTarget) -> dict[str, str]:
-    """For a child that uses the managed engine: where that engine's record lives, so the child
-    proves the engine holds its port before each token leaves (`children.proof`)."""
+def engine_proof_environment(
+    target: KvTarget, insecure_hosts: Sequence[str] = ()
+) -> dict[str, str]:
+    """For a child that talks to the engine (the lmcache server's L2 adapter, vLLM with our
+    connector): where the managed engine's record lives, so the child proves the engine holds
+    its port before each token leaves (`children.proof`); and the hosts the user allowed plain
+    http to, so the child's client applies the very policy ours does (its URL passed ours).
+
+    The CA settings a child needs for https (`SSL_CERT_FILE`, `SSL_CERT_DIR`) it inherits
+    (`processes.control.ML_STACK_INHERITED`)."""
     where = target.target
-    return {ENGINE_DIR_VARIABLE: str(where.data_dir)} if isinstance(where, ManagedHere) else {}
+    env = {ENGINE_DIR_VARIABLE: str(where.data_dir)} if isinstance(where, ManagedHere) else {}
+    if insecure_hosts:
+        env[INSECURE_HOSTS_ENV] = ",".join(insecure_hosts)
+    return env
 
 
 def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = False) -> SyncKvClient:

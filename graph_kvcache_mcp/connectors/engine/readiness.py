@@ -68,7 +68,7 @@ def wait_ready(
                     f"{engine_reason(engine.log_path)} (log: {engine.log_path})"
                 )
             # One look at the port per round: listing its listeners reads every process's sockets.
-            owner = listener_owner(state.process.pid, state.port)
+            owner = listener_owner(state.process.pid, state.port, host=ENGINE_HOST)
             if (refusal := start_refusal(state, owner, engine.log_path, log_offset)) is not None:
                 engine.abandon(state, rotate_token=True)
                 raise EngineProcessError(refusal)
@@ -102,7 +102,7 @@ def wait_resp(engine: ManagedEngine, state: EngineState, timeout_s: float) -> No
     deadline = time.monotonic() + timeout_s
     # Wait only while nothing listens yet: a squatter is refused at once.
     while time.monotonic() < deadline:
-        if listener_owner(state.process.pid, credentials.port) != "none":
+        if listener_owner(state.process.pid, credentials.port, host=ENGINE_HOST) != "none":
             break
         time.sleep(0.05)
     if (why := engine.resp_impostor(state)) is not None:
@@ -132,9 +132,9 @@ def start_refusal(
     if owner == "foreign":
         return (
             f"port {state.port} on {ENGINE_HOST} was taken by another process "
-            f"({describe_listener(state.port)}) while the engine started; the engine was "
-            "stopped, no token was sent there and the token was rotated. Start again (a "
-            "fixed --port: choose another)"
+            f"({describe_listener(state.port, host=ENGINE_HOST)}) while the engine started; "
+            "the engine was stopped, no token was sent there and the token was rotated. Start "
+            "again (a fixed --port: choose another)"
         )
     if BIND_FAILED in log_since(log_path, log_offset):
         return (
@@ -148,14 +148,15 @@ def start_refusal(
 def listener_refusal(state: EngineState, port: int, *, what: str, secret: str) -> str | None:
     """Why `secret` must not go to `port` (None when the engine we started holds its listening
     socket): nothing listens there yet, or another process does."""
-    owner = listener_owner(state.process.pid, port)
+    owner = listener_owner(state.process.pid, port, host=ENGINE_HOST)
     if owner == "ours":
         return None
     if owner == "none":
         return f"nothing listens on {what} {port} yet"
     return (
-        f"{what} {port} is held by another process ({describe_listener(port)}), not by the "
-        f"engine we started (pid {state.process.pid}); the {secret} was not sent"
+        f"{what} {port} is held by another process "
+        f"({describe_listener(port, host=ENGINE_HOST)}), not by the engine we started "
+        f"(pid {state.process.pid}); the {secret} was not sent"
     )
 
 

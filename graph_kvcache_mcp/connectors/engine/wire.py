@@ -35,6 +35,7 @@ from graph_kvcache_mcp.connectors.engine.http_response import (
     ResponseReader,
     WireResponse,
 )
+from graph_kvcache_mcp.connectors.net.tls_trust import explain_certificate_failure
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint
 
 _SEND_IN_ONE_BELOW = 1024 * 1024
@@ -285,6 +286,9 @@ class EngineWire:
         except TimeoutError as exc:
             sock.close()
             raise WireTimeout("connect", deadline.budget_s) from exc
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise WireBroken(explain_certificate_failure(exc)) from exc
         except (ssl.SSLError, OSError) as exc:
             sock.close()
             raise WireBroken(f"TLS handshake failed ({type(exc).__name__})") from exc

@@ -55,7 +55,12 @@ def load_fleet(settings: Settings, fleet_file: Path | None = None) -> Fleet:
             text = read_regular_file(path, max_bytes=MAX_FLEET_FILE_BYTES).decode("utf-8")
         except (FileRefused, UnicodeDecodeError) as exc:
             raise ConfigError(f"fleet file: {exc}") from None
-        fleet = parse_fleet(text, source=str(path), insecure_hosts=settings.insecure_http_hosts)
+        fleet = parse_fleet(
+            text,
+            source=str(path),
+            insecure_hosts=settings.insecure_http_hosts,
+            feed_hosts=settings.insecure_feed_hosts,
+        )
         instances = list(fleet.instances)
     managed = ManagedVllm(settings.data_dir, python=settings.vllm_python, tidy=False)
     state = managed.running_state()

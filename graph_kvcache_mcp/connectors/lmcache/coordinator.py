@@ -17,6 +17,7 @@ from typing import Any, Self
 import anyio.to_thread
 import httpx2
 
+from graph_kvcache_mcp.connectors.net.tls_trust import certificate_reason
 from graph_kvcache_mcp.connectors.processes.identity import listener_user
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.fleet.tier_trust import (
@@ -153,7 +154,10 @@ class CoordinatorHttp:
         """Why nothing may be sent to the coordinator's port now (None once it is proved ours)."""
         if self._proved:
             return None
-        owner = await anyio.to_thread.run_sync(listener_user, self.endpoint.port)
+        endpoint = self.endpoint
+        owner = await anyio.to_thread.run_sync(
+            lambda: listener_user(endpoint.port, host=endpoint.host)
+        )
         if owner == "ours":
             self._proved = True
             return None
@@ -171,8 +175,11 @@ class CoordinatorHttp:
             reply = await self._http.request(method, self.url + path, json=body)
         except httpx2.HTTPError as exc:
             self._proved = not self.endpoint.is_loopback  # the port may change hands: prove again
+            untrusted = certificate_reason(exc)
             return Unavailable(
-                f"LMCache coordinator not reachable at {self.url} ({type(exc).__name__})"
+                f"LMCache coordinator at {self.url} was not trusted: {untrusted}"
+                if untrusted
+                else f"LMCache coordinator not reachable at {self.url} ({type(exc).__name__})"
             )
         if reply.status_code != 200:
             return Unavailable(

@@ -32,6 +32,7 @@ from graph_kvcache_mcp.connectors.processes.identity import (
 from graph_kvcache_mcp.connectors.processes.ports import free_port
 from graph_kvcache_mcp.connectors.processes.state_file import ProcessState, StateFile
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import (
+    COORDINATOR_HOST,
     coordinator_spec,
     coordinator_url,
 )
@@ -86,7 +87,11 @@ class ManagedCoordinator:
                     f"{state.chunk_size}-token chunks with {state.hash_algorithm}, the servers "
                     f"{chunk_size} with {hash_algorithm}: stop it (lmcache stop) and start again"
                 )
-            if (owner := listener_owner(state.process.pid, state.port, group=True)) != "ours":
+            if (
+                owner := listener_owner(
+                    state.process.pid, state.port, group=True, host=COORDINATOR_HOST
+                )
+            ) != "ours":
                 raise LmcacheProcessError(
                     f"the managed lmcache coordinator (pid {state.process.pid}) does not hold its "
                     f"port {state.port} ({_holder(owner, state.port)}): nothing is sent there; "
@@ -119,9 +124,9 @@ class ManagedCoordinator:
         deadline = time.monotonic() + ready_timeout_s
         # LMCache imports for seconds before it binds: a process that binds the port first must
         # not be taken for it (our servers would register and post token ids there).
-        while (owner := listener_owner(record.pid, port, group=True)) != "ours" or not _answers(
-            state.url
-        ):
+        while (
+            owner := listener_owner(record.pid, port, group=True, host=COORDINATOR_HOST)
+        ) != "ours" or not _answers(state.url):
             if owner == "foreign":
                 holder = _holder(owner, port)
                 self.stop()
@@ -159,7 +164,11 @@ class ManagedCoordinator:
 
 
 def _holder(owner: ListenerOwner, port: int) -> str:
-    return "nothing listens there" if owner == "none" else describe_listener(port)
+    return (
+        "nothing listens there"
+        if owner == "none"
+        else describe_listener(port, host=COORDINATOR_HOST)
+    )
 
 
 def _answers(url: str) -> bool:

@@ -39,18 +39,27 @@ OS_INHERITED_PREFIXES = ("LC_",)
 # families of variables vLLM, LMCache and their stack
 # (torch, CUDA, Hugging Face, LMCache, the CPU backend's preloads) read. Our own secrets (the
 # engine token, the HTTP token, the bundle secret) match none of them. VLLM_API_KEY passes: it is
-# the key set for vLLM itself, which the vllm_* tools send as well.
-ML_STACK_INHERITED = OS_INHERITED | frozenset(
-    {
-        "LD_LIBRARY_PATH",
-        "LD_PRELOAD",
-        "PYTHONPATH",
-        "VIRTUAL_ENV",
-        "XDG_CACHE_HOME",
-        "TOKENIZERS_PARALLELISM",
-        "CC",
-        "CXX",
-    }
+# the key set for vLLM itself, which the vllm_* tools send as well. The CA settings pass too:
+# a child that talks https to the engine (the lmcache server's L2 adapter, vLLM with our
+# connector) trusts a private CA (a fleet's) only through them, as our own clients do. Our
+# clients (stdlib `ssl`, httpx2) read SSL_CERT_FILE and SSL_CERT_DIR, nothing else
+# (REQUESTS_CA_BUNDLE is the `requests` library's, which no engine client uses).
+TLS_TRUST_INHERITED = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR"})
+ML_STACK_INHERITED = (
+    OS_INHERITED
+    | TLS_TRUST_INHERITED
+    | frozenset(
+        {
+            "LD_LIBRARY_PATH",
+            "LD_PRELOAD",
+            "PYTHONPATH",
+            "VIRTUAL_ENV",
+            "XDG_CACHE_HOME",
+            "TOKENIZERS_PARALLELISM",
+            "CC",
+            "CXX",
+        }
+    )
 )
 ML_STACK_INHERITED_PREFIXES = (
     *OS_INHERITED_PREFIXES,

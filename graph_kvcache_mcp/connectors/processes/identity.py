@@ -7,9 +7,12 @@ process runs as our user, and its environment (readable only by its owner) holds
 it at spawn. A forged record that copies a real pid, start time and argv[0] names a process that
 fails one of the two.
 
-A port's listener is ours only when every listening socket on that port belongs to our process
-(`listener_owner`): a token is sent to a port only after that check, so a squatter that bound the
-port first never receives one.
+A port's listener is ours only when every listening socket on that address and port belongs to
+our process (`listener_owner`): a token is sent to a port only after that check, so a squatter
+that bound the port first never receives one. A listener on another address with the same port
+(a forwarder on the host's address while ours binds loopback) takes no connection made to our
+address, so it is neither ours nor a squatter; a wildcard listener (0.0.0.0, ::) takes them, so
+it counts.
 
 Everything here asks `psutil`. Tested on Linux, where it reads /proc: there the start time is the
 kernel's own tick count (the value state files have always recorded) and every listener on the
@@ -23,6 +26,7 @@ an empty group (a group stop would otherwise silently stop nothing).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections import Counter
@@ -139,9 +143,13 @@ def group_members(pgid: int) -> list[int]:
     return sorted(members)
 
 
-def describe_listener(port: int) -> str:
-    """'pid N (name)' of whatever listens on `port`, best effort."""
-    pid = listener_pid(port)
+LOOPBACK_HOST = "127.0.0.1"
+"""Where every service we manage listens; the address a listener check asks about by default."""
+
+
+def describe_listener(port: int, *, host: str = LOOPBACK_HOST) -> str:
+    """'pid N (name)' of whatever listens on `host`:`port`, best effort."""
+    pid = listener_pid(port, host=host)
     if pid is None:
         return "owner unknown"
     try:
@@ -152,13 +160,12 @@ def describe_listener(port: int) -> str:
 
 
 def listener_owner(
-    pid: int, port: int, *, group: bool = False, host: str | None = None
+    pid: int, port: int, *, group: bool = False, host: str = LOOPBACK_HOST
 ) -> ListenerOwner:
-    """Who listens on TCP `port` (any address, IPv4 or IPv6): "ours" when every listening socket
-    there is an open file of `pid` (or, with `group`, of a member of the process group `pid`
-    leads), "none" when nothing listens, else "foreign" (a socket we cannot attribute included).
-    With `host`, only the sockets that take that address's connections count: those bound to
-    it and the wildcard ones (another process on another address of the port is no rival).
+    """Who listens on TCP `host`:`port` (that address or a wildcard, IPv4 or IPv6): "ours" when
+    every listening socket there is an open file of `pid` (or, with `group`, of a member of the
+    process group `pid` leads), "none" when nothing listens, else "foreign" (a socket we cannot
+    attribute included). A socket on another address with the same port is not counted.
 
     Sockets are matched by address, counted: psutil names one holder per socket, so a socket
     our engine shares with a child it forked is checked among our own process's files instead.
@@ -180,27 +187,26 @@ def listener_owner(
     for member in members:
         ours.update(_listening_addresses(_sockets_of(member), port, host))
     if everyone is None:
-        return "ours" if ours else ("foreign" if _answers(port) else "none")
+        return "ours" if ours else ("foreign" if _answers(host, port) else "none")
     return "ours" if everyone <= ours else "foreign"
 
 
-def listener_user(port: int) -> ListenerOwner:
-    """Who listens on TCP `port`, by user: "ours" when every listening socket there belongs to
-    a process running as our user (another user's squatter fails), "none" when nothing listens,
-    else "foreign". For a port whose process we did not record (a coordinator given by URL)."""
+def listener_user(port: int, *, host: str = LOOPBACK_HOST) -> ListenerOwner:
+    """Who listens on TCP `host`:`port`, by user: "ours" when every listening socket there
+    belongs to a process running as our user (another user's squatter fails), "none" when nothing
+    listens, else "foreign". For a port whose process we did not record (a coordinator given by
+    URL)."""
     try:
         sockets = [
-            found
-            for found in psutil.net_connections(kind="tcp")
-            if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
+            found for found in psutil.net_connections(kind="tcp") if _listens_at(found, port, host)
         ]
     except psutil.AccessDenied:  # macOS without root: only our own processes' sockets
         mine = any(
-            _listening_addresses(_sockets_of(process.pid), port)
+            _listening_addresses(_sockets_of(process.pid), port, host)
             for process in psutil.process_iter()
             if _is_our_user(process.pid)
         )
-        return "ours" if mine else ("foreign" if _answers(port) else "none")
+        return "ours" if mine else ("foreign" if _answers(host, port) else "none")
     if not sockets:
         return "none"
     return "ours" if all(_is_our_user(found.pid) for found in sockets) else "foreign"
@@ -222,45 +228,63 @@ def _sockets_of(pid: int) -> list[Any]:
         return []
 
 
-_WILDCARDS = frozenset({"0.0.0.0", "::"})
-
-
 def _listening_addresses(
-    sockets: Iterable[Any], port: int, host: str | None = None
+    sockets: Iterable[Any], port: int, host: str
 ) -> list[tuple[int, str, int]]:
     return [
         (found.family, found.laddr.ip, found.laddr.port)
         for found in sockets
-        if found.status == psutil.CONN_LISTEN
-        and found.laddr
-        and found.laddr.port == port
-        and (host is None or found.laddr.ip == host or found.laddr.ip in _WILDCARDS)
+        if _listens_at(found, port, host)
     ]
 
 
-def _answers(port: int) -> bool:
+def _listens_at(found: Any, port: int, host: str) -> bool:
+    """Whether psutil's socket `found` listens where a connection to `host`:`port` lands."""
+    return (
+        found.status == psutil.CONN_LISTEN
+        and bool(found.laddr)
+        and found.laddr.port == port
+        and takes_connections_for(found.laddr.ip, host)
+    )
+
+
+def takes_connections_for(bound: str, host: str) -> bool:
+    """Whether a socket bound to address `bound` takes connections made to `host`: the same
+    address (an IPv4-mapped IPv6 one included) or a wildcard. Anything that is not an address
+    (a name) counts, so the check errs towards "someone else is there"."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        wanted = ipaddress.ip_address(host.strip("[]"))
+        address = ipaddress.ip_address(bound.split("%", 1)[0])
+    except ValueError:
+        return True
+    if address.is_unspecified:
+        return True
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if isinstance(wanted, ipaddress.IPv6Address) and wanted.ipv4_mapped is not None:
+        wanted = wanted.ipv4_mapped
+    return address == wanted
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
 
 
-def listener_pid(port: int) -> int | None:
-    """The pid holding a listening TCP socket on `port`, when we are allowed to see it."""
-    pids = sorted(pid for pid in _listeners(port) if pid is not None)
+def listener_pid(port: int, *, host: str = LOOPBACK_HOST) -> int | None:
+    """The pid holding a listening TCP socket at `host`:`port`, when we are allowed to see it."""
+    pids = sorted(pid for pid in _listeners(port, host) if pid is not None)
     return pids[0] if pids else None
 
 
-def _listeners(port: int) -> set[int | None]:
-    """The pids psutil names for the listening TCP sockets on `port` (one per socket; None
-    where the holder is hidden from us)."""
+def _listeners(port: int, host: str) -> set[int | None]:
+    """The pids psutil names for the listening TCP sockets at `host`:`port` (one per socket;
+    None where the holder is hidden from us)."""
     try:
         sockets = psutil.net_connections(kind="tcp")
     except psutil.AccessDenied:  # macOS without root
         return set()
-    return {
-        found.pid
-        for found in sockets
-        if found.status == psutil.CONN_LISTEN and found.laddr and found.laddr.port == port
-    }
+    return {found.pid for found in sockets if _listens_at(found, port, host)}

@@ -301,6 +301,7 @@ class VllmClient:
             external_bytes_read=cached.external_bytes,
             lmcache_l1_hit_tokens=cached.l1_tokens,
             lmcache_l2_hit_tokens=cached.l2_tokens,
+            lmcache_p2p_hit_tokens=cached.p2p_tokens,
             cached_tokens_source=cached.source,
             latency_s=latency,
             ttft_s=answer.ttft_s,

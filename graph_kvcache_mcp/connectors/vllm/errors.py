@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import httpx2
 
+from graph_kvcache_mcp.connectors.net.tls_trust import certificate_reason
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.vllm.deadlines import CALL_TIMEOUT_ENV
 from graph_kvcache_mcp.errors import VllmRequestError
@@ -24,6 +25,9 @@ MAX_MESSAGE_CHARS = 300
 
 
 def unreachable(root_url: str, exc: BaseException) -> Unavailable:
+    """Nothing answered, or (named as such) the answer's certificate was not trusted."""
+    if (untrusted := certificate_reason(exc)) is not None:
+        return Unavailable(f"vLLM at {root_url} was not trusted: {untrusted}")
     return Unavailable(
         f"vLLM not reachable at {root_url} ({type(exc).__name__}); start it with vllm_start or "
         "check VLLM_BASE_URL"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx2
 
+from graph_kvcache_mcp.connectors.net.tls_trust import certificate_reason
 from graph_kvcache_mcp.connectors.processes.control import tail
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath, worker_death
@@ -22,7 +23,8 @@ def probe_server(base_url: str, *, timeout_s: float = 3.0) -> tuple[bool, list[s
                 return False, [], f"/health answered HTTP {health.status_code}"
             models = http.get(root + "/v1/models")
     except httpx2.HTTPError as exc:
-        return False, [], f"no answer from {root} ({type(exc).__name__})"
+        untrusted = certificate_reason(exc)
+        return False, [], untrusted or f"no answer from {root} ({type(exc).__name__})"
     if models.status_code != 200:
         return True, [], None  # healthy; an older server may not list its models
     try:

@@ -66,10 +66,10 @@ def wait_healthy(
                     f"vLLM exited with {code} before it was healthy: "
                     f"{vllm_reason(vllm.log_path)} (log: {vllm.log_path})"
                 )
-            owner = listener_owner(state.process.pid, state.port, group=True)
+            owner = listener_owner(state.process.pid, state.port, group=True, host=VLLM_HOST)
             if owner == "foreign":
                 # A squatter took the port first: nothing (no API key) is sent there.
-                holder = describe_listener(state.port)
+                holder = describe_listener(state.port, host=VLLM_HOST)
                 vllm.abandon(state, watch.seen)
                 raise VllmProcessError(
                     f"port {state.port} on {VLLM_HOST} was taken by another process "
@@ -137,7 +137,7 @@ def status_of(
 
 def foreign_status(port: int, data_dir: Path) -> VllmStatus:
     """The status of a server on `port` that this tool did not start (never signalled)."""
-    holder = describe_listener(port)
+    holder = describe_listener(port, host=VLLM_HOST)
     return _not_ours(
         VllmEndpoint.local(VLLM_HOST, port).api_base,
         data_dir,
@@ -203,7 +203,7 @@ def reuse_foreign(launch: VllmLaunch, wanted: str, data_dir: Path) -> VllmStatus
     status to reuse; anything else on that port is refused, never signalled."""
     base_url = VllmEndpoint.local(VLLM_HOST, launch.port).api_base
     healthy, served, _reason = probe_server(base_url)
-    holder = describe_listener(launch.port)
+    holder = describe_listener(launch.port, host=VLLM_HOST)
     if not healthy:
         raise VllmProcessError(
             f"port {launch.port} on {VLLM_HOST} is taken by a process this tool did not "

@@ -19,7 +19,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graph_kvcache_mcp.domain.endpoints import approve_http_url, plain_http_allowed
+from graph_kvcache_mcp.domain.endpoints import (
+    FEED_HOSTS_ENV,
+    approve_http_url,
+    plain_http_allowed,
+)
 from graph_kvcache_mcp.domain.targets import Configured
 from graph_kvcache_mcp.errors import ConfigError, describe_validation
 
@@ -81,8 +85,15 @@ class Fleet(BaseModel):
         raise ConfigError(f"the fleet has no instance {name!r} (it has {known})")
 
 
-def parse_fleet(text: str, *, source: str, insecure_hosts: Sequence[str] = ()) -> Fleet:
-    """The fleet described by the JSON `text` (`source` names it in messages).
+def parse_fleet(
+    text: str,
+    *,
+    source: str,
+    insecure_hosts: Sequence[str] = (),
+    feed_hosts: Sequence[str] = (),
+) -> Fleet:
+    """The fleet described by the JSON `text` (`source` names it in messages); `insecure_hosts`
+    may get plain http, `feed_hosts` may be read for KV events (two lists, two risks).
 
     Raises:
         ConfigError: not JSON, a wrong shape, an inline secret, a duplicate name, or an
@@ -110,7 +121,7 @@ def parse_fleet(text: str, *, source: str, insecure_hosts: Sequence[str] = ()) -
             ("kv_events_replay", item.kv_events_replay),
         ):
             if endpoint is not None:
-                check_zmq_endpoint(endpoint, what=f"{what} {field}", insecure_hosts=insecure_hosts)
+                check_zmq_endpoint(endpoint, what=f"{what} {field}", feed_hosts=feed_hosts)
         if item.kv_events_replay and not item.kv_events:
             raise ConfigError(f"{what}: kv_events_replay needs kv_events (the live feed) too")
         _check_env_name(item.api_key_env, f"{what} api_key_env")
@@ -131,9 +142,10 @@ def parse_fleet(text: str, *, source: str, insecure_hosts: Sequence[str] = ()) -
     return fleet
 
 
-def check_zmq_endpoint(endpoint: str, *, what: str, insecure_hosts: Sequence[str] = ()) -> None:
+def check_zmq_endpoint(endpoint: str, *, what: str, feed_hosts: Sequence[str] = ()) -> None:
     """Refuse a ZMQ endpoint we should not connect to: ZMQ has no authentication here, so only
-    loopback (or a host listed as insecure) over tcp, or a local ipc socket.
+    loopback (or a host listed in `GRAPH_KVCACHE_INSECURE_FEED_HOSTS`) over tcp, or a local ipc
+    socket. The plain-http list has no say here.
 
     Raises:
         ConfigError: malformed, a wildcard, or a host the policy refuses.
@@ -158,11 +170,12 @@ def check_zmq_endpoint(endpoint: str, *, what: str, insecure_hosts: Sequence[str
             f"{what}: {endpoint!r} is vLLM's bind address; give the address to connect to "
             f"(tcp://127.0.0.1:{port} for a local instance)"
         )
-    if not plain_http_allowed(parts.hostname, insecure_hosts):
+    if not plain_http_allowed(parts.hostname, feed_hosts):
         raise ConfigError(
             f"{what}: KV event feeds are unauthenticated, so only loopback hosts (or hosts "
-            "listed in GRAPH_KVCACHE_INSECURE_HTTP_HOSTS) may be read; tunnel the feed to "
-            f"127.0.0.1 instead of reading {parts.hostname} directly"
+            f"listed in {FEED_HOSTS_ENV}) may be read; tunnel the feed to 127.0.0.1 instead of "
+            f"reading {parts.hostname} directly, or, on a network you trust, list the host in "
+            f"{FEED_HOSTS_ENV}"
         )
 
 

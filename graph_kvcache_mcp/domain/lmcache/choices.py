@@ -33,6 +33,12 @@ class LmcacheChoices(BaseModel):
 
     mode: Mode = "mp_native"
     engine_url: str = Field("http://127.0.0.1:9130", description="The engine's KV base URL.")
+    insecure_http_hosts: tuple[str, ...] = Field(
+        (),
+        description="Hosts plain http may go to (GRAPH_KVCACHE_INSECURE_HTTP_HOSTS, as "
+        "`check_insecure_hosts` returns them): the engine URL is approved by the policy the "
+        "engine client applies, never a stricter or looser one.",
+    )
     namespace: Namespace = Field(
         DEFAULT_NAMESPACE, description="Key namespace hashed into every engine key."
     )

@@ -115,7 +115,9 @@ def plan_lmcache(facts: ModelFacts, choices: LmcacheChoices | None = None) -> Lm
             the hybrid block size) or an address is unusable.
     """
     choices = choices or LmcacheChoices()
-    approve_http_url(choices.engine_url, what="engine URL")
+    approve_http_url(
+        choices.engine_url, what="engine URL", insecure_hosts=choices.insecure_http_hosts
+    )
     check_namespace(choices.namespace)
     tp = choices.tensor_parallel_size
     warnings: list[str] = []

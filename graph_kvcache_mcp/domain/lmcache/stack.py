@@ -116,6 +116,7 @@ def plan_stack_server(
     *,
     engine_url: str,
     options: StackOptions,
+    insecure_hosts: tuple[str, ...] = (),
 ) -> LmcachePlan:
     """The config generator's plan for the server behind `launch`.
 
@@ -139,6 +140,7 @@ def plan_stack_server(
     choices = LmcacheChoices(
         mode="redis_resp" if launch.l2_over_resp else "mp_native",
         engine_url=engine_url,
+        insecure_http_hosts=insecure_hosts,
         chunk_size=options.chunk_size,
         lmcache_host=launch.lmcache_host,
         lmcache_port=launch.lmcache_port,

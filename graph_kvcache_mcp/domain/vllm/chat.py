@@ -74,6 +74,11 @@ class CachedTokens(BaseModel):
     l2_tokens: int | None = Field(
         None, description="Of the external part, found in the lmcache server's L2 (the engine)."
     )
+    p2p_tokens: int | None = Field(
+        None,
+        description="Of the external part, loaded by LMCache P2P from a peer server's L1 (not "
+        "the engine); 0 when P2P loaded nothing during the call.",
+    )
 
 
 class MetricsWindow(BaseModel):
@@ -190,7 +195,7 @@ def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters | Unavailab
             }
         )
     if moved.lookups == 0 and not cached.external_tokens:
-        return cached.model_copy(update={"l1_tokens": 0, "l2_tokens": 0})
+        return cached.model_copy(update={"l1_tokens": 0, "l2_tokens": 0, "p2p_tokens": 0})
     if moved.lookups != 1:
         why = (
             f"the lmcache server counted {moved.lookups} lookups during this call (another "
@@ -205,7 +210,19 @@ def split_lmcache_tiers(cached: CachedTokens, moved: LmcacheCounters | Unavailab
             "into L1 and L2"
         )
         return cached.model_copy(update={"note": _joined(cached.note, why)})
-    split = cached.model_copy(update={"l1_tokens": taken[0], "l2_tokens": taken[1]})
+    by_source = l2_by_source(taken[1], moved)
+    if by_source is None:
+        why = (
+            "LMCache loaded from both the engine and P2P peers during this call and counts L2 "
+            f"tokens per lookup, not per adapter, so its {taken[1]} L2 tokens cannot be split "
+            "between them"
+        )
+        split = cached.model_copy(update={"l1_tokens": taken[0], "note": _joined(cached.note, why)})
+        return split
+    engine, p2p = by_source
+    split = cached.model_copy(
+        update={"l1_tokens": taken[0], "l2_tokens": engine, "p2p_tokens": p2p}
+    )
     missed = lmcache_missed(moved)
     if missed is None:
         return split
@@ -230,6 +247,18 @@ def lmcache_missed(moved: LmcacheCounters) -> str | None:
     )
 
 
+def l2_by_source(l2_tokens: int, moved: LmcacheCounters) -> tuple[int, int | None] | None:
+    """`l2_tokens` as (the engine's, P2P's), from which adapters completed loads meanwhile: all
+    the engine's when P2P loaded nothing (P2P's part None when the server does not say), all
+    P2P's when only P2P loaded; None when both loaded (LMCache counts no tokens per adapter)."""
+    p2p_loads, loads = moved.p2p_loads, moved.l2_loads
+    if not p2p_loads:
+        return l2_tokens, None if p2p_loads is None else 0
+    if p2p_loads == loads:
+        return 0, l2_tokens
+    return None
+
+
 def tiers_taken(l1_found: int, l2_found: int, external: int | None) -> tuple[int, int] | None:
     """Of the `external` tokens vLLM took from the connector, those from L1 and from L2; they
     sum to `external`, never more.
@@ -250,7 +279,8 @@ TierTokens = Annotated[
     dict[str, int] | None,
     Field(
         description="With since: the window's cached tokens by tier (local, external; of "
-        "external lmcache_l1 + lmcache_l2, only what vLLM took): the parts sum to the whole.",
+        "external lmcache_l1 + lmcache_l2 (the engine) + lmcache_p2p (LMCache P2P peers, when "
+        "they served any), only what vLLM took): the parts sum to the whole.",
     ),
 ]
 """A window's cached prompt tokens by tier, as `window_tiers` counts them (vllm_metrics,
@@ -269,8 +299,11 @@ def window_tiers(window: MetricsDelta, lmcache: LmcacheCounters | None) -> dict[
     if lmcache is None or lmcache.l1_hit_tokens is None or lmcache.l2_hit_tokens is None:
         return tiers
     taken = tiers_taken(lmcache.l1_hit_tokens, lmcache.l2_hit_tokens, external)
-    if taken is not None:
-        tiers["lmcache_l1"], tiers["lmcache_l2"] = taken
+    by_source = None if taken is None else l2_by_source(taken[1], lmcache)
+    if taken is not None and by_source is not None:
+        tiers["lmcache_l1"], tiers["lmcache_l2"] = taken[0], by_source[0]
+        if by_source[1]:
+            tiers["lmcache_p2p"] = by_source[1]
     return tiers
 
 

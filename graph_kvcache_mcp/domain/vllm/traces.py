@@ -61,6 +61,12 @@ class Trace(BaseModel):
         description="Of the external hit, tokens LMCache found in L2 (the engine); None when not "
         "measured.",
     )
+    lmcache_p2p_hit_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Of the external hit, tokens LMCache P2P loaded from a peer server's L1 "
+        "(not the engine); None when not measured or P2P is not reported.",
+    )
     cached_tokens_source: CachedTokensSource = Field(
         description="usage: the response said; metrics_delta: the server's counters moved by this "
         "much around the call; unavailable: neither could tell."
@@ -123,8 +129,8 @@ class TraceSummary(BaseModel):
         None,
         description="Saved tokens split into 'local' (vLLM's prefix cache) and 'external' (a KV "
         "connector's tier), over the calls whose external part was measured, and the external "
-        "part into 'lmcache_l1' and 'lmcache_l2' where LMCache's split was measured; None if "
-        "none was.",
+        "part into 'lmcache_l1', 'lmcache_l2' (the engine) and 'lmcache_p2p' (LMCache P2P "
+        "peers, when they served any) where LMCache's split was measured; None if none was.",
     )
     avg_prefix_cache_hit_rate: float | None = Field(
         None, description="Mean of the per-call hit rates over calls with cache info."
@@ -186,10 +192,16 @@ def _by_tier(known: Sequence[Trace]) -> dict[str, int] | None:
         "local": sum(t.local_cache_hit_tokens or 0 for t in split),
         "external": sum(t.external_cache_hit_tokens or 0 for t in split),
     }
-    lmcache = [t for t in split if t.lmcache_l1_hit_tokens is not None]
+    lmcache = [
+        t
+        for t in split
+        if t.lmcache_l1_hit_tokens is not None and t.lmcache_l2_hit_tokens is not None
+    ]
     if lmcache:
         tiers["lmcache_l1"] = sum(t.lmcache_l1_hit_tokens or 0 for t in lmcache)
         tiers["lmcache_l2"] = sum(t.lmcache_l2_hit_tokens or 0 for t in lmcache)
+        if p2p := sum(t.lmcache_p2p_hit_tokens or 0 for t in lmcache):
+            tiers["lmcache_p2p"] = p2p
     return tiers
 
 

@@ -52,6 +52,7 @@ DEFAULT_MAX_CONNECTIONS = 16
 fastest with 16-32 requests in flight on a 2-core host (tools/bench_l2.py), 8 was clearly slower."""
 _CONNECTIONS_ENV = "EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS"
 _MAX_REASONS = 3
+_MAX_LOGGED_REASONS = 64
 
 
 class EngineL2Client:
@@ -96,6 +97,7 @@ class EngineL2Client:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._slots = SlotPool()
+        self._reasons = _ReasonLog()
         self._closed = False
         logger.info(
             "LMCache L2 client for %s (namespace %r, %d batch workers, %d connections)",
@@ -123,7 +125,9 @@ class EngineL2Client:
         try:
             payloads = [bytes(view) for view in memoryviews]
         except (TypeError, ValueError, BufferError) as exc:
-            return self._refuse(f"set buffers could not be read ({type(exc).__name__})")
+            reason = f"set buffers could not be read ({type(exc).__name__})"
+            self._reasons.note("store", reason)
+            return self._refuse(reason)
         return self._submit(self._run_set, list(keys), payloads)
 
     def submit_batch_get(self, keys: Sequence[str], memoryviews: Sequence[Any]) -> int:
@@ -209,7 +213,7 @@ class EngineL2Client:
         return mapped
 
     def _run_set(self, keys: list[str], payloads: list[bytes]) -> tuple[bool, str, None]:
-        failures = _Failures()
+        failures = _Failures(self._reasons, "store")
         if len(keys) != len(payloads):
             return False, f"{len(keys)} keys but {len(payloads)} buffers", None
         items: list[tuple[str, bytes]] = []
@@ -231,7 +235,7 @@ class EngineL2Client:
         return failures.ok, failures.message(len(keys), "set"), None
 
     def _run_get(self, keys: list[str], views: list[Any]) -> tuple[bool, str, list[bool]]:
-        failures = _Failures()
+        failures = _Failures(self._reasons, "load")
         if len(keys) != len(views):
             return False, f"{len(keys)} keys but {len(views)} buffers", [False] * len(keys)
         window = WriteWindow()
@@ -264,7 +268,7 @@ class EngineL2Client:
         return failures.ok, failures.message(len(keys), "get"), loaded
 
     def _run_exists(self, keys: list[str]) -> tuple[bool, str, list[bool]]:
-        failures = _Failures()
+        failures = _Failures(self._reasons, "lookup")
         mapped = self._engine_keys(keys, failures)
         wanted = [(i, key) for i, key in enumerate(mapped) if key is not None]
         outcomes = self.core.contains_many([key for _, key in wanted])
@@ -290,12 +294,34 @@ def _load_buffer(view: Any, failures: _Failures) -> memoryview | None:
     return target
 
 
-class _Failures:
-    """Per-batch failure tally: how many keys failed, and the first few distinct reasons."""
+class _ReasonLog:
+    """Logs why a batch failed, once per distinct reason: LMCache logs only that a store task
+    failed and for which keys, never the error string we hand back, so without this a refused
+    token or an untrusted certificate would fail every store silently. Reasons come from the
+    engine client's `Unavailable`s, which never hold the token. Bounded, so a flood of distinct
+    reasons cannot grow it without end."""
 
     def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def note(self, what: str, reason: str) -> None:
+        with self._lock:
+            if (what, reason) in self._seen or len(self._seen) >= _MAX_LOGGED_REASONS:
+                return
+            self._seen.add((what, reason))
+        logger.warning("LMCache L2 %s failed: %s (logged once per reason)", what, reason)
+
+
+class _Failures:
+    """Per-batch failure tally: how many keys failed, and the first few distinct reasons (each
+    logged the first time the client meets it)."""
+
+    def __init__(self, log: _ReasonLog, what: str) -> None:
         self.count = 0
         self.reasons: list[str] = []
+        self._log = log
+        self._what = what
 
     @property
     def ok(self) -> bool:
@@ -303,6 +329,7 @@ class _Failures:
 
     def add(self, reason: str) -> None:
         self.count += 1
+        self._log.note(self._what, reason)
         if reason not in self.reasons and len(self.reasons) < _MAX_REASONS:
             self.reasons.append(reason)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -128,16 +128,21 @@ _REFERENCE = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 
 
 def server_environment(
-    plan_env: Mapping[str, str], engine: KvTarget, environ: Mapping[str, str] | None = None
+    plan_env: Mapping[str, str],
+    engine: KvTarget,
+    environ: Mapping[str, str] | None = None,
+    *,
+    insecure_hosts: Sequence[str] = (),
 ) -> dict[str, str]:
     """The plan's environment with its `${NAME}` references filled in for a real launch: the
     engine token from `engine` (the start's one resolution), anything else from `environ`; a
-    reference with no value is left out rather than passed on literally."""
+    reference with no value is left out rather than passed on literally. `insecure_hosts` (the
+    user's plain-http opt-in) goes along, so the child's client applies the policy ours did."""
     source = os.environ if environ is None else environ
     values = dict(source)
     if engine.token is not None:
         values[KV_TOKEN_ENV] = engine.token.get_secret_value()
-    env: dict[str, str] = engine_proof_environment(engine)
+    env: dict[str, str] = engine_proof_environment(engine, insecure_hosts)
     for name, value in plan_env.items():
         match = _REFERENCE.match(value)
         if match is None:

@@ -114,7 +114,11 @@ class Stack:
             EngineProcessError: the engine's RESP wire could not be started.
             LmcacheProcessError: the server (or the managed coordinator) did not start.
         """
-        env = server_environment(server.env, resolve_kv_target(self.settings))
+        env = server_environment(
+            server.env,
+            resolve_kv_target(self.settings),
+            insecure_hosts=self.settings.insecure_http_hosts,
+        )
         server, coordinator_started = await anyio.to_thread.run_sync(
             self.join_coordinator, server, coordinator
         )
@@ -140,7 +144,11 @@ class Stack:
         """
         if coordinator == MANAGED_COORDINATOR:
             return ManagedHere("lmcache coordinator", self.settings.data_dir)
-        endpoint = approve_http_url(coordinator, what="LMCache coordinator URL")
+        endpoint = approve_http_url(
+            coordinator,
+            what="LMCache coordinator URL",
+            insecure_hosts=self.settings.insecure_http_hosts,
+        )
         return Configured("lmcache coordinator", endpoint.url.rstrip("/"))
 
     def join_coordinator(
@@ -210,7 +218,11 @@ class Stack:
         """
         state = self.lmcache.running_state()
         plan_env = state.plan_env if state is not None else {}
-        env = server_environment(plan_env, resolve_kv_target(self.settings))
+        env = server_environment(
+            plan_env,
+            resolve_kv_target(self.settings),
+            insecure_hosts=self.settings.insecure_http_hosts,
+        )
         if state is not None and state.resp_peer is not None:  # the adapter needs the wire
             return restart_resp_lmcache(self.engine, self.lmcache, env=env)
         return self.lmcache.restart(env=env)

@@ -195,11 +195,18 @@ async def _planned_server(
     onto the engine's RESP wire when the launch asks for it."""
     facts = await anyio.to_thread.run_sync(_facts_of, launch.model)
     plan = plan_stack_server(
-        launch, facts, where, engine_url=engine.base_url, options=options or StackOptions()
+        launch,
+        facts,
+        where,
+        engine_url=engine.base_url,
+        options=options or StackOptions(),
+        insecure_hosts=stack.settings.insecure_http_hosts,
     )
     server = plan.lmcache_server
     assert server is not None  # an MP plan always has one (plan_stack_server checked the mode)
-    server_env = server_environment(server.env, engine)
+    server_env = server_environment(
+        server.env, engine, insecure_hosts=stack.settings.insecure_http_hosts
+    )
     if not launch.l2_over_resp:
         return ServerLaunch(server, server_env, None, list(plan.notes))
     resp = await anyio.to_thread.run_sync(prepare_resp_launch, stack.engine, server, server_env)

@@ -53,6 +53,20 @@ def test_config_prints_commands_and_exits_1_for_an_unsupported_model(
     assert code == 1 and json.loads(out)["plan"]["supported"] is False
 
 
+def test_config_honours_the_plain_http_opt_in_as_the_engine_client_does(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flags = ("lmcache", "config", "--json", "--hf-config", str(DATA / "qwen3-8b.config.json"))
+    remote = ("--engine-url", "http://10.0.0.5:9130")
+    monkeypatch.delenv("GRAPH_KVCACHE_INSECURE_HTTP_HOSTS", raising=False)
+    code, _, err = run(capsys, *flags, *remote)
+    assert code == 2 and "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS" in err
+    monkeypatch.setenv("GRAPH_KVCACHE_INSECURE_HTTP_HOSTS", "10.0.0.0/24")
+    code, out, _ = run(capsys, *flags, *remote)
+    assert code == 0
+    assert json.loads(out)["plan"]["l2_adapter"]["adapter_params"]["base_url"] == remote[1]
+
+
 def test_config_refuses_bad_input_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "lmcache", "config", "--model", "x/y")
     assert code == 2 and "num_layers" in err

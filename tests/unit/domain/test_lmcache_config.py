@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from graph_kvcache_mcp.domain.endpoints import check_insecure_hosts
 from graph_kvcache_mcp.domain.lmcache.config import (
     ENGINE_VALUE_CAP_BYTES,
     LmcacheChoices,
@@ -235,6 +236,15 @@ def test_a_hybrid_of_unknown_state_size_asks_for_the_block_size() -> None:
 def test_plain_http_to_a_remote_engine_is_refused() -> None:
     with pytest.raises(ConfigError, match="https"):
         plan(DENSE, engine_url="http://10.0.0.5:9130")
+
+
+def test_plain_http_to_a_listed_engine_host_is_planned_as_the_engine_client_allows_it() -> None:
+    listed = check_insecure_hosts(["10.0.0.0/24"])
+    mp = plan(DENSE, engine_url="http://10.0.0.5:9130", insecure_http_hosts=listed)
+    assert mp.l2_adapter is not None
+    assert mp.l2_adapter["adapter_params"]["base_url"] == "http://10.0.0.5:9130"
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        plan(DENSE, engine_url="http://10.0.1.5:9130", insecure_http_hosts=listed)
 
 
 def test_a_config_without_layer_counts_names_the_missing_field() -> None:

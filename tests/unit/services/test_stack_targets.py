@@ -70,3 +70,14 @@ def test_logs_of_a_configured_vllm_are_not_read_from_this_data_dir(tmp_path: Pat
     assert "read it on gpu-box.example.com" in message and str(stack.vllm.log_path) in message
     here = stack.vllm_logs("http://127.0.0.1:8000/v1", lines=10)  # ours: read (none yet)
     assert (here.exists, here.log_path) == (False, str(stack.vllm.log_path))
+
+
+def test_a_coordinator_url_on_a_listed_host_is_accepted_as_the_engine_url_would_be(
+    tmp_path: Path,
+) -> None:
+    listed = Stack.of(Settings.build(data_dir=tmp_path, insecure_http_hosts=("10.9.8.0/24",)))
+    assert listed.coordinator_target("http://10.9.8.7:8300") == Configured(
+        "lmcache coordinator", "http://10.9.8.7:8300"
+    )
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        listed.coordinator_target("http://10.9.9.7:8300")

@@ -7,10 +7,10 @@ managed engine's data dir (`ENGINE_DIR_VARIABLE`, set by `opener.engine_environm
 lmcache plan) and their client asks `ManagedEngineProof` for its wire instead:
 
 - proof: the data dir's state record names a live process that is ours (`identity.is_ours`: our
-  user, its start time, the nonce in its environment), and every listening socket on its port is
-  that process's (`readiness.listener_refusal`). Only then is a wire built, with the URL the record
-  holds and the token read from the engine's own token file at that moment, so a restarted engine
-  (new port, new token) is followed without restarting the children;
+  user, its start time, the nonce in its environment), and every listening socket on its address
+  and port is that process's (`readiness.listener_refusal`). Only then is a wire built, with the
+  URL the record holds and the token read from the engine's own token file at that moment, so a
+  restarted engine (new port, new token) is followed without restarting the children;
 - between requests: each request checks, after its connection is made and before a byte goes out,
   that the proved process still lives (a pidfd poll, one syscall). While it lives the port is its
   (another user cannot bind a port our process listens on), so the connection reached it;

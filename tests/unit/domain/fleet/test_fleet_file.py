@@ -18,8 +18,10 @@ A = {
 }
 
 
-def parse(raw: Any, *, insecure: tuple[str, ...] = ()) -> Any:
-    return parse_fleet(json.dumps(raw), source="fleet.json", insecure_hosts=insecure)
+def parse(raw: Any, *, insecure: tuple[str, ...] = (), feeds: tuple[str, ...] = ()) -> Any:
+    return parse_fleet(
+        json.dumps(raw), source="fleet.json", insecure_hosts=insecure, feed_hosts=feeds
+    )
 
 
 def test_the_issues_shape_parses() -> None:
@@ -33,7 +35,7 @@ def test_the_issues_shape_parses() -> None:
     [
         ({"api_key": "sk-secret"}, "api_key_env"),
         ({"kv_events": "tcp://*:5557"}, "bind address"),
-        ({"kv_events": "tcp://10.0.0.5:5557"}, "loopback"),
+        ({"kv_events": "tcp://10.0.0.5:5557"}, "GRAPH_KVCACHE_INSECURE_FEED_HOSTS"),
         ({"kv_events": "tcp://127.0.0.1"}, "needs a port"),
         ({"kv_events": "udp://127.0.0.1:1"}, "tcp://127.0.0.1:5557"),
         ({"base_url": "http://10.0.0.5:8000/v1"}, "GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"),
@@ -65,4 +67,19 @@ def test_an_ipc_feed_and_a_listed_insecure_host_are_accepted() -> None:
     )
     assert fleet.instances[0].kv_events == "ipc:///run/vllm/a.sock"
     remote = {**A, "base_url": "http://10.0.0.5:8000/v1", "kv_events": "tcp://10.0.0.5:5557"}
-    assert parse({"instances": [remote]}, insecure=("10.0.0.0/8",)).instances[0].name == "a"
+    both = parse({"instances": [remote]}, insecure=("10.0.0.0/8",), feeds=("10.0.0.5",))
+    assert both.instances[0].name == "a"
+
+
+def test_the_plain_http_list_and_the_feed_list_each_allow_only_their_own_risk() -> None:
+    http_remote = {**A, "base_url": "http://10.0.0.5:8000/v1"}
+    feed_remote = {**A, "kv_events": "tcp://10.0.0.5:5557", "kv_events_replay": None}
+    # Listing a host for plain http no longer lets its unauthenticated feed be read ...
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_FEED_HOSTS") as caught:
+        parse({"instances": [{**http_remote, **feed_remote}]}, insecure=("10.0.0.5",))
+    assert "kv_events" in str(caught.value)
+    assert parse({"instances": [http_remote]}, insecure=("10.0.0.5",)).instances[0].name == "a"
+    # ... and listing it for feeds sends no token to it in clear.
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
+        parse({"instances": [http_remote]}, feeds=("10.0.0.0/8",))
+    assert parse({"instances": [feed_remote]}, feeds=("10.0.0.0/8",)).instances[0].name == "a"

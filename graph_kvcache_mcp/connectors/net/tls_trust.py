@@ -1,0 +1,55 @@
+"""A certificate failure, named: what the peer's certificate failed, which CAs this process
+trusted, and how to trust a private CA (a fleet's).
+
+Our TLS clients (the engine wire's stdlib `ssl`, httpx2 for vLLM and LMCache) fail a handshake
+with `ssl.SSLCertVerificationError`, which their callers wrap (httpx2's `ConnectError`, our
+`WireBroken`): without this the reason read "ConnectError" and hid that the server answered and
+only its certificate was not trusted. Both clients take trusted CAs from `SSL_CERT_FILE`, then
+`SSL_CERT_DIR`, else the system store; that is what the reason names.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+
+CA_FILE_VARIABLE = "SSL_CERT_FILE"
+CA_DIR_VARIABLE = "SSL_CERT_DIR"
+
+
+def certificate_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification error `exc` is or was raised from (its `__cause__` /
+    `__context__` chain), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def trusted_cas() -> str:
+    """Where this process's TLS clients took the CAs they trust from."""
+    if path := os.environ.get(CA_FILE_VARIABLE, "").strip():
+        return f"{CA_FILE_VARIABLE}={path}"
+    if path := os.environ.get(CA_DIR_VARIABLE, "").strip():
+        return f"{CA_DIR_VARIABLE}={path}"
+    return f"the system store ({ssl.get_default_verify_paths().openssl_cafile})"
+
+
+def explain_certificate_failure(error: ssl.SSLCertVerificationError) -> str:
+    """`certificate verify failed: <why>`, the CAs used, and the fix."""
+    why = error.verify_message or error.reason or "unknown reason"
+    return (
+        f"certificate verify failed: {why} (trusted CAs: {trusted_cas()}); to trust a private "
+        f"CA such as the fleet's, set {CA_FILE_VARIABLE} to its ca.pem (the one `fleet pki "
+        "issue` writes) and restart"
+    )
+
+
+def certificate_reason(exc: BaseException) -> str | None:
+    """`explain_certificate_failure` of the certificate failure behind `exc`, if there is one."""
+    error = certificate_failure(exc)
+    return None if error is None else explain_certificate_failure(error)
