@@ -149,6 +149,12 @@ case "${1:-}" in
     .venv/bin/pytest -q -p no:cacheprovider "$@"
     ;;
   bench)
-    for bench in tools/bench_*.py; do echo "== $bench"; .venv/bin/python "$bench"; done ;;
+    for bench in tools/bench_*.py; do echo "== $bench"; .venv/bin/python "$bench"; done
+    # the edges across two network namespaces vs their plain TCP (#37): needs root
+    if [ "$(id -u)" = 0 ]; then
+      echo "== tools/bench_edge.py --netns"; .venv/bin/python tools/bench_edge.py --netns
+    else
+      echo "== tools/bench_edge.py --netns: skipped (network namespaces need root)"
+    fi ;;
   *) echo "usage: ./run.sh demo [--vllm] | test | setup | bench" >&2; exit 2 ;;
 esac

@@ -1,16 +1,23 @@
-"""Benchmark the fleet edge: the engine's `/kv` direct vs through two edges (mutual TLS).
+"""Benchmark the fleet edge: the engine's `/kv` through two edges (mutual TLS) vs a baseline.
 
-One managed engine (memory backend), a fleet PKI made by the project's own code, a store edge
-(inbound, to the engine) and a node edge (outbound, to the store's edge) on loopback, in HTTP
-mode (pooled TLS between the edges, the default for HTTP hops) and in TCP mode (a raw tunnel: a
-TLS handshake per request, since the engine's client opens one connection per request). The
-client is the project's `SyncKvClient`. Direct and tunnelled calls are interleaved in blocks, so
-the ratios come from one run under the same load. Usage:
-`.venv/bin/python tools/bench_edge.py [--ops N] [--blocks B]`. Needs haproxy and the `engine`
-extra.
+Loopback (the default): one managed engine (memory backend), a fleet PKI made by the project's
+own code, a store edge (inbound, to the engine) and a node edge (outbound, to the store's edge)
+on loopback, in HTTP mode (pooled TLS between the edges, the default for HTTP hops) and in TCP
+mode (a raw tunnel: a TLS handshake per request, since the engine's client opens one connection
+per request), each against the engine reached directly.
 
-On loopback the edges cost what TLS and haproxy cost, with no network round trip: across hosts
-a pooled connection saves the round trips a handshake per request would add.
+`--netns` (root only): the store and the node as two network namespaces joined by a veth pair
+(`tests/support/netns.py`), the engine and the store's edge in the store's, the node's edge and
+the client in the node's. The baseline is the same engine over the namespaces' plain TCP: the
+engine refuses any non-loopback listener, so the benchmark starts a plain haproxy (`mode tcp`,
+no TLS) on the store's address in front of it, a byte splice that stands in for the engine
+listening there itself; both paths cross the same link to the same engine, and both pay one
+loopback connection to it on the store. A plain `mode http` forwarder is printed too (what
+haproxy's HTTP parsing costs without TLS).
+
+The client is the project's `SyncKvClient`; the paths are interleaved in blocks, so the ratios
+come from one run under the same load. Usage: `.venv/bin/python tools/bench_edge.py [--netns]
+[--ops N] [--blocks B]`. Needs haproxy and the `engine` extra.
 """
 
 from __future__ import annotations
@@ -18,27 +25,52 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from graph_kvcache_mcp.connectors.edge.process import ManagedEdge
-from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
-from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
-from graph_kvcache_mcp.connectors.files import pki
-from graph_kvcache_mcp.connectors.processes.ports import free_port
-from graph_kvcache_mcp.domain.edge.pki import HostRequest
-from graph_kvcache_mcp.domain.edge.routes import routes_of
-from graph_kvcache_mcp.domain.outcomes import Hit
+from pydantic import SecretStr
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from graph_kvcache_mcp.connectors.edge.haproxy import (  # noqa: E402
+    haproxy_binary,
+    notify_socket,
+    wait_notified_ready,
+)
+from graph_kvcache_mcp.connectors.edge.process import ManagedEdge  # noqa: E402
+from graph_kvcache_mcp.connectors.engine.client import SyncKvClient  # noqa: E402
+from graph_kvcache_mcp.connectors.engine.process import ManagedEngine  # noqa: E402
+from graph_kvcache_mcp.connectors.files.private import secret_file  # noqa: E402
+from graph_kvcache_mcp.connectors.processes.ports import free_port  # noqa: E402
+from graph_kvcache_mcp.domain.edge import haproxy as edge_config  # noqa: E402
+from graph_kvcache_mcp.domain.edge.routes import routes_of  # noqa: E402
+from graph_kvcache_mcp.domain.outcomes import Hit  # noqa: E402
+from tests.support.fleet_tls import make_fleet_tls  # noqa: E402
+from tests.support.netns import CLI, Host, netns_unavailable, two_hosts  # noqa: E402
 
 SMALL = 4 * 1024
 LARGE = 1024 * 1024
+OPERATIONS = ("HEAD 4 KiB", "GET 1 MiB")
+EDGE_PORT = 9443
+NODE_PORT = 19130
+PLAIN_TCP_PORT = 9080
+PLAIN_HTTP_PORT = 9081
+PLAIN_TCP = "plain TCP"
+EDGES_HTTP = "edges, http mode"
 
 
 def p50_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
+
+
+def p95_ms(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=20)[18] * 1000
 
 
 def timed(call: Callable[[], object]) -> float:
@@ -47,25 +79,26 @@ def timed(call: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+# --- loopback ---------------------------------------------------------------------------------
+
+
 def start_edges(root: Path, engine_port: int, mode: str) -> tuple[list[ManagedEdge], int]:
     """A store edge in front of the engine and a node edge to it; the node's local port."""
-    now = datetime.now(UTC)
-    if not (root / "pki" / "ca.key").exists():
-        pki.init_ca(root / "pki", now=now)
-        for name in ("store", "node"):
-            pki.issue(root / "pki", HostRequest.of(name, ["127.0.0.1"]), root / name, now=now)
+    tls = root / "tls"
+    if not tls.exists():
+        make_fleet_tls(tls)
     inbound, outbound = free_port(), free_port()
     store, node = ManagedEdge(root / f"store-{mode}"), ManagedEdge(root / f"node-{mode}")
-    store.start(routes_of([f"{mode}:127.0.0.1:{inbound}>{engine_port}"], []), root / "store")
-    node.start(routes_of([], [f"{mode}:{outbound}>127.0.0.1:{inbound}@store"]), root / "node")
+    store.start(routes_of([f"{mode}:127.0.0.1:{inbound}>{engine_port}"], []), tls / "store")
+    node.start(routes_of([], [f"{mode}:{outbound}>127.0.0.1:{inbound}@store"]), tls / "node")
     return [node, store], outbound
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", type=int, default=100, help="operations per block and path")
-    parser.add_argument("--blocks", type=int, default=5, help="interleaved blocks")
-    args = parser.parse_args()
+def bench_loopback(ops: int, blocks: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp:
         root = Path(tmp)
         engine = ManagedEngine(root / "engine")
@@ -79,21 +112,128 @@ def main() -> None:
                 started, port = start_edges(root, state.port, mode)
                 edges += started
                 paths[f"edges, {mode} mode"] = f"http://127.0.0.1:{port}"
-            run(paths, engine, args.ops, args.blocks)
+            print(f"loopback; load average before: {load_average()}")
+            measure(paths, engine.token(), ops=ops, blocks=blocks, baseline="direct")
+            print(f"load average after: {load_average()}")
         finally:
             for edge in edges:
                 edge.stop(term_wait_s=5)
             engine.stop(term_wait_s=5)
 
 
-def run(paths: dict[str, str], engine: ManagedEngine, ops: int, blocks: int) -> None:
-    token = engine.token()
+# --- network namespaces -----------------------------------------------------------------------
+
+
+def plain_forwarder_config(listen_ip: str, engine_port: int) -> str:
+    """A benchmark-only haproxy: the engine on the store's address over plain TCP (and plain
+    HTTP), no TLS; the edge's own timeouts and one thread, like the edges."""
+    return "\n".join(
+        [
+            "global",
+            "  nbthread 1",
+            "defaults",
+            f"  timeout connect {edge_config.CONNECT_TIMEOUT}",
+            f"  timeout client {edge_config.CLIENT_TIMEOUT}",
+            f"  timeout server {edge_config.SERVER_TIMEOUT}",
+            f"  timeout http-keep-alive {edge_config.KEEP_ALIVE_TIMEOUT}",
+            "listen plain_tcp",
+            "  mode tcp",
+            f"  bind {listen_ip}:{PLAIN_TCP_PORT}",
+            f"  server engine 127.0.0.1:{engine_port}",
+            "listen plain_http",
+            "  mode http",
+            "  http-reuse always",
+            f"  bind {listen_ip}:{PLAIN_HTTP_PORT}",
+            f"  server engine 127.0.0.1:{engine_port}",
+            "",
+        ]
+    )
+
+
+@contextmanager
+def plain_forwarder(host: Host, engine_port: int, home: Path) -> Iterator[None]:
+    """The plain haproxy in `host`'s namespace, ready (its READY=1) until exit; then its
+    process group, which this benchmark started, is stopped."""
+    home.mkdir(mode=0o700)
+    config = home / "plain.cfg"
+    config.write_text(plain_forwarder_config(host.address, engine_port))
+    argv = ["ip", "netns", "exec", host.namespace, str(haproxy_binary()), "-Ws", "-f", str(config)]
+    log = home / "plain.log"
+    with notify_socket(home / "notify.sock") as receiver, log.open("wb") as output:
+        env = {**os.environ, "NOTIFY_SOCKET": str(home / "notify.sock")}
+        process = subprocess.Popen(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            why = wait_notified_ready(receiver, process, timeout_s=15)
+            assert why is None, f"the plain forwarder: {why}; its log: {log.read_text()[-2000:]}"
+            yield
+        finally:
+            os.killpg(process.pid, 15)
+            process.wait(timeout=10)
+
+
+def bench_netns(ops: int, blocks: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp, two_hosts() as (store, node):
+        root = Path(tmp)
+        tls = make_fleet_tls(root / "tls", store.address, node.address)
+        store_dir, node_dir = root / "store", root / "node"
+        try:
+            engine = store.cli("engine", "start", "--backend", "memory", "--data-dir", store_dir)
+            store.cli(
+                *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
+                *("--inbound", f"http:{store.address}:{EDGE_PORT}>{engine['port']}"),
+            )
+            node.cli(
+                *("edge", "start", "--data-dir", node_dir, "--tls-dir", tls.node),
+                *("--outbound", f"http:{NODE_PORT}>{store.address}:{EDGE_PORT}@store"),
+            )
+            with plain_forwarder(store, int(str(engine["port"])), root / "plain"):
+                paths = {
+                    PLAIN_TCP: f"http://{store.address}:{PLAIN_TCP_PORT}",
+                    "plain HTTP forwarder": f"http://{store.address}:{PLAIN_HTTP_PORT}",
+                    EDGES_HTTP: f"http://127.0.0.1:{NODE_PORT}",
+                }
+                print(
+                    f"two network namespaces ({store.address} store, {node.address} node); "
+                    f"baseline: {PLAIN_TCP}, a plain haproxy mode tcp on the store's address in "
+                    "front of the engine (the engine takes loopback listeners only): the same "
+                    "link and the same engine, without TLS or the node's edge"
+                )
+                print(f"load average before: {load_average()}", flush=True)
+                argv = [sys.executable, str(Path(__file__).resolve()), "--client"]
+                argv += ["--ops", str(ops), "--blocks", str(blocks)]
+                argv += ["--token-file", str(store_dir / "engine" / "token")]
+                for name, url in paths.items():
+                    argv += ["--path", f"{name}={url}"]
+                done = subprocess.run(
+                    ["ip", "netns", "exec", node.namespace, *argv], timeout=600, check=False
+                )
+                assert done.returncode == 0, f"the node's client exited with {done.returncode}"
+                print(f"load average after: {load_average()}")
+        finally:
+            for host, data_dir, verb in (
+                (node, node_dir, "edge"),
+                (store, store_dir, "edge"),
+                (store, store_dir, "engine"),
+            ):
+                host.run([*CLI, verb, "stop", "--data-dir", str(data_dir)], check=False)
+
+
+# --- measuring (in this process, or in the node's namespace with --client) --------------------
+
+
+def measure(
+    paths: dict[str, str], token: SecretStr, *, ops: int, blocks: int, baseline: str
+) -> None:
+    """Time HEAD 4 KiB and GET 1 MiB on every path, interleaved in blocks; print p50 and p95
+    per path and each as a ratio to `baseline`'s."""
     clients = {name: SyncKvClient(url, token, timeout_s=10) for name, url in paths.items()}
     small, large = f"bench/{os.urandom(4).hex()}/s", f"bench/{os.urandom(4).hex()}/l"
-    direct = clients["direct"]
+    first = clients[baseline]
     value = os.urandom(LARGE)
-    direct.put(small, os.urandom(SMALL))
-    direct.put(large, value)
+    first.put(small, os.urandom(SMALL))
+    first.put(large, value)
     for name, client in clients.items():  # each path answers, byte-exact, before it is timed
         got = client.get(large)
         assert isinstance(got, Hit) and got.value == value, f"{name}: {got}"
@@ -101,21 +241,67 @@ def run(paths: dict[str, str], engine: ManagedEngine, ops: int, blocks: int) -> 
     for _ in range(blocks):
         for name, client in clients.items():
             for label, call in (
-                ("HEAD 4 KiB", lambda c=client: c.contains(small)),
-                ("GET 1 MiB", lambda c=client: c.get(large)),
+                (OPERATIONS[0], lambda c=client: c.contains(small)),
+                (OPERATIONS[1], lambda c=client: c.get(large)),
             ):
                 cells.setdefault((name, label), []).extend(timed(call) for _ in range(ops))
     for client in clients.values():
         client.close()
-    print(f"{'path':<20} {'HEAD 4 KiB p50':>18} {'GET 1 MiB p50':>18}   ({blocks} x {ops} each)")
-    for name in clients:
+    print_table(cells, list(clients), baseline, f"{blocks} x {ops} each")
+
+
+def print_table(
+    cells: dict[tuple[str, str], list[float]], names: list[str], baseline: str, note: str
+) -> None:
+    heads = [f"{label} p50 / p95" for label in OPERATIONS]
+    print(f"{'path':<22} {heads[0]:>36} {heads[1]:>36}   ({note}; ratios to {baseline})")
+    for name in names:
         row = []
-        for label in ("HEAD 4 KiB", "GET 1 MiB"):
-            p50 = p50_ms(cells[(name, label)])
-            ratio = p50 / p50_ms(cells[("direct", label)])
-            row.append(f"{p50:7.2f} ms {ratio:5.2f}x")
-        print(f"{name:<20} {row[0]:>18} {row[1]:>18}")
+        for label in OPERATIONS:
+            samples, base = cells[(name, label)], cells[(baseline, label)]
+            p50, p95 = p50_ms(samples), p95_ms(samples)
+            row.append(
+                f"{p50:6.2f} / {p95:6.2f} ms "
+                f"{p50 / p50_ms(base):5.2f}x / {p95 / p95_ms(base):5.2f}x"
+            )
+        print(f"{name:<22} {row[0]:>36} {row[1]:>36}")
+    if (EDGES_HTTP, OPERATIONS[1]) in cells and baseline == PLAIN_TCP:
+        ratio = p50_ms(cells[(EDGES_HTTP, OPERATIONS[1])]) / p50_ms(
+            cells[(PLAIN_TCP, OPERATIONS[1])]
+        )
+        print(f"GET 1 MiB through both edges: {ratio:.2f}x of {PLAIN_TCP} at p50 (goal <= 2x)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=100, help="operations per block and path")
+    parser.add_argument("--blocks", type=int, default=5, help="interleaved blocks")
+    parser.add_argument(
+        "--netns", action="store_true", help="store and node as network namespaces (root only)"
+    )
+    # the measuring half of --netns, run inside the node's namespace
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--token-file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--path", action="append", default=[], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        paths = dict(spec.split("=", 1) for spec in args.path)
+        token = SecretStr(secret_file(args.token_file) or "")
+        measure(paths, token, ops=args.ops, blocks=args.blocks, baseline=next(iter(paths)))
+        return 0
+    if args.netns:
+        if (reason := netns_unavailable()) is not None:
+            print(
+                f"bench_edge.py --netns refused: {reason}; run it as root, or without --netns "
+                "for the loopback figures",
+                file=sys.stderr,
+            )
+            return 2
+        bench_netns(args.ops, args.blocks)
+        return 0
+    bench_loopback(args.ops, args.blocks)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,17 +1,20 @@
 """Network namespaces standing in for hosts: two of them joined by a veth pair, with addresses
 only inside them (the root namespace gets no address and no route), removed in a finalizer.
 
-Needs root and `ip` (CI runs as root); `require_netns` skips with the reason otherwise. Programs
-run inside a namespace with `ip netns exec`: our CLI started there starts its children there, so
-the engine and the edges of a "host" see that host's loopback and address only.
+Needs root and `ip` (CI runs as root); `require_netns` skips with the reason otherwise (and
+`tools/bench_edge.py --netns` refuses with it). Programs run inside a namespace with `ip netns
+exec`: our CLI started there (`Host.cli`) starts its children there, so the engine and the edges
+of a "host" see that host's loopback and address only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 COMMAND_TIMEOUT_S = 60.0
+CLI = (sys.executable, "-m", "graph_kvcache_mcp")
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,27 @@ class Host:
             check=check,
         )
 
+    def cli(self, *args: object, env: dict[str, str] | None = None) -> dict[str, object]:
+        """Run our CLI with `args` and `--json` inside this host; its JSON answer (it must
+        succeed)."""
+        done = self.run([*CLI, *(str(a) for a in args), "--json"], env=env, check=False)
+        assert done.returncode == 0, done.stderr + done.stdout
+        result: dict[str, object] = json.loads(done.stdout)
+        return result
+
+
+def netns_unavailable() -> str | None:
+    """Why network namespaces cannot be made here (None when they can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (CI runs as root)"
+    if shutil.which("ip") is None:
+        return "network namespaces need iproute2's `ip`"
+    return None
+
 
 def require_netns() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (CI runs as root)")
-    if shutil.which("ip") is None:
-        pytest.skip("network namespaces need iproute2's `ip`")
+    if (reason := netns_unavailable()) is not None:
+        pytest.skip(reason)
 
 
 @contextmanager

@@ -4,15 +4,13 @@ Skipped when not root (CI runs as root)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 from tests.support.fleet_tls import make_fleet_tls, require_haproxy
-from tests.support.netns import Host, require_netns, two_hosts
+from tests.support.netns import CLI, require_netns, two_hosts
 
-CLI = (sys.executable, "-m", "graph_kvcache_mcp")
 REPO = Path(__file__).resolve().parents[3]
 EDGE_PORT = 9443
 LOCAL_PORT = 19130
@@ -48,20 +46,18 @@ def test_the_nodes_kv_reaches_the_store_only_through_both_edges(tmp_path: Path) 
             "EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE": str(store_dir / "engine" / "token"),
         }
         try:
-            engine = _cli(store, "engine", "start", "--backend", "memory", "--data-dir", store_dir)
-            _cli(
-                store,
+            engine = store.cli("engine", "start", "--backend", "memory", "--data-dir", store_dir)
+            store.cli(
                 *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
                 *("--inbound", f"http:{store.address}:{EDGE_PORT}>{engine['port']}"),
             )
-            _cli(
-                node,
+            node.cli(
                 *("edge", "start", "--data-dir", node_dir, "--tls-dir", tls.node),
                 *("--outbound", f"http:{LOCAL_PORT}>{store.address}:{EDGE_PORT}@store"),
             )
             url = ("--url", f"http://127.0.0.1:{LOCAL_PORT}")
-            _cli(node, "kv", "put", "netns/value", tmp_path / "value", *url, env=env)
-            _cli(node, "kv", "get", "netns/value", "-o", tmp_path / "back", *url, env=env)
+            node.cli("kv", "put", "netns/value", tmp_path / "value", *url, env=env)
+            node.cli("kv", "get", "netns/value", "-o", tmp_path / "back", *url, env=env)
             assert (tmp_path / "back").read_bytes() == value
 
             probes = node.run(
@@ -87,10 +83,3 @@ def test_the_nodes_kv_reaches_the_store_only_through_both_edges(tmp_path: Path) 
                 (store, store_dir, "engine"),
             ):
                 host.run([*CLI, verb, "stop", "--data-dir", str(data_dir)], check=False)
-
-
-def _cli(host: Host, *args: object, env: dict[str, str] | None = None) -> dict[str, object]:
-    done = host.run([*CLI, *(str(a) for a in args), "--json"], env=env, check=False)
-    assert done.returncode == 0, done.stderr + done.stdout
-    result: dict[str, object] = json.loads(done.stdout)
-    return result
