@@ -19,10 +19,10 @@ from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.processes.control import tail
 from graph_kvcache_mcp.connectors.processes.identity import environment_value
 from graph_kvcache_mcp.connectors.processes.ports import port_in_use
+from graph_kvcache_mcp.connectors.processes.shared_memory import SHM_DIR
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 
 REGISTRATION_HANG = "No handler registered for operation register_kv_cache_engine_driven_context"
-SHM_DIR = Path("/dev/shm")
 _SEGMENT = re.compile(r"^lmcache_kv_(\d+)_\d+$")
 
 
