@@ -107,8 +107,11 @@ def test_status_after_a_crash_names_the_port_vllm_used_and_says_it_crashed(
     assert status.reason is not None and "crashed" in status.reason, status.reason
     assert f"port {server.port}" in status.reason
     assert _existing(state.rendezvous) == []
-    # Its workers' shared-memory queues (recorded once it was ready) die with it, not in /dev/shm.
+    # Its workers' shared-memory queues and their semaphores (recorded once it was ready; a
+    # semaphore under its `sem.mp-*` name, though its maps show it deleted) die with it, not in
+    # /dev/shm.
     assert state.shared_memory, "vLLM's workers mapped no shared memory: nothing was checked"
+    assert any(name.startswith("sem.mp-") for name in state.shared_memory), state.shared_memory
     assert _existing([f"/dev/shm/{name}" for name in state.shared_memory]) == []
 
 
