@@ -51,14 +51,13 @@ from graph_kvcache_mcp.connectors.processes.ports import free_port  # noqa: E402
 from graph_kvcache_mcp.domain.edge import haproxy as edge_config  # noqa: E402
 from graph_kvcache_mcp.domain.edge.routes import routes_of  # noqa: E402
 from graph_kvcache_mcp.domain.outcomes import Hit  # noqa: E402
+from tests.support.edge_hosts import engine_behind_edges  # noqa: E402
 from tests.support.fleet_tls import make_fleet_tls  # noqa: E402
-from tests.support.netns import CLI, Host, netns_unavailable, two_hosts  # noqa: E402
+from tests.support.netns import Host, netns_unavailable  # noqa: E402
 
 SMALL = 4 * 1024
 LARGE = 1024 * 1024
 OPERATIONS = ("HEAD 4 KiB", "GET 1 MiB")
-EDGE_PORT = 9443
-NODE_PORT = 19130
 PLAIN_TCP_PORT = 9080
 PLAIN_HTTP_PORT = 9081
 PLAIN_TCP = "plain TCP"
@@ -174,50 +173,35 @@ def plain_forwarder(host: Host, engine_port: int, home: Path) -> Iterator[None]:
 
 
 def bench_netns(ops: int, blocks: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp, two_hosts() as (store, node):
+    with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp:
         root = Path(tmp)
-        tls = make_fleet_tls(root / "tls", store.address, node.address)
-        store_dir, node_dir = root / "store", root / "node"
-        try:
-            engine = store.cli("engine", "start", "--backend", "memory", "--data-dir", store_dir)
-            store.cli(
-                *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
-                *("--inbound", f"http:{store.address}:{EDGE_PORT}>{engine['port']}"),
+        with (
+            engine_behind_edges(root) as hosts,
+            plain_forwarder(hosts.store, hosts.engine_port, root / "plain"),
+        ):
+            store = hosts.store.address
+            paths = {
+                PLAIN_TCP: f"http://{store}:{PLAIN_TCP_PORT}",
+                "plain HTTP forwarder": f"http://{store}:{PLAIN_HTTP_PORT}",
+                EDGES_HTTP: hosts.node_url,
+            }
+            print(
+                f"two network namespaces ({store} store, {hosts.node.address} node); baseline: "
+                f"{PLAIN_TCP}, a plain haproxy mode tcp on the store's address in front of the "
+                "engine (the engine takes loopback listeners only): the same link and the same "
+                "engine, without TLS or the node's edge"
             )
-            node.cli(
-                *("edge", "start", "--data-dir", node_dir, "--tls-dir", tls.node),
-                *("--outbound", f"http:{NODE_PORT}>{store.address}:{EDGE_PORT}@store"),
+            print(f"load average before: {load_average()}", flush=True)
+            argv = [sys.executable, str(Path(__file__).resolve()), "--client"]
+            argv += ["--ops", str(ops), "--blocks", str(blocks)]
+            argv += ["--token-file", str(hosts.token_file)]
+            for name, url in paths.items():
+                argv += ["--path", f"{name}={url}"]
+            done = subprocess.run(
+                ["ip", "netns", "exec", hosts.node.namespace, *argv], timeout=600, check=False
             )
-            with plain_forwarder(store, int(str(engine["port"])), root / "plain"):
-                paths = {
-                    PLAIN_TCP: f"http://{store.address}:{PLAIN_TCP_PORT}",
-                    "plain HTTP forwarder": f"http://{store.address}:{PLAIN_HTTP_PORT}",
-                    EDGES_HTTP: f"http://127.0.0.1:{NODE_PORT}",
-                }
-                print(
-                    f"two network namespaces ({store.address} store, {node.address} node); "
-                    f"baseline: {PLAIN_TCP}, a plain haproxy mode tcp on the store's address in "
-                    "front of the engine (the engine takes loopback listeners only): the same "
-                    "link and the same engine, without TLS or the node's edge"
-                )
-                print(f"load average before: {load_average()}", flush=True)
-                argv = [sys.executable, str(Path(__file__).resolve()), "--client"]
-                argv += ["--ops", str(ops), "--blocks", str(blocks)]
-                argv += ["--token-file", str(store_dir / "engine" / "token")]
-                for name, url in paths.items():
-                    argv += ["--path", f"{name}={url}"]
-                done = subprocess.run(
-                    ["ip", "netns", "exec", node.namespace, *argv], timeout=600, check=False
-                )
-                assert done.returncode == 0, f"the node's client exited with {done.returncode}"
-                print(f"load average after: {load_average()}")
-        finally:
-            for host, data_dir, verb in (
-                (node, node_dir, "edge"),
-                (store, store_dir, "edge"),
-                (store, store_dir, "engine"),
-            ):
-                host.run([*CLI, verb, "stop", "--data-dir", str(data_dir)], check=False)
+            assert done.returncode == 0, f"the node's client exited with {done.returncode}"
+            print(f"load average after: {load_average()}")
 
 
 # --- measuring (in this process, or in the node's namespace with --client) --------------------

@@ -9,14 +9,13 @@ table and the GET ratio. Skipped, saying why, when not root.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
+from tests.support.bench_smoke import run_bench
 from tests.support.fleet_tls import require_haproxy
 from tests.support.netns import require_netns
-from tests.support.vllm import REPO
 
 SMALL_RUN = ("--netns", "--ops", "20", "--blocks", "2")
 
@@ -26,18 +25,9 @@ def test_bench_edge_netns_prints_the_edges_ratio_to_plain_tcp(
 ) -> None:
     require_netns()
     require_haproxy()
-    done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "bench_edge.py"), *SMALL_RUN],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_bench(sys.executable, "bench_edge.py", *SMALL_RUN)
     rows = [line for line in lines if line.startswith(("plain TCP ", "edges, http mode "))]
     ratio = [line for line in lines if line.startswith("GET 1 MiB through both edges: ")]
-    assert len(rows) == 2 and len(ratio) == 1, done.stdout
+    assert len(rows) == 2 and len(ratio) == 1, lines
     with capsys.disabled():
         print("", *rows, *ratio, sep="\n")

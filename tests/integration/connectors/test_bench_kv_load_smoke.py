@@ -8,27 +8,17 @@ ran, loaded every block, and printed the line.
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from tests.support.vllm import REPO, require_vllm_venv
+from tests.support.bench_smoke import run_bench
+from tests.support.vllm import require_vllm_venv
 
 
 def test_bench_kv_load_prints_the_load_share_of_the_get_loop(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    python = require_vllm_venv()
-    done = subprocess.run(
-        [str(python), str(REPO / "tools" / "bench_kv_load.py"), "--blocks", "32", "--repeats", "3"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    shares = [line for line in done.stdout.splitlines() if line.startswith("load share [")]
-    assert len(shares) == 1, done.stdout
+    lines = run_bench(require_vllm_venv(), "bench_kv_load.py", "--blocks", "32", "--repeats", "3")
+    shares = [line for line in lines if line.startswith("load share [")]
+    assert len(shares) == 1, lines
     with capsys.disabled():
         print(f"\n{shares[0]}")

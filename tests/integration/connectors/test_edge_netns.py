@@ -8,12 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from tests.support.fleet_tls import make_fleet_tls, require_haproxy
-from tests.support.netns import CLI, require_netns, two_hosts
+from tests.support.edge_hosts import EDGE_PORT, engine_behind_edges
+from tests.support.fleet_tls import require_haproxy
+from tests.support.netns import require_netns
 
 REPO = Path(__file__).resolve().parents[3]
-EDGE_PORT = 9443
-LOCAL_PORT = 19130
 
 # Run inside the node's namespace: a fleet client, a client without a certificate and one from
 # another CA at the store's edge; then the store's engine port directly.
@@ -37,49 +36,31 @@ def test_the_nodes_kv_reaches_the_store_only_through_both_edges(tmp_path: Path) 
     require_haproxy()
     value = os.urandom(1024 * 1024 + 3)
     (tmp_path / "value").write_bytes(value)
-    with two_hosts() as (store, node):
-        tls = make_fleet_tls(tmp_path / "tls", store.address, node.address)
-        store_dir, node_dir = tmp_path / "store", tmp_path / "node"
+    with engine_behind_edges(tmp_path) as hosts:
+        store, node, tls = hosts.store, hosts.node, hosts.tls
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
-            "EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE": str(store_dir / "engine" / "token"),
+            "EPISTEMIC_GRAPH_KVCACHE_TOKEN_FILE": str(hosts.token_file),
         }
-        try:
-            engine = store.cli("engine", "start", "--backend", "memory", "--data-dir", store_dir)
-            store.cli(
-                *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
-                *("--inbound", f"http:{store.address}:{EDGE_PORT}>{engine['port']}"),
-            )
-            node.cli(
-                *("edge", "start", "--data-dir", node_dir, "--tls-dir", tls.node),
-                *("--outbound", f"http:{LOCAL_PORT}>{store.address}:{EDGE_PORT}@store"),
-            )
-            url = ("--url", f"http://127.0.0.1:{LOCAL_PORT}")
-            node.cli("kv", "put", "netns/value", tmp_path / "value", *url, env=env)
-            node.cli("kv", "get", "netns/value", "-o", tmp_path / "back", *url, env=env)
-            assert (tmp_path / "back").read_bytes() == value
+        url = ("--url", hosts.node_url)
+        node.cli("kv", "put", "netns/value", tmp_path / "value", *url, env=env)
+        node.cli("kv", "get", "netns/value", "-o", tmp_path / "back", *url, env=env)
+        assert (tmp_path / "back").read_bytes() == value
 
-            probes = node.run(
-                [
-                    sys.executable,
-                    "-c",
-                    _PROBES,
-                    *(str(tls.node), str(tls.rogue), store.address),
-                    *(str(EDGE_PORT), str(engine["port"])),
-                ],
-                env=env,
-            )
-            assert probes.stdout.split("\n")[:4] == [
-                "fleet True",
-                "none False",
-                "rogue False",
-                "engine False",
-            ]
-        finally:
-            for host, data_dir, verb in (
-                (node, node_dir, "edge"),
-                (store, store_dir, "edge"),
-                (store, store_dir, "engine"),
-            ):
-                host.run([*CLI, verb, "stop", "--data-dir", str(data_dir)], check=False)
+        probes = node.run(
+            [
+                sys.executable,
+                "-c",
+                _PROBES,
+                *(str(tls.node), str(tls.rogue), store.address),
+                *(str(EDGE_PORT), str(hosts.engine_port)),
+            ],
+            env=env,
+        )
+        assert probes.stdout.split("\n")[:4] == [
+            "fleet True",
+            "none False",
+            "rogue False",
+            "engine False",
+        ]
