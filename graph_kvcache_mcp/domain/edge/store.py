@@ -17,7 +17,7 @@ import ipaddress
 from typing import NamedTuple
 
 from graph_kvcache_mcp.domain.edge.pki import check_host_name
-from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes, Inbound, Outbound
+from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes, Inbound, Outbound, Route
 from graph_kvcache_mcp.errors import InvalidValue
 
 _LISTEN_FORM = "IP:PORT, the host's address the edge listens on, e.g. 10.0.0.1:9443"
@@ -90,6 +90,16 @@ def callback_route(node: Node) -> Outbound:
         peer_port=port,
         peer_name=node.name,
     )
+
+
+def callback_node(route: Route) -> Node | None:
+    """The node whose callback route `route` is (see `callback_route`), else None."""
+    if not isinstance(route, Outbound) or route.mode != "http":
+        return None
+    mapped = (advertised_loopback(route.peer_ip), route.peer_port)
+    if (route.listen_ip, route.listen_port) != mapped:
+        return None
+    return Node(route.peer_name, Address(route.peer_ip, route.peer_port))
 
 
 def published_routes(listen: Address, target_port: int, nodes: list[Node]) -> EdgeRoutes:
