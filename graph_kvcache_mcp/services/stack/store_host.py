@@ -238,8 +238,17 @@ def stop_published_engine(settings: Settings, *, wait_s: float) -> EngineStopOut
     out = EngineStopOut(**result.model_dump())
     if state is None:
         return out
-    withdrawn = edge.withdraw_routes(settings, routes_to(state.port))
-    return out.model_copy(update={"edge": withdrawn_note(withdrawn)})
+    return out.model_copy(update={"edge": unpublish(settings, state.port)})
+
+
+def unpublish(settings: Settings, target_port: int) -> str | None:
+    """Remove the edge's routes to loopback `target_port` (a service just stopped there): what
+    became of the edge, in a line; None when it had no such route.
+
+    Raises:
+        EdgeProcessError: the edge, restarted with its other routes, did not come up.
+    """
+    return withdrawn_note(edge.withdraw_routes(settings, routes_to(target_port)))
 
 
 def withdrawn_note(status: EdgeStatus | None) -> str | None:
