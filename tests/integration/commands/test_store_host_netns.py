@@ -109,6 +109,27 @@ def test_the_store_host_publishes_engine_and_coordinator_on_one_edge(tmp_path: P
             }
             status = _cli(store, "engine", "status", "--data-dir", store_dir)
             assert status["published"] == f"{store.address}:{ENGINE_EDGE}"
+            assert status["join"] == join
+            again = _cli(
+                store,
+                *("engine", "start", "--data-dir", store_dir),
+                *("--listen", f"{store.address}:{ENGINE_EDGE}", "--tls-dir", tls.store),
+            )
+            assert (again["reused"], again["edge_restarted"]) == (True, False)
+            more = _cli(
+                store,
+                *("lmcache", "coordinator", "start", "--data-dir", store_dir, "--python", python),
+                *("--tls-dir", tls.store, "--node", f"node-b@10.9.8.7:{NODE_ADMIN}"),
+            )
+            assert (more["reused"], more["edge_restarted"], more["pid"]) == (
+                True,
+                True,
+                coordinator["pid"],
+            )
+            assert more["nodes"] == [
+                f"node@{node.address}:{NODE_ADMIN}",
+                f"node-b@10.9.8.7:{NODE_ADMIN}",
+            ]
 
             _cli(
                 node,
