@@ -117,6 +117,13 @@ def describe_join(join: StoreJoin, *, restarted: bool) -> str:
     ]
     if join.token_file is not None:
         lines.append(f"  token_file      {join.token_file} (copy it to each node privately)")
+    flags = []
+    if join.engine_url is not None:
+        flags.append(f"--engine-url {join.engine_url} --engine-token-file COPY_OF_TOKEN_FILE")
+    if join.coordinator_url is not None:
+        flags.append(f"--coordinator {join.coordinator_url}")
+    flags.append(f"--store-name {join.tls_name}")
+    lines.append(f"  a node joins    vllm start ... {' '.join(flags)} --listen N:P --tls-dir DIR")
     return "\n".join(lines)
 
 

@@ -129,6 +129,10 @@ def describe_status(status: CoordinatorServiceStatus) -> str:
     ]
     if status.join is not None:
         lines.append(describe_join(status.join, restarted=status.edge_restarted))
+        lines.append(
+            "  then            lmcache coordinator start --node <its coordinator_node> "
+            "(from the node's `vllm start --json`), once per node"
+        )
     return "\n".join(lines)
 
 
