@@ -116,6 +116,21 @@ def test_the_store_host_publishes_engine_and_coordinator_on_one_edge(tmp_path: P
                 *("--listen", f"{store.address}:{ENGINE_EDGE}", "--tls-dir", tls.store),
             )
             assert (again["reused"], again["edge_restarted"]) == (True, False)
+            taken = store.run(
+                [
+                    *(*CLI, "engine", "start", "--data-dir", str(store_dir), "--json"),
+                    *(
+                        "--listen",
+                        f"{store.address}:{COORDINATOR_EDGE}",
+                        "--tls-dir",
+                        str(tls.store),
+                    ),
+                ],
+                env=env,
+                check=False,
+            )
+            assert taken.returncode == 2
+            assert "the edge already carries" in json.loads(taken.stdout)["error"]
             more = _cli(
                 store,
                 *("lmcache", "coordinator", "start", "--data-dir", store_dir, "--python", python),

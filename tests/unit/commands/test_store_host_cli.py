@@ -29,50 +29,40 @@ def _refusal(capsys: pytest.CaptureFixture[str], data_dir: Path, *argv: object) 
     return error
 
 
+ENGINE = ("engine", "start")
+COORDINATOR = ("lmcache", "coordinator", "start")
+
+
 @pytest.mark.parametrize(
-    ("flags", "says"),
+    ("command", "flags", "says"),
     [
-        (["--listen", f"{STORE_ADDRESS}:9443"], "--listen needs --tls-dir"),
-        (["--tls-dir", "{tls}"], "--tls-dir needs --listen"),
-        (["--listen", "127.0.0.1:9443", "--tls-dir", "{tls}"], "not a host's network address"),
-        (["--listen", f"{STORE_ADDRESS}:http", "--tls-dir", "{tls}"], "needs a port"),
-        (["--listen", "10.0.0.5:9443", "--tls-dir", "{tls}"], f"IP SANs: {STORE_ADDRESS}"),
+        (ENGINE, ["--listen", f"{STORE_ADDRESS}:9443"], "--listen needs --tls-dir"),
+        (ENGINE, ["--tls-dir", "{tls}"], "--tls-dir needs --listen"),
+        (ENGINE, ["--listen", "127.0.0.1:9443", "--tls-dir", "{tls}"], "not a host's network"),
+        (ENGINE, ["--listen", f"{STORE_ADDRESS}:http", "--tls-dir", "{tls}"], "needs a port"),
+        (ENGINE, ["--listen", "10.0.0.5:9443", "--tls-dir", "{tls}"], "IP SANs: 10.254.254.254"),
         (
+            ENGINE,
             ["--listen", f"{STORE_ADDRESS}:9443", "--tls-dir", "{tls}"],
             f"{STORE_ADDRESS} is not an address of this host",
         ),
+        (COORDINATOR, ["--node", "node-2@10.0.0.2:9560"], "--node needs --tls-dir"),
+        (COORDINATOR, ["--node", "10.0.0.2:9560", "--tls-dir", "{tls}"], "names no node"),
+        (COORDINATOR, ["--node", "n@localhost:9560", "--tls-dir", "{tls}"], "not an IPv4 address"),
+        (COORDINATOR, ["--listen", f"{STORE_ADDRESS}:9444"], "--listen needs --tls-dir"),
+        (COORDINATOR, ["--listen", "10.0.0.5:9444", "--tls-dir", "{tls}"], "IP SANs: 10.254."),
     ],
 )
-def test_engine_start_refuses_a_bad_publication_before_starting_anything(
+def test_a_bad_publication_is_refused_before_anything_starts(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     tls: FleetTls,
+    command: tuple[str, ...],
     flags: list[str],
     says: str,
 ) -> None:
     argv = [flag.replace("{tls}", str(tls.store)) for flag in flags]
-    assert says in _refusal(capsys, tmp_path, "engine", "start", *argv)
-
-
-@pytest.mark.parametrize(
-    ("flags", "says"),
-    [
-        (["--node", "node-2@10.0.0.2:9560"], "--node needs --tls-dir"),
-        (["--node", "10.0.0.2:9560", "--tls-dir", "{tls}"], "names no node"),
-        (["--node", "node-2@localhost:9560", "--tls-dir", "{tls}"], "not an IPv4 address"),
-        (["--listen", f"{STORE_ADDRESS}:9444"], "--listen needs --tls-dir"),
-        (["--listen", "10.0.0.5:9444", "--tls-dir", "{tls}"], f"IP SANs: {STORE_ADDRESS}"),
-    ],
-)
-def test_coordinator_start_refuses_bad_flags_before_starting_anything(
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    tls: FleetTls,
-    flags: list[str],
-    says: str,
-) -> None:
-    argv = [flag.replace("{tls}", str(tls.store)) for flag in flags]
-    assert says in _refusal(capsys, tmp_path, "lmcache", "coordinator", "start", *argv)
+    assert says in _refusal(capsys, tmp_path, *command, *argv)
 
 
 def test_coordinator_status_and_stop_without_one_say_so(
