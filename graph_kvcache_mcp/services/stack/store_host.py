@@ -22,7 +22,6 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.state import Backend, EngineStatus, EngineStopResult
 from graph_kvcache_mcp.connectors.files.pki import load_tls_dir
 from graph_kvcache_mcp.connectors.processes.ports import bind_refusal
-from graph_kvcache_mcp.domain.edge.pki import HostCertificate
 from graph_kvcache_mcp.domain.edge.routes import Inbound, Route
 from graph_kvcache_mcp.domain.edge.store import (
     Address,
@@ -84,22 +83,11 @@ class EngineStopOut(EngineStopResult):
 
 @dataclass(frozen=True)
 class Publication:
-    """Where a service is to be published, checked: the address and the certificate there."""
+    """Where a service is to be published, checked: the host address and the TLS dir whose
+    certificate names it."""
 
     listen: Address
     tls_dir: Path
-    certificate: HostCertificate
-
-    def join(self, **urls: str | None) -> StoreJoin:
-        return StoreJoin(
-            **urls,
-            tls_name=self.certificate.name,
-            ca_sha256=self.certificate.ca_fingerprint_sha256,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"https://{self.listen}"
 
 
 def check_publication(
@@ -126,7 +114,7 @@ def check_publication(
     certificate = load_tls_dir(tls_dir, now=datetime.now(UTC)).summary
     check_in_certificate(address, certificate.addresses)
     _check_free(settings, address, target_port)
-    return Publication(address, tls_dir, certificate)
+    return Publication(address, tls_dir)
 
 
 def publish(
@@ -203,25 +191,22 @@ def start_published_engine(
         resp=resp,
     )
     if publication is None or status.port is None:
-        return _engine_view(stack, status)
+        return _engine_view(stack, status, edge.edge_status(settings))
     try:
         edge_status = publish(settings, publication, status.port, [])
     except BaseException:
         if not status.reused:
             stack.stop_engine(wait_s=10.0, force=True)
         raise
-    return PublishedEngineStatus(
-        **status.model_dump(),
-        published=str(publication.listen),
-        edge_restarted=edge_status.restarted,
-        join=publication.join(engine_url=publication.url, token_file=str(stack.engine.token_path)),
+    return _engine_view(stack, status, edge_status).model_copy(
+        update={"edge_restarted": edge_status.restarted}
     )
 
 
 def published_engine_status(settings: Settings) -> PublishedEngineStatus:
     """`engine status`, with where the edge publishes the engine when it does."""
     stack = Stack.of(settings)
-    return _engine_view(stack, stack.engine_status())
+    return _engine_view(stack, stack.engine_status(), edge.edge_status(settings))
 
 
 def stop_published_engine(settings: Settings, *, wait_s: float) -> EngineStopOut:
@@ -260,12 +245,14 @@ def withdrawn_note(status: EdgeStatus | None) -> str | None:
     return "edge restarted without the route (connections through it were dropped)"
 
 
-def _engine_view(stack: Stack, status: EngineStatus) -> PublishedEngineStatus:
+def _engine_view(
+    stack: Stack, status: EngineStatus, edge_status: EdgeStatus
+) -> PublishedEngineStatus:
     view = PublishedEngineStatus(**status.model_dump())
     if not status.running or status.port is None:
         return view
     where, join = published_join(
-        edge.edge_status(stack.settings),
+        edge_status,
         status.port,
         "engine_url",
         token_file=str(stack.engine.token_path),
