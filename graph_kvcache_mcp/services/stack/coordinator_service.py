@@ -12,6 +12,7 @@ nodes adds their routes to the same edge.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from pydantic import Field
@@ -104,12 +105,14 @@ def start_coordinator_service(
         if listen is not None or not parsed
         else None
     )
-    state = stack.coordinator.ensure(
+    ensure = partial(
+        stack.coordinator.ensure,
         chunk_size=chunk_size,
         hash_algorithm=hash_algorithm,
         ready_timeout_s=ready_timeout_s,
-        runs_until_stop=True,
     )
+    # One adopted from a server becomes a service only once its publication succeeded.
+    state = ensure(runs_until_stop=running is None)
     edge_status: EdgeStatus | None = None
     try:
         if publication is not None:
@@ -121,6 +124,8 @@ def start_coordinator_service(
         if running is None:
             stack.coordinator.stop()
         raise
+    if running is not None:
+        state = ensure(runs_until_stop=True)
     view = _view(stack, state)
     return view.model_copy(
         update={

@@ -227,3 +227,28 @@ def test_lmcache_stop_leaves_a_coordinator_started_as_a_service_running(
     assert json.loads(status_out)["url"] == service.url
     assert json.loads(end_out)["stopped"] is True
     assert not psutil.pid_exists(service.process.pid)
+
+
+def test_coordinator_start_adopts_a_servers_coordinator_which_then_outlives_it(
+    engine_env: RunningEngine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    coordinator = ManagedCoordinator(tmp_path)
+    data_dir = ("--data-dir", str(tmp_path))
+    try:
+        _cli(capsys, *_start_argv(tmp_path, "--coordinator", "managed"))
+        joined = coordinator.running_state()
+        _, adopted_out = _cli(capsys, "lmcache", "coordinator", "start", *data_dir, "--json")
+        _, stop_out = _cli(capsys, "lmcache", "stop", *data_dir, "--json")
+        after_server = coordinator.running_state()
+    finally:
+        ManagedLmcache(tmp_path).stop()
+        coordinator.stop()
+    assert joined is not None and not joined.runs_until_stop
+    adopted = json.loads(adopted_out)
+    assert (adopted["reused"], adopted["runs_until_stop"], adopted["pid"]) == (
+        True,
+        True,
+        joined.process.pid,
+    )
+    assert LmcacheStopResult.model_validate_json(stop_out).also_stopped == []
+    assert after_server is not None and after_server.process.pid == joined.process.pid
