@@ -104,6 +104,8 @@ def describe_status(status: EdgeStatus) -> str:
     health = "listening" if status.reachable else f"NOT ready: {status.reason}"
     reused = " (already running, reused)" if status.reused else ""
     lines = [f"edge: running{reused}, {health}", f"  pid      {status.pid}"]
+    if status.restarted:
+        lines.append("  note     restarted to add routes: connections through it were dropped")
     if status.routes is not None:
         lines += [
             f"  in       {r.mode} {r.listen_ip}:{r.listen_port} -> {r.target_ip}:{r.target_port}"

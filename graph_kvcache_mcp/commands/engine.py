@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from graph_kvcache_mcp.commands._common import (
     EXIT_OK,
@@ -13,9 +14,22 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.engine.state import EngineStatus, EngineStopResult
+from graph_kvcache_mcp.connectors.engine.state import EngineStatus
 from graph_kvcache_mcp.domain.lifecycle import ReadyTimeout, ServicePort, StopWait
-from graph_kvcache_mcp.services.stack.stack import Stack
+from graph_kvcache_mcp.services.stack.store_host import (
+    EngineStopOut,
+    PublishedEngineStatus,
+    StoreJoin,
+    published_engine_status,
+    start_published_engine,
+    stop_published_engine,
+)
+
+LISTEN_HELP = (
+    "publish it on this host's edge at IP:PORT (mutual TLS; IP one of the certificate's "
+    "addresses); needs --tls-dir"
+)
+TLS_DIR_HELP = "this host's TLS dir (ca.pem, cert.pem, key.pem from `fleet pki issue`)"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,6 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also open the engine's RESP wire on a free loopback port (lmcache redis_resp)",
     )
+    start.add_argument("--listen", metavar="IP:PORT", help=LISTEN_HELP)
+    start.add_argument("--tls-dir", type=Path, help=TLS_DIR_HELP)
     start.set_defaults(handler=run_start)
 
     stop = verbs.add_parser(
@@ -58,7 +74,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
-    status = Stack.of(settings).start_engine(
+    status = start_published_engine(
+        settings,
+        listen=args.listen,
+        tls_dir=args.tls_dir,
         port=args.port,
         backend=args.backend,
         ready_timeout_s=args.ready_timeout_s,
@@ -70,18 +89,45 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_stop(args: argparse.Namespace, settings: Settings) -> int:
-    result = Stack.of(settings).stop_engine(wait_s=args.wait_s)
+    result = stop_published_engine(settings, wait_s=args.wait_s)
     emit(result, as_json=args.json, human=_describe_stop)
     return EXIT_OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    status = Stack.of(settings).engine_status()
+    status = published_engine_status(settings)
     emit(status, as_json=args.json, human=describe_status)
     return EXIT_OK if status.reachable else EXIT_UNAVAILABLE
 
 
 def describe_status(status: EngineStatus) -> str:
+    text = _describe_engine(status)
+    if isinstance(status, PublishedEngineStatus) and status.join is not None:
+        text += "\n" + describe_join(status.join, restarted=status.edge_restarted)
+    return text
+
+
+def describe_join(join: StoreJoin, *, restarted: bool) -> str:
+    """What a node operator needs from the store host, one line each."""
+    lines = ["published on this host's edge (mutual TLS: peers need a fleet certificate)"]
+    if restarted:
+        lines.append("  note            the edge restarted to add the route (connections dropped)")
+    lines += [
+        f"  {name:<15} {value}" for name, value in join.model_dump().items() if name != "token_file"
+    ]
+    if join.token_file is not None:
+        lines.append(f"  token_file      {join.token_file} (copy it to each node privately)")
+    flags = []
+    if join.engine_url is not None:
+        flags.append(f"--engine-url {join.engine_url} --engine-token-file COPY_OF_TOKEN_FILE")
+    if join.coordinator_url is not None:
+        flags.append(f"--coordinator {join.coordinator_url}")
+    flags.append(f"--store-name {join.tls_name}")
+    lines.append(f"  a node joins    vllm start ... {' '.join(flags)} --listen N:P --tls-dir DIR")
+    return "\n".join(lines)
+
+
+def _describe_engine(status: EngineStatus) -> str:
     if not status.running:
         return f"engine: not running ({status.reason})"
     health = "answering" if status.reachable else f"NOT answering: {status.reason}"
@@ -100,7 +146,8 @@ def describe_status(status: EngineStatus) -> str:
     )
 
 
-def _describe_stop(result: EngineStopResult) -> str:
+def _describe_stop(result: EngineStopOut) -> str:
     if not result.stopped:
         return f"engine: nothing to stop for {result.data_dir}"
-    return f"engine: stopped pid {result.pid} ({result.how})"
+    edge = f"\n  {result.edge}" if result.edge else ""
+    return f"engine: stopped pid {result.pid} ({result.how}){edge}"

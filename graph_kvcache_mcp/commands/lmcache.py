@@ -1,5 +1,6 @@
-"""`graph-kvcache-mcp lmcache config|start|stop|status|check|key`: LMCache configuration, the
-managed `lmcache server`, and adapter checks."""
+"""`graph-kvcache-mcp lmcache config|start|stop|status|check|key|coordinator`: LMCache
+configuration, the managed `lmcache server`, adapter checks, and the coordinator as a service
+(`commands/lmcache_coordinator.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from graph_kvcache_mcp.commands import lmcache_coordinator
 from graph_kvcache_mcp.commands._common import (
     EXIT_MISS,
     EXIT_OK,
@@ -162,6 +164,8 @@ def _add_key_verbs(verbs: Verbs, parent: argparse.ArgumentParser) -> None:
         help=f"the engine key namespace LMCache writes under (default {DEFAULT_NAMESPACE!r})",
     )
     key.set_defaults(handler=run_key)
+
+    lmcache_coordinator.register(verbs)
 
 
 PLAN_FLAGS = (

@@ -8,25 +8,28 @@ stops it, and it takes no leases; it runs until `edge stop`. Its models are the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.edge.process import ManagedEdge
+from graph_kvcache_mcp.connectors.edge.process import DEFAULT_READY_TIMEOUT_S, ManagedEdge
 from graph_kvcache_mcp.connectors.edge.state import (
     EdgeRotateOut,
     EdgeStatus,
     EdgeStopResult,
 )
-from graph_kvcache_mcp.domain.edge.routes import routes_of
+from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes, Route, routes_of
 
 __all__ = [
     "EdgeRotateOut",
     "EdgeStatus",
     "EdgeStopResult",
     "edge_status",
+    "ensure_routes",
     "rotate",
     "start",
     "stop",
+    "withdraw_routes",
 ]
 
 
@@ -47,6 +50,46 @@ def start(
     """
     routes = routes_of(inbound, outbound)
     return ManagedEdge(settings.data_dir).start(routes, tls_dir, ready_timeout_s=ready_timeout_s)
+
+
+def ensure_routes(
+    settings: Settings,
+    tls_dir: Path,
+    routes: EdgeRoutes,
+    *,
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+) -> EdgeStatus:
+    """Make this data dir's edge carry `routes`, for a command that publishes a service or
+    reaches a peer (the store's engine and coordinator, a node's feeds): the edge is started
+    with them when none runs, reused (`reused`) when it carries them already, and otherwise
+    restarted with the union of its routes and these (`restarted`: every connection through it
+    was dropped; haproxy reloads are avoided on purpose, see docs/multi-host.md). Build `routes`
+    with `domain.edge.routes` (`EdgeRoutes`, `parse_inbound`, `parse_outbound`) or
+    `domain.edge.store`.
+
+    Raises:
+        ConfigError: the running edge uses another TLS dir, or `tls_dir` cannot be used.
+        InvalidValue: one of `routes` listens where a different route of the edge does.
+        EdgeProcessError: haproxy missing, a listener taken, or the edge not ready in time.
+    """
+    edge = ManagedEdge(settings.data_dir)
+    return edge.ensure(routes, tls_dir, ready_timeout_s=ready_timeout_s)
+
+
+def withdraw_routes(
+    settings: Settings,
+    unwanted: Callable[[Route], bool],
+    *,
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+) -> EdgeStatus | None:
+    """Drop the routes `unwanted` picks from this data dir's edge (restarted with the rest, or
+    stopped when none is left); None when no edge runs or none of its routes is picked.
+
+    Raises:
+        EdgeProcessError: the restarted edge did not come up.
+    """
+    edge = ManagedEdge(settings.data_dir)
+    return edge.withdraw(unwanted, ready_timeout_s=ready_timeout_s)
 
 
 def edge_status(settings: Settings) -> EdgeStatus:

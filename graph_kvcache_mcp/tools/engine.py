@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
@@ -17,6 +18,7 @@ from graph_kvcache_mcp.connectors.engine.state import EngineStopResult
 from graph_kvcache_mcp.domain.lifecycle import ServicePort
 from graph_kvcache_mcp.errors import ProcessError
 from graph_kvcache_mcp.host.registrar import Registrar
+from graph_kvcache_mcp.services.stack.store_host import unpublish
 from graph_kvcache_mcp.services.stack.views import EngineStatusOut
 from graph_kvcache_mcp.tools._common import (
     READ_ONLY,
@@ -69,10 +71,16 @@ async def engine_stop(
 ) -> EngineStopResult:
     """Stop the managed engine (SIGTERM, then SIGKILL; durable data stays). Without force it refuses
     while other sessions lease it or the CLI started it. Signals only what this project started."""
+    state = state_of(ctx)
     try:
-        return await state_of(ctx).kv.stop_engine(force=force)
+        before = await state.kv.engine_status()
+        result = await state.kv.stop_engine(force=force)
+        if result.stopped and before.port is not None:
+            # as `engine stop`: an edge route left to a free port would hand on the nodes' token
+            await anyio.to_thread.run_sync(unpublish, state.settings, before.port)
     except ProcessError as exc:
         raise ToolError(str(exc)) from exc
+    return result
 
 
 SPECS = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,9 +59,9 @@ from graph_kvcache_mcp.connectors.processes.identity import describe_listener, l
 from graph_kvcache_mcp.connectors.processes.state_file import StateFile
 from graph_kvcache_mcp.connectors.processes.status import running_fields
 from graph_kvcache_mcp.domain.edge.haproxy import EdgeFiles, render
-from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes
+from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes, Route
 from graph_kvcache_mcp.domain.plain_text import plain_text
-from graph_kvcache_mcp.errors import EdgeProcessError
+from graph_kvcache_mcp.errors import ConfigError, EdgeProcessError
 
 DEFAULT_READY_TIMEOUT_S = 15.0
 LISTENER_WAIT_S = 5.0
@@ -116,11 +116,68 @@ class ManagedEdge:
                         f"{state.process.pid}); stop it first (`graph-kvcache-mcp edge stop`)"
                     )
                 return self.status().model_copy(update={"reused": True})
-            binary = haproxy_binary()
-            bundle = load_tls_dir(tls_dir, now=datetime.now(UTC))
-            self._refuse_taken(routes)
-            self._write_files(routes, bundle)
-            return self._spawn(binary, routes, tls_dir, ready_timeout_s)
+            return self._start(routes, tls_dir, ready_timeout_s)
+
+    def ensure(
+        self,
+        routes: EdgeRoutes,
+        tls_dir: Path,
+        *,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    ) -> EdgeStatus:
+        """Ensure the edge carries `routes` (and whatever it carried): started with them when
+        none runs, reused when it carries them already, else restarted with the union, which
+        drops the connections it held (no reload: see the module docstring).
+
+        Raises:
+            ConfigError: the running edge presents another TLS dir's certificate, or `tls_dir`
+                cannot be used.
+            InvalidValue: a route listens where a different route of the edge does.
+            EdgeProcessError: as `start`.
+        """
+        with self._exclusive():
+            state = self.running_state()
+            if state is None:
+                return self._start(routes, tls_dir, ready_timeout_s)
+            if Path(state.tls_dir).resolve() != tls_dir.expanduser().resolve():
+                raise ConfigError(
+                    f"the edge of {self.data_dir} runs with the TLS dir {state.tls_dir}, not "
+                    f"{tls_dir}: give that one (one host, one certificate), or stop the edge "
+                    "first (`graph-kvcache-mcp edge stop`)"
+                )
+            if state.routes.carries(routes):
+                return self.status().model_copy(update={"reused": True})
+            merged = state.routes.union(routes)
+            return self._restart(state, merged, ready_timeout_s)
+
+    def withdraw(
+        self,
+        unwanted: Callable[[Route], bool],
+        *,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    ) -> EdgeStatus | None:
+        """Drop the routes `unwanted` picks: the edge restarts with the rest (dropping the
+        connections it held), or stops when none is left. None when no edge runs or it carries
+        no such route (nothing was done).
+
+        Raises:
+            EdgeProcessError: the restarted edge did not come up (see `start`).
+        """
+        with self._exclusive():
+            state = self.running_state()
+            if state is None or not any(unwanted(route) for route in state.routes.all()):
+                return None
+            kept = state.routes.without(unwanted)
+            if kept is None:
+                stop_process(state.process, term_wait_s=self.TERM_WAIT_S)
+                self._forget()
+                return EdgeStatus(
+                    running=False,
+                    data_dir=str(self.data_dir),
+                    restarted=False,
+                    reason="stopped: it carried no other route",
+                )
+            return self._restart(state, kept, ready_timeout_s)
 
     def stop(self, *, term_wait_s: float = TERM_WAIT_S) -> EdgeStopResult:
         """Stop the edge we started (its whole process group); nothing else is signalled."""
@@ -202,6 +259,23 @@ class ManagedEdge:
         )
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _start(self, routes: EdgeRoutes, tls_dir: Path, ready_timeout_s: float) -> EdgeStatus:
+        binary = haproxy_binary()
+        bundle = load_tls_dir(tls_dir, now=datetime.now(UTC))
+        self._refuse_taken(routes)
+        self._write_files(routes, bundle)
+        return self._spawn(binary, routes, tls_dir, ready_timeout_s)
+
+    def _restart(self, state: EdgeState, routes: EdgeRoutes, ready_timeout_s: float) -> EdgeStatus:
+        """The edge stopped and started again with `routes` (its TLS dir checked first, so a bad
+        one leaves the running edge as it was)."""
+        tls_dir = Path(state.tls_dir)
+        load_tls_dir(tls_dir, now=datetime.now(UTC))
+        stop_process(state.process, term_wait_s=self.TERM_WAIT_S)
+        self._forget()
+        started = self._start(routes, tls_dir, ready_timeout_s)
+        return started.model_copy(update={"restarted": True})
 
     def _spawn(
         self, binary: Path, routes: EdgeRoutes, tls_dir: Path, ready_timeout_s: float

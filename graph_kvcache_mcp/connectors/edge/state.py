@@ -35,6 +35,11 @@ class EdgeStatus(ProcessStatus):
         None, description="The serial haproxy itself reports serving (its runtime API)."
     )
     config_path: str | None = None
+    restarted: bool = Field(
+        False,
+        description="This call restarted the edge to change its routes: every connection "
+        "through it was dropped (clients reconnect).",
+    )
 
 
 class EdgeStopResult(StopResult):

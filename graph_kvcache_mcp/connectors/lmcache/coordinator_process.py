@@ -19,6 +19,7 @@ from graph_kvcache_mcp.connectors.files.private import private_dir
 from graph_kvcache_mcp.connectors.processes.control import (
     ML_STACK_INHERITED,
     ML_STACK_INHERITED_PREFIXES,
+    StopHow,
     inherited_environment,
     spawn_logged,
     stop_process,
@@ -50,6 +51,9 @@ class CoordinatorState(ProcessState):
     url: str
     chunk_size: int
     hash_algorithm: str
+    runs_until_stop: bool = False
+    """Started (or adopted) by `lmcache coordinator start`: only `lmcache coordinator stop`
+    stops it, never the stop of a server that joined it."""
 
 
 class ManagedCoordinator:
@@ -73,8 +77,10 @@ class ManagedCoordinator:
         chunk_size: int,
         hash_algorithm: str,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        runs_until_stop: bool = False,
     ) -> CoordinatorState:
         """The running coordinator, or a new one; it must hash as the servers do.
+        `runs_until_stop`: the coordinator (new or reused) is a service of its own from now on.
 
         Raises:
             LmcacheProcessError: the running one hashes differently, or a new one exited or did
@@ -87,16 +93,11 @@ class ManagedCoordinator:
                     f"{state.chunk_size}-token chunks with {state.hash_algorithm}, the servers "
                     f"{chunk_size} with {hash_algorithm}: stop it (lmcache stop) and start again"
                 )
-            if (
-                owner := listener_owner(
-                    state.process.pid, state.port, group=True, host=COORDINATOR_HOST
-                )
-            ) != "ours":
-                raise LmcacheProcessError(
-                    f"the managed lmcache coordinator (pid {state.process.pid}) does not hold its "
-                    f"port {state.port} ({_holder(owner, state.port)}): nothing is sent there; "
-                    "stop it (lmcache stop) and start again"
-                )
+            if (refusal := self.listener_refusal(state)) is not None:
+                raise LmcacheProcessError(f"{refusal}; stop it (lmcache stop) and start again")
+            if runs_until_stop and not state.runs_until_stop:
+                state = state.model_copy(update={"runs_until_stop": True})
+                self.state_file.write(state)
             return state
         private_dir(self.home)
         port = free_port()
@@ -119,6 +120,7 @@ class ManagedCoordinator:
             url=coordinator_url(port),
             chunk_size=chunk_size,
             hash_algorithm=hash_algorithm,
+            runs_until_stop=runs_until_stop,
         )
         self.state_file.write(state)
         deadline = time.monotonic() + ready_timeout_s
@@ -143,21 +145,44 @@ class ManagedCoordinator:
             time.sleep(0.2)  # polling a condition under a deadline
         return state
 
+    def listener_refusal(self, state: CoordinatorState) -> str | None:
+        """Why the recorded coordinator is not to be used (None when its process group holds
+        every listening socket on its port)."""
+        owner = listener_owner(state.process.pid, state.port, group=True, host=COORDINATOR_HOST)
+        if owner == "ours":
+            return None
+        return (
+            f"the managed lmcache coordinator (pid {state.process.pid}) does not hold its port "
+            f"{state.port} ({_holder(owner, state.port)}): nothing is sent there"
+        )
+
+    def health(self, state: CoordinatorState) -> str | None:
+        """Why the recorded coordinator is not serving (None when it holds its port and
+        answers)."""
+        if (refusal := self.listener_refusal(state)) is not None:
+            return refusal
+        return None if _answers(state.url) else f"it does not answer on {state.url}"
+
     def stop(self, *, term_wait_s: float = 10.0) -> bool:
         """Stop the coordinator we started (it writes its checkpoint on a clean stop)."""
+        return self.stop_how(term_wait_s=term_wait_s) != "not_running"
+
+    def stop_how(self, *, term_wait_s: float = 10.0) -> StopHow:
+        """`stop`, saying how it went."""
         state = self.state_file.read_live()
         if state is None:
-            return False
-        stop_process(state.process, term_wait_s=term_wait_s)
+            return "not_running"
+        how = stop_process(state.process, term_wait_s=term_wait_s)
         self.state_file.clear()
-        return True
+        return how
 
     def stop_if_joined(self, joined_url: str | None, *, term_wait_s: float = 10.0) -> int | None:
         """Stop our coordinator when it is the one at `joined_url` (what a server just stopped
         had joined): it ran for that server. Its pid; None for a coordinator named by
-        configuration (never ours to stop) or none at all."""
+        configuration (never ours to stop), one that runs until `lmcache coordinator stop`, or
+        none at all."""
         state = self.state_file.read_live()
-        if state is None or joined_url != state.url:
+        if state is None or joined_url != state.url or state.runs_until_stop:
             return None
         self.stop(term_wait_s=term_wait_s)
         return state.process.pid

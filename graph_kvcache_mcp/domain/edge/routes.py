@@ -15,6 +15,7 @@ CLI forms (`parse_inbound`, `parse_outbound`):
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from typing import Annotated, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -56,6 +57,12 @@ class Inbound(_Route):
     target_ip: ipaddress.IPv4Address = LOOPBACK
     target_port: Port
 
+    @property
+    def spec(self) -> str:
+        """The route in its CLI form (what `--inbound` takes)."""
+        listen = f"{self.listen_ip}:{self.listen_port}"
+        return f"{self.mode}:{listen}>{self.target_ip}:{self.target_port}"
+
     @model_validator(mode="after")
     def _target_is_local(self) -> Inbound:
         if not self.target_ip.is_loopback:
@@ -73,6 +80,14 @@ class Outbound(_Route):
     peer_ip: ipaddress.IPv4Address
     peer_port: Port
     peer_name: Annotated[str, Field(min_length=1, max_length=63)]
+
+    @property
+    def spec(self) -> str:
+        """The route in its CLI form (what `--outbound` takes)."""
+        return (
+            f"{self.mode}:{self.listen_ip}:{self.listen_port}>{self.peer_ip}:{self.peer_port}"
+            f"@{self.peer_name}"
+        )
 
     @model_validator(mode="after")
     def _listens_locally(self) -> Outbound:
@@ -108,6 +123,50 @@ class EdgeRoutes(BaseModel):
         """Every address and port the edge listens on."""
         inbound = [(str(r.listen_ip), r.listen_port) for r in self.inbound]
         return inbound + [(str(r.listen_ip), r.listen_port) for r in self.outbound]
+
+    def all(self) -> list[Route]:
+        return [*self.inbound, *self.outbound]
+
+    def carries(self, other: EdgeRoutes) -> bool:
+        """Whether every route of `other` is one of these (as given: same mode and ends)."""
+        mine = set(self.all())
+        return all(route in mine for route in other.all())
+
+    def union(self, other: EdgeRoutes) -> EdgeRoutes:
+        """These routes and `other`'s, each once.
+
+        Raises:
+            InvalidValue: a route of `other` listens where another route of these does; names
+                both, since one edge cannot serve two routes on one listener.
+        """
+        held = {(str(r.listen_ip), r.listen_port): r for r in self.all()}
+        added: list[Route] = []
+        for route in other.all():
+            where = (str(route.listen_ip), route.listen_port)
+            current = held.get(where)
+            if current is None:
+                held[where] = route
+                added.append(route)
+            elif current != route:
+                raise InvalidValue(
+                    f"the edge already carries {current.spec} on {where[0]}:{where[1]}, so it "
+                    f"cannot also carry {route.spec}: stop what that route serves (which "
+                    "removes it) or choose another port"
+                )
+        return EdgeRoutes(
+            inbound=[*self.inbound, *(r for r in added if isinstance(r, Inbound))],
+            outbound=[*self.outbound, *(r for r in added if isinstance(r, Outbound))],
+        )
+
+    def without(self, unwanted: Callable[[Route], bool]) -> EdgeRoutes | None:
+        """These routes less those `unwanted` picks; None when none is left (an edge needs
+        one)."""
+        inbound = [r for r in self.inbound if not unwanted(r)]
+        outbound = [r for r in self.outbound if not unwanted(r)]
+        return EdgeRoutes(inbound=inbound, outbound=outbound) if inbound or outbound else None
+
+
+Route: TypeAlias = Inbound | Outbound
 
 
 def parse_inbound(spec: str) -> Inbound:

@@ -8,6 +8,8 @@ and which target (managed here or configured) a vLLM URL or coordinator names.
 `start.start_vllm` brings up vLLM and, for an MP LMCache connector, the engine, coordinator and
 lmcache server under it; a failed start stops what it started. `description.describe_stack` is
 the running stack as one typed value read from our state files; `runtime` the read-only facts
-other services inspect; `views` holds the status models. Tools, commands and the other services
-call this package, never a process or stack connector.
+other services inspect; `views` holds the status models. `store_host` publishes the engine on
+the host's edge (a fleet's store host) and `coordinator_service` runs the managed coordinator as
+a service of its own, published with its nodes' callback routes. Tools, commands and the other
+services call this package, never a process or stack connector.
 """

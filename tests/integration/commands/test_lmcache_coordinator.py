@@ -5,6 +5,7 @@ named by URL is joined and never stopped; a failed start stops the coordinator i
 
 from __future__ import annotations
 
+import json
 import socket
 import urllib.request
 from pathlib import Path
@@ -200,3 +201,54 @@ def test_vllm_start_with_a_coordinator_but_no_lmcache_server_is_bad_input(
     err = capsys.readouterr().err
     assert code == 2 and "use kv_connector mp_native" in err and "Traceback" not in err
     assert ManagedCoordinator(tmp_path).running_state() is None
+
+
+def test_lmcache_stop_leaves_a_coordinator_started_as_a_service_running(
+    engine_env: RunningEngine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    coordinator = ManagedCoordinator(tmp_path)
+    data_dir = ("--data-dir", str(tmp_path))
+    try:
+        _, service_out = _cli(capsys, "lmcache", "coordinator", "start", *data_dir, "--json")
+        service = coordinator.running_state()
+        _, out = _cli(capsys, *_start_argv(tmp_path, "--coordinator", "managed"))
+        _, stop_out = _cli(capsys, "lmcache", "stop", *data_dir, "--json")
+        after_server = coordinator.running_state()
+        _, status_out = _cli(capsys, "lmcache", "coordinator", "status", *data_dir, "--json")
+        _, end_out = _cli(capsys, "lmcache", "coordinator", "stop", *data_dir, "--json")
+    finally:
+        ManagedLmcache(tmp_path).stop()
+        coordinator.stop()
+    assert service is not None and service.runs_until_stop
+    assert json.loads(service_out)["reachable"] is True
+    assert LmcacheStatus.model_validate_json(out).coordinator_url == service.url  # joined it
+    assert LmcacheStopResult.model_validate_json(stop_out).also_stopped == []
+    assert after_server is not None and after_server.process.pid == service.process.pid
+    assert json.loads(status_out)["url"] == service.url
+    assert json.loads(end_out)["stopped"] is True
+    assert not psutil.pid_exists(service.process.pid)
+
+
+def test_coordinator_start_adopts_a_servers_coordinator_which_then_outlives_it(
+    engine_env: RunningEngine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    coordinator = ManagedCoordinator(tmp_path)
+    data_dir = ("--data-dir", str(tmp_path))
+    try:
+        _cli(capsys, *_start_argv(tmp_path, "--coordinator", "managed"))
+        joined = coordinator.running_state()
+        _, adopted_out = _cli(capsys, "lmcache", "coordinator", "start", *data_dir, "--json")
+        _, stop_out = _cli(capsys, "lmcache", "stop", *data_dir, "--json")
+        after_server = coordinator.running_state()
+    finally:
+        ManagedLmcache(tmp_path).stop()
+        coordinator.stop()
+    assert joined is not None and not joined.runs_until_stop
+    adopted = json.loads(adopted_out)
+    assert (adopted["reused"], adopted["runs_until_stop"], adopted["pid"]) == (
+        True,
+        True,
+        joined.process.pid,
+    )
+    assert LmcacheStopResult.model_validate_json(stop_out).also_stopped == []
+    assert after_server is not None and after_server.process.pid == joined.process.pid
