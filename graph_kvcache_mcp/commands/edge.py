@@ -106,7 +106,8 @@ def describe_status(status: EdgeStatus) -> str:
     lines = [f"edge: running{reused}, {health}", f"  pid      {status.pid}"]
     if status.routes is not None:
         lines += [
-            f"  in       {r.mode} {r.listen_ip}:{r.listen_port} -> {r.target_ip}:{r.target_port}"
+            f"  in       {r.mode} {r.listen_ip}:{r.listen_port} -> {r.target}"
+            f"{'' if r.client_certificate == 'required' else ' (no client certificate)'}"
             for r in status.routes.inbound
         ]
         lines += [
