@@ -14,14 +14,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from graph_kvcache_mcp.connectors.processes.ports import free_port
+from graph_kvcache_mcp.domain.lmcache.coordinator_plan import coordinator_spec
 from tests.support.fleet_tls import make_fleet_tls, require_haproxy
+from tests.support.lmcache import require_lmcache
+from tests.support.mp_stack import require_lmcache_in_vllm_venv
 from tests.support.netns import Host, require_netns, two_hosts
 from tests.support.vllm import (
     BLOCK_SIZE,
@@ -40,8 +46,67 @@ ENGINE_EDGE_PORT = 9443
 NODE_PORT = 8443  # P: vLLM's API; P+1 feed, P+2 replay
 VLLM_PORT = 8000  # vLLM on the node's loopback
 STORE_FEED_PORT = 15557  # the store's loopback side of the node's feed
+COORDINATOR_PORT = 9300  # the coordinator on the store's loopback
+COORDINATOR_EDGE_PORT = 9444
 API_KEY = "node-api-key-" + os.urandom(8).hex()
 PROMPT = [(7 * i) % 3000 + 5 for i in range(4 * BLOCK_SIZE + 3)]  # four full blocks
+LONG_PROMPT = [(11 * i) % 3000 + 5 for i in range(2 * 256 + 40)]  # two LMCache chunks
+ENV = {k: v for k, v in os.environ.items() if k != "EPISTEMIC_GRAPH_KVCACHE_URL"}
+ENV["PYTHONPATH"] = str(REPO)
+
+_WAIT_HTTP = """
+import sys, time, urllib.request
+deadline = time.monotonic() + 120
+while True:
+    try:
+        with urllib.request.urlopen(sys.argv[1], timeout=2) as reply:
+            if reply.status == 200:
+                break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+    time.sleep(0.3)
+"""
+
+# Run on the store host: a prompt through the node's edge (so the node's server stores it and
+# reports it), the coordinator's view of the node, the store's edge route to the node's admin
+# port, and a prefetch the coordinator carries out by calling the node back.
+_COORDINATOR_CALLS = """
+import json, ssl, sys, time, urllib.request
+from pathlib import Path
+ca_dir, host, port, key, model, prompt, coordinator_port, advertised, model_path = sys.argv[1:]
+context = ssl.create_default_context(cafile=str(Path(ca_dir) / "ca.pem"))
+def call(url, body=None, headers=None, context=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    with urllib.request.urlopen(request, context=context, timeout=180) as reply:
+        return reply.status, json.load(reply)
+tokens = json.loads(prompt)
+status, _ = call(
+    f"https://{host}:{port}/v1/completions",
+    {"model": model, "prompt": tokens, "max_tokens": 2},
+    {"Authorization": f"Bearer {key}"},
+    context,
+)
+print("answer", status, flush=True)
+coordinator = f"http://127.0.0.1:{coordinator_port}"
+instances = call(coordinator + "/instances")[1]["instances"]
+print("registered", *sorted(f"{i['ip']}:{i['http_port']}" for i in instances), flush=True)
+print("callback", call(f"http://{advertised}/status")[0], flush=True)
+instance = instances[0]["instance_id"]
+body = {"instance_id": instance, "model_name": model_path, "world_size": 1,
+        "token_ids": tokens, "cache_salt": ""}
+job = call(coordinator + "/cache/prefetches", body)[1]
+deadline = time.monotonic() + 120
+while True:
+    state = call(f"{coordinator}/cache/prefetches/{instance}/{job['request_id']}")[1]
+    if state.get("status") != "pending" or time.monotonic() > deadline:
+        break
+    time.sleep(0.3)
+print("prefetch", state.get("status"), flush=True)
+"""
 
 # Run on the store host: a ZMQ subscriber on the store edge's loopback side of the node's feed;
 # prints the topic of the first event it gets (or "none" after the bound).
@@ -87,13 +152,10 @@ for offset in (1, 2):
 def test_a_node_joins_the_store_through_its_edge_and_publishes_vllm(tmp_path: Path) -> None:
     require_netns()
     require_haproxy()
-    vllm_python = require_vllm_venv()
-    model = tiny_model_dir()
+    require_vllm_venv()
     with two_hosts() as (store, node):
         tls = make_fleet_tls(tmp_path / "tls", store.address, node.address)
         store_dir, node_dir = tmp_path / "store", tmp_path / "node"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        env.pop("EPISTEMIC_GRAPH_KVCACHE_URL", None)
         try:
             engine = _cli(store, "engine", "start", "--backend", "memory", "--data-dir", store_dir)
             _cli(
@@ -102,40 +164,13 @@ def test_a_node_joins_the_store_through_its_edge_and_publishes_vllm(tmp_path: Pa
                 *("--inbound", f"http:{store.address}:{ENGINE_EDGE_PORT}>{engine['port']}"),
                 *("--outbound", f"tcp:{STORE_FEED_PORT}>{node.address}:{NODE_PORT + 1}@node"),
             )
-            token_file = tmp_path / "node-secrets" / "engine-token"
-            token_file.parent.mkdir(mode=0o700)
-            shutil.copyfile(store_dir / "engine" / "token", token_file)
-            token_file.chmod(0o600)
-            token = token_file.read_text().strip()
-            node_env = {
-                **env,
-                **offline_environment(tmp_path / "vllm-cache"),
-                "GRAPH_KVCACHE_VLLM_PYTHON": str(vllm_python),
-                "NODE_KEY": API_KEY,
-            }
-            node_env.pop("VLLM_API_KEY", None)
-            started = node.run(
-                [
-                    *CLI,
-                    *("vllm", "start", "--model", str(model), "--port", str(VLLM_PORT)),
-                    *("--served-model-name", MODEL_NAME, "--max-model-len", "4096"),
-                    *("--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16"),
-                    *("--kv-cache-memory-bytes", str(256 * 1024 * 1024)),
-                    *("--kv-connector", "engine", "--kv-events"),
-                    *("--engine-url", f"https://{store.address}:{ENGINE_EDGE_PORT}"),
-                    *("--engine-token-file", str(token_file), "--store-name", "store"),
-                    *("--tls-dir", str(tls.node), "--listen", f"{node.address}:{NODE_PORT}"),
-                    *("--api-key-env", "NODE_KEY", "--data-dir", str(node_dir)),
-                    *("--ready-timeout-s", str(READY_TIMEOUT_S), "--json"),
-                ],
-                env=node_env,
-                check=False,
-                timeout_s=READY_TIMEOUT_S + 120,
+            out = _start_node(
+                node,
+                tmp_path,
+                *("--kv-connector", "engine", "--kv-events"),
+                *("--engine-url", f"https://{store.address}:{ENGINE_EDGE_PORT}"),
+                *("--tls-dir", str(tls.node), "--listen", f"{node.address}:{NODE_PORT}"),
             )
-            assert started.returncode == 0, started.stderr[-3000:] + started.stdout[-2000:]
-            assert token not in started.stdout + started.stderr
-            assert API_KEY not in started.stdout + started.stderr
-            out = json.loads(started.stdout)
             entry = out["fleet_entry"]
             assert {k: v for k, v in entry.items() if v is not None} == {
                 "name": "node",
@@ -145,10 +180,11 @@ def test_a_node_joins_the_store_through_its_edge_and_publishes_vllm(tmp_path: Pa
                 "kv_events": f"tls://{node.address}:{NODE_PORT + 1}",
                 "kv_events_replay": f"tls://{node.address}:{NODE_PORT + 2}",
             }
+            assert out["coordinator_node"] is None
 
-            before = _unique_blocks(store, store_dir, env)
+            before = _unique_blocks(store, store_dir)
             subscriber = store.spawn(
-                [sys.executable, "-c", _SUBSCRIBER, str(STORE_FEED_PORT), "120"], env=env
+                [sys.executable, "-c", _SUBSCRIBER, str(STORE_FEED_PORT), "120"], env=ENV
             )
             assert subscriber.stdout is not None and subscriber.stdout.readline() == "ready\n"
             time.sleep(2.0)  # the subscription crosses both edges before the first event
@@ -157,7 +193,7 @@ def test_a_node_joins_the_store_through_its_edge_and_publishes_vllm(tmp_path: Pa
                     *(sys.executable, "-c", _CLIENTS, str(tls.store), node.address),
                     *(str(NODE_PORT), API_KEY, MODEL_NAME, json.dumps(PROMPT)),
                 ],
-                env=env,
+                env=ENV,
                 timeout_s=300,
             )
             assert clients.stdout.split("\n")[:4] == [
@@ -168,43 +204,163 @@ def test_a_node_joins_the_store_through_its_edge_and_publishes_vllm(tmp_path: Pa
             ], clients.stderr[-2000:]
             event, _ = subscriber.communicate(timeout=180)
             assert event.startswith("event"), event
-            assert _wait_for_growth(store, store_dir, env, before) > before
+            assert _wait_for_growth(store, store_dir, before) > before
         finally:
-            for host, data_dir, verb in (
-                (node, node_dir, "vllm"),
-                (node, node_dir, "edge"),
-                (store, store_dir, "edge"),
-                (store, store_dir, "engine"),
-            ):
-                host.run(
-                    [*CLI, verb, "stop", "--data-dir", str(data_dir)],
-                    env=env,
-                    check=False,
-                    timeout_s=120,
-                )
+            _stop_all(((node, node_dir, "vllm"), (node, node_dir, "edge")), store, store_dir)
         assert _ours_running(tmp_path) == []
 
 
+@pytest.mark.lmcache
+def test_an_mp_native_node_joins_the_stores_coordinator_and_is_called_back(
+    tmp_path: Path,
+) -> None:
+    require_netns()
+    require_haproxy()
+    require_lmcache_in_vllm_venv()
+    lmcache = require_lmcache()
+    lmcache_port = free_port()  # names the server's /dev/shm pool, shared by every namespace
+    admin = NODE_PORT + 3
+    with two_hosts() as (store, node):
+        tls = make_fleet_tls(tmp_path / "tls", store.address, node.address)
+        store_dir, node_dir = tmp_path / "store", tmp_path / "node"
+        advertised = "127." + node.address.split(".", 1)[1]
+        coordinator: subprocess.Popen[str] | None = None
+        try:
+            engine = _cli(store, "engine", "start", "--backend", "memory", "--data-dir", store_dir)
+            state = tmp_path / "coordinator"
+            state.mkdir()
+            spec = coordinator_spec(port=COORDINATOR_PORT, state_dir=state)
+            coordinator = store.spawn([str(lmcache), *spec.argv[1:]], env={**ENV, **spec.env})
+            store.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _WAIT_HTTP,
+                    f"http://127.0.0.1:{COORDINATOR_PORT}/instances",
+                ],
+                env=ENV,
+                timeout_s=180,
+            )
+            _cli(
+                store,
+                *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
+                *("--inbound", f"http:{store.address}:{ENGINE_EDGE_PORT}>{engine['port']}"),
+                *("--inbound", f"http:{store.address}:{COORDINATOR_EDGE_PORT}>{COORDINATOR_PORT}"),
+                # the coordinator calls the node back at the address it advertised
+                *("--outbound", f"http:{advertised}:{admin}>{node.address}:{admin}@node"),
+            )
+            out = _start_node(
+                node,
+                tmp_path,
+                *("--kv-connector", "mp_native", "--lmcache-port", str(lmcache_port)),
+                *("--engine-url", f"https://{store.address}:{ENGINE_EDGE_PORT}"),
+                *("--coordinator", f"https://{store.address}:{COORDINATOR_EDGE_PORT}"),
+                *("--tls-dir", str(tls.node), "--listen", f"{node.address}:{NODE_PORT}"),
+            )
+            assert out["coordinator_node"] == f"node@{node.address}:{admin}"
+            assert out["fleet_entry"]["lmcache_http_url"] == f"https://{node.address}:{admin}"
+            before = _unique_blocks(store, store_dir)
+            calls = store.run(
+                [
+                    *(sys.executable, "-c", _COORDINATOR_CALLS, str(tls.store), node.address),
+                    *(str(NODE_PORT), API_KEY, MODEL_NAME, json.dumps(LONG_PROMPT)),
+                    *(str(COORDINATOR_PORT), f"{advertised}:{admin}", str(tiny_model_dir())),
+                ],
+                env=ENV,
+                timeout_s=400,
+            )
+            assert calls.stdout.split("\n")[:4] == [
+                "answer 200",
+                f"registered {advertised}:{admin}",  # the node advertised its loopback alias
+                "callback 200",  # the store reaches the node's server through both edges
+                "prefetch completed",  # the coordinator's own call back to the node
+            ], calls.stderr[-3000:]
+            assert _wait_for_growth(store, store_dir, before) > before
+        finally:
+            _stop_all(
+                ((node, node_dir, "vllm"), (node, node_dir, "lmcache"), (node, node_dir, "edge")),
+                store,
+                store_dir,
+            )
+            if coordinator is not None:
+                coordinator.terminate()
+                coordinator.communicate(timeout=30)
+        assert _ours_running(tmp_path) == []
+        assert [
+            e.name for e in Path("/dev/shm").iterdir() if f"graphkv_{lmcache_port}" in e.name
+        ] == []
+
+
+def _start_node(node: Host, tmp_path: Path, *args: str) -> dict[str, Any]:
+    """`vllm start` on the node with the store's token copied privately and the API key in
+    NODE_KEY; its `--json` result. Neither secret may appear in its output."""
+    token_file = tmp_path / "node-secrets" / "engine-token"
+    token_file.parent.mkdir(mode=0o700)
+    shutil.copyfile(tmp_path / "store" / "engine" / "token", token_file)
+    token_file.chmod(0o600)
+    node_env = {
+        **ENV,
+        **offline_environment(tmp_path / "vllm-cache"),
+        "GRAPH_KVCACHE_VLLM_PYTHON": str(require_vllm_venv()),
+        "NODE_KEY": API_KEY,
+    }
+    node_env.pop("VLLM_API_KEY", None)
+    started = node.run(
+        [
+            *CLI,
+            *("vllm", "start", "--model", str(tiny_model_dir()), "--port", str(VLLM_PORT)),
+            *("--served-model-name", MODEL_NAME, "--max-model-len", "4096"),
+            *("--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16"),
+            *("--kv-cache-memory-bytes", str(256 * 1024 * 1024)),
+            *("--engine-token-file", str(token_file), "--store-name", "store"),
+            *("--api-key-env", "NODE_KEY", "--data-dir", str(tmp_path / "node")),
+            *("--ready-timeout-s", str(READY_TIMEOUT_S), "--json"),
+            *args,
+        ],
+        env=node_env,
+        check=False,
+        timeout_s=READY_TIMEOUT_S + 120,
+    )
+    assert started.returncode == 0, started.stderr[-3000:] + started.stdout[-2000:]
+    said = started.stdout + started.stderr
+    assert token_file.read_text().strip() not in said
+    assert API_KEY not in said
+    result: dict[str, Any] = json.loads(started.stdout)
+    return result
+
+
+def _stop_all(node_verbs: tuple[tuple[Host, Path, str], ...], store: Host, store_dir: Path) -> None:
+    for host, data_dir, verb in (
+        *node_verbs,
+        (store, store_dir, "edge"),
+        (store, store_dir, "engine"),
+    ):
+        host.run(
+            [*CLI, verb, "stop", "--data-dir", str(data_dir)],
+            env=ENV,
+            check=False,
+            timeout_s=120,
+        )
+
+
 def _cli(host: Host, *args: object) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("EPISTEMIC_GRAPH_KVCACHE_URL", None)
-    done = host.run([*CLI, *(str(a) for a in args), "--json"], env=env, check=False)
+    done = host.run([*CLI, *(str(a) for a in args), "--json"], env=ENV, check=False)
     assert done.returncode == 0, done.stderr + done.stdout
     result: dict[str, object] = json.loads(done.stdout)
     return result
 
 
-def _unique_blocks(store: Host, store_dir: Path, env: dict[str, str]) -> int:
-    done = store.run([*CLI, "kv", "stats", "--data-dir", str(store_dir), "--json"], env=env)
+def _unique_blocks(store: Host, store_dir: Path) -> int:
+    done = store.run([*CLI, "kv", "stats", "--data-dir", str(store_dir), "--json"], env=ENV)
     stats = json.loads(done.stdout)
     return int(stats["engine"]["unique_blocks"] or 0)
 
 
-def _wait_for_growth(store: Host, store_dir: Path, env: dict[str, str], before: int) -> int:
+def _wait_for_growth(store: Host, store_dir: Path, before: int) -> int:
     """The engine's block count once it grew past `before` (the connector saves after the
     request; bounded, not a race)."""
     deadline = time.monotonic() + 60.0
-    while (now := _unique_blocks(store, store_dir, env)) <= before:
+    while (now := _unique_blocks(store, store_dir)) <= before:
         if time.monotonic() >= deadline:
             break
         time.sleep(0.5)
