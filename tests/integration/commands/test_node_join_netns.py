@@ -291,6 +291,41 @@ def test_an_mp_native_node_joins_the_stores_coordinator_and_is_called_back(
         ] == []
 
 
+def test_a_join_whose_stack_fails_stops_the_edge_it_started(tmp_path: Path) -> None:
+    require_netns()
+    require_haproxy()
+    with two_hosts() as (store, node):
+        tls = make_fleet_tls(tmp_path / "tls", store.address, node.address)
+        node_dir = tmp_path / "node"
+        env = {**ENV, "VLLM_API_KEY": API_KEY, "GRAPH_KVCACHE_VLLM_PYTHON": sys.executable}
+        try:
+            done = node.run(
+                [
+                    *CLI,
+                    *("vllm", "start", "--model", "m", "--kv-connector", "engine"),
+                    *("--engine-url", f"https://{store.address}:{ENGINE_EDGE_PORT}"),
+                    *("--store-name", "store", "--tls-dir", str(tls.node)),
+                    *("--listen", f"{node.address}:{NODE_PORT}", "--data-dir", str(node_dir)),
+                ],
+                env=env,
+                check=False,
+            )
+            # this test's python has no vLLM: the start fails after the edge came up
+            assert done.returncode != 0
+            assert "Traceback" not in done.stderr
+            assert "vllm" in done.stderr.lower(), done.stderr[-2000:]
+            status = node.run(
+                [*CLI, "edge", "status", "--data-dir", str(node_dir), "--json"],
+                env=ENV,
+                check=False,
+            )
+            assert json.loads(status.stdout)["running"] is False
+            assert "stopped the edge it started" in done.stderr
+        finally:
+            node.run([*CLI, "edge", "stop", "--data-dir", str(node_dir)], env=ENV, check=False)
+        assert _ours_running(tmp_path) == []
+
+
 def _start_node(node: Host, tmp_path: Path, *args: str) -> dict[str, Any]:
     """`vllm start` on the node with the store's token copied privately and the API key in
     NODE_KEY; its `--json` result. Neither secret may appear in its output."""
