@@ -57,12 +57,13 @@ class NodeJoinFlags:
     engine_url: str | None = None
     engine_token_file: Path | None = None
     store_name: str | None = None
-    api_key_env: str = DEFAULT_API_KEY_ENV
+    api_key_env: str | None = None
+    """The variable holding vLLM's API key; None: `VLLM_API_KEY`."""
 
     def given(self, coordinator: str | None) -> bool:
         """Whether any of them (or a coordinator on another host) asks for a join."""
         named = (self.listen, self.tls_dir, self.engine_url, self.engine_token_file)
-        return any(v is not None for v in (*named, self.store_name)) or (
+        return any(v is not None for v in (*named, self.store_name, self.api_key_env)) or (
             coordinator is not None and coordinator.startswith("https://")
         )
 
@@ -100,7 +101,8 @@ async def start_node(
             `edge.start_routes` and `start_vllm`.
     """
     certificate = _certificate(flags.tls_dir)
-    api_key = environ.get(flags.api_key_env, "").strip()
+    key_variable = flags.api_key_env or DEFAULT_API_KEY_ENV
+    api_key = environ.get(key_variable, "").strip()
     token = _token(flags.engine_token_file)
     stack = Stack.of(settings)
     plan = plan_node_join(
@@ -118,7 +120,7 @@ async def start_node(
             kv_connector=launch.kv_connector,
             kv_events=launch.kv_events,
             event_sockets=stack.vllm_event_sockets() if launch.kv_events else None,
-            api_key_env=flags.api_key_env,
+            api_key_env=key_variable,
             api_key_set=bool(api_key),
         )
     )

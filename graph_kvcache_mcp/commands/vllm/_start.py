@@ -152,7 +152,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         engine_url=args.engine_url,
         engine_token_file=args.engine_token_file,
         store_name=args.store_name,
-        **({"api_key_env": args.api_key_env} if args.api_key_env else {}),
+        api_key_env=args.api_key_env,
     )
     if flags.given(args.coordinator):
         node = anyio.run(

@@ -18,6 +18,7 @@ checks the store's certificate for `--store-name`.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +30,7 @@ from graph_kvcache_mcp.errors import ConfigError, InvalidValue
 NODE_PORTS = 4
 """P..P+3: the API, the live feed, the replay, the lmcache server's admin HTTP."""
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 STORE_CONNECTORS: frozenset[str] = frozenset({"engine", "mp_native"})
 """The connectors whose children can reach a store's engine through the edge (`redis_resp`
 speaks to the managed engine's RESP wire, which no edge carries)."""
@@ -128,6 +130,7 @@ def plan_node_join(request: NodeJoinRequest) -> NodeJoinPlan:
             "--engine-url and --coordinator name the same port of the store; the store's edge "
             "listens on one port for each"
         )
+    _refuse_local_collisions(request, listen, outbound)
     routes = EdgeRoutes(inbound=inbound, outbound=outbound) if inbound or outbound else None
     if listen is None:
         return NodeJoinPlan(routes=routes, engine=engine)
@@ -194,6 +197,11 @@ def _listen(request: NodeJoinRequest) -> tuple[ipaddress.IPv4Address, int] | Non
             f"--listen {ip} is not an address of the node's certificate (its addresses: "
             f"{listed}); issue one that names it: `fleet pki issue --name "
             f"{request.certificate_name or 'NODE'} --ip {ip} --out DIR`"
+        )
+    if not _VARIABLE_NAME.match(request.api_key_env):
+        raise InvalidValue(
+            f"--api-key-env {request.api_key_env[:130]!r} is not an environment variable name "
+            "(letters, digits and _, not starting with a digit)"
         )
     if not request.api_key_set:
         raise InvalidValue(
@@ -265,6 +273,25 @@ def _coordinator_hop(
             "add --listen N:P (the server's admin port is P+3)"
         )
     return hop
+
+
+def _refuse_local_collisions(
+    request: NodeJoinRequest,
+    listen: tuple[ipaddress.IPv4Address, int] | None,
+    outbound: list[Outbound],
+) -> None:
+    """The edge's loopback side of a store URL keeps the store's port number: refuse one that
+    vLLM or the lmcache server's admin HTTP (P+3) would need on loopback too."""
+    local = {request.vllm_port: "vLLM's --port"}
+    if listen is not None and request.kv_connector in MP_CONNECTORS:
+        local[listen[1] + 3] = "the lmcache server's admin port P+3"
+    for route in outbound:
+        if (taken := local.get(route.listen_port)) is not None:
+            raise InvalidValue(
+                f"the store's port {route.listen_port} is also {taken} on this host's loopback, "
+                "where the edge gives the children the store at the same port number: choose "
+                "another --port (or --listen port)"
+            )
 
 
 def _check_engine_use(request: NodeJoinRequest) -> None:

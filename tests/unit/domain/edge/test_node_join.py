@@ -170,6 +170,9 @@ def test_a_plain_http_engine_needs_no_edge() -> None:
         ({"engine_url": "https://10.0.0.1:9443/kv"}, r"no path"),
         ({"coordinator": "https://10.0.0.1:9443"}, r"the same port of the store"),
         ({"listen": None, "api_key_set": False}, r"add --listen N:P"),
+        ({"api_key_env": "NODE-KEY"}, r"not an environment variable name"),
+        ({"vllm_port": 9443}, r"port 9443 is also vLLM's --port .* choose another --port"),
+        ({"listen": "10.0.0.2:9441"}, r"port 9444 is also the lmcache server's admin port P\+3"),
         ({"lmcache_http_port": 8080}, r"--lmcache-http-port 8080: .* P\+3 \(8446\)"),
     ],
 )
