@@ -168,7 +168,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
                 progress=None if args.json else _note_progress,
             )
         )
-        emit(node, as_json=args.json, human=_describe_node)
+        emit(node, as_json=args.json, human=describe_node)
         return EXIT_OK
     out = anyio.run(
         partial(
@@ -186,7 +186,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _describe_node(out: NodeStartOut) -> str:
+def describe_node(out: NodeStartOut) -> str:
     lines = [describe_status(out)]
     if out.edge is not None:
         lines.append(f"edge: pid {out.edge.pid}{' (reused)' if out.edge.reused else ''}")

@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 from graph_kvcache_mcp.cli import main
+from graph_kvcache_mcp.commands.vllm._start import describe_node
 from graph_kvcache_mcp.connectors.files import pki
+from graph_kvcache_mcp.domain.edge.node_join import plan_node_join
 from graph_kvcache_mcp.domain.edge.pki import HostRequest
+from graph_kvcache_mcp.services.node_join import NodeStartOut
+from tests.unit.domain.edge.test_node_join import NODE
 
 STORE = ("--engine-url", "https://10.0.0.1:9443", "--store-name", "store")
 
@@ -76,3 +80,18 @@ def test_an_https_store_needs_the_tls_dir_and_the_store_name(
     said = _refusal(tmp_path, capsys, "--kv-connector", "engine", *STORE[:2])
     assert "needs --tls-dir DIR" in said
     assert "and --store-name NAME" in said
+
+
+def test_the_text_output_prints_the_fleet_entry_and_the_coordinator_node() -> None:
+    plan = plan_node_join(NODE)
+    out = NodeStartOut(
+        running=True,
+        data_dir="/d",
+        tools_base_url="http://127.0.0.1:8000/v1",
+        fleet_entry=plan.fleet_entry,
+        coordinator_node=plan.coordinator_node,
+    )
+    lines = describe_node(out).splitlines()
+    entry = next(line for line in lines if line.startswith("fleet entry"))
+    assert json.loads(entry.split(": ", 1)[1])["base_url"] == "https://10.0.0.2:8443/v1"
+    assert lines[-1] == "on the store: lmcache coordinator start ... --node node-2@10.0.0.2:8446"
