@@ -20,7 +20,13 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from graph_kvcache_mcp.domain.edge.routes import LOOPBACK, EdgeRoutes, Inbound, Outbound
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
@@ -73,6 +79,11 @@ class FleetEntry(BaseModel):
     kv_events: str | None = None
     kv_events_replay: str | None = None
     lmcache_http_url: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_what_applies(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # pasted as is: a field that does not apply is left out, not written as null
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class StoreHop(BaseModel):

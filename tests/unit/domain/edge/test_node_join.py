@@ -99,7 +99,7 @@ def test_an_engine_connector_node_has_no_admin_port_and_no_coordinator() -> None
     assert plan.routes is not None
     assert [r.listen_port for r in plan.routes.inbound] == [8443]
     assert plan.fleet_entry is not None
-    assert plan.fleet_entry.model_dump(exclude_none=True) == {
+    assert json.loads(plan.fleet_entry.model_dump_json()) == {
         "name": "node-2",
         "tls_name": "node-2",
         "base_url": "https://10.0.0.2:8443/v1",
