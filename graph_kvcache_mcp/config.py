@@ -313,7 +313,7 @@ def _roots(text: str, _name: str) -> tuple[Path, ...] | None:
     return tuple(Path(root).expanduser() for root in roots_from_setting(text, separator=os.pathsep))
 
 
-def _token_file(text: str, name: str) -> SecretStr | None:
+def token_from_file(text: str, name: str) -> SecretStr | None:
     """The token in the file `text` names: ours, a regular file, no link, unreadable by others
     (a token readable by anyone else is a leaked token)."""
     if not text.strip():
@@ -366,7 +366,7 @@ ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     (INSECURE_HOSTS_ENV, "insecure_http_hosts", _given(split_list)),
     (FEED_HOSTS_ENV, "insecure_feed_hosts", _given(split_list)),
     (KV_TOKEN_ENV, "kv_token", _given(SecretStr)),
-    (KV_TOKEN_FILE_ENV, "kv_token", _token_file),  # after the variable: the file wins
+    (KV_TOKEN_FILE_ENV, "kv_token", token_from_file),  # after the variable: the file wins
     (KV_TIMEOUT_ENV, "kv_timeout_s", _numeric(float)),
     ("EPISTEMIC_GRAPH_KVCACHE_MAX_CONNECTIONS", "kv_concurrency", _numeric(int)),
     ("GRAPH_KVCACHE_READ_ONLY", "read_only", _flag),

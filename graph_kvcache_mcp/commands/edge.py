@@ -108,7 +108,8 @@ def describe_status(status: EdgeStatus) -> str:
         lines.append("  note     restarted to add routes: connections through it were dropped")
     if status.routes is not None:
         lines += [
-            f"  in       {r.mode} {r.listen_ip}:{r.listen_port} -> {r.target_ip}:{r.target_port}"
+            f"  in       {r.mode} {r.listen_ip}:{r.listen_port} -> {r.target}"
+            f"{'' if r.client_certificate == 'required' else ' (no client certificate)'}"
             for r in status.routes.inbound
         ]
         lines += [

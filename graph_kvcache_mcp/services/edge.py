@@ -28,6 +28,7 @@ __all__ = [
     "ensure_routes",
     "rotate",
     "start",
+    "start_routes",
     "stop",
     "withdraw_routes",
 ]
@@ -48,7 +49,20 @@ def start(
         ConfigError: the TLS dir cannot be used.
         EdgeProcessError: haproxy missing or the edge did not come up (see `ManagedEdge.start`).
     """
-    routes = routes_of(inbound, outbound)
+    return start_routes(
+        settings, routes_of(inbound, outbound), tls_dir=tls_dir, ready_timeout_s=ready_timeout_s
+    )
+
+
+def start_routes(
+    settings: Settings, routes: EdgeRoutes, *, tls_dir: Path, ready_timeout_s: float
+) -> EdgeStatus:
+    """Start (or reuse) this data dir's edge with `routes` (a node's join plan gives them).
+
+    Raises:
+        ConfigError: the TLS dir cannot be used.
+        EdgeProcessError: see `ManagedEdge.start`.
+    """
     return ManagedEdge(settings.data_dir).start(routes, tls_dir, ready_timeout_s=ready_timeout_s)
 
 

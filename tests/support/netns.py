@@ -33,7 +33,12 @@ class Host:
     address: str
 
     def run(
-        self, argv: Sequence[str], *, env: dict[str, str] | None = None, check: bool = True
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        check: bool = True,
+        timeout_s: float = COMMAND_TIMEOUT_S,
     ) -> subprocess.CompletedProcess[str]:
         """Run `argv` inside this host's namespace; its output as text."""
         return subprocess.run(
@@ -41,7 +46,7 @@ class Host:
             capture_output=True,
             text=True,
             env=env,
-            timeout=COMMAND_TIMEOUT_S,
+            timeout=timeout_s,
             check=check,
         )
 
@@ -52,6 +57,18 @@ class Host:
         assert done.returncode == 0, done.stderr + done.stdout
         result: dict[str, object] = json.loads(done.stdout)
         return result
+
+    def spawn(
+        self, argv: Sequence[str], *, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start `argv` inside this host's namespace in the background; its output as text."""
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.namespace, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
 
 def netns_unavailable() -> str | None:

@@ -1,9 +1,14 @@
-"""`vllm start`: its flags, read from `VllmLaunch`, and starting vLLM (or the MP stack under it)."""
+"""`vllm start`: its flags, read from `VllmLaunch`, and starting vLLM (or the MP stack under it);
+with the join flags (`--engine-url https://...`, `--listen`, `--tls-dir`, ...), a node joining a
+store host through this host's edge (`services/node_join.py`; the MCP tool has no such flags)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from functools import partial
+from pathlib import Path
 
 import anyio
 
@@ -14,6 +19,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.lmcache.stack import StackOptions
 from graph_kvcache_mcp.domain.vllm.launch import VllmLaunch
+from graph_kvcache_mcp.services.node_join import NodeJoinFlags, NodeStartOut, start_node
 from graph_kvcache_mcp.services.stack.lifetime import RunsUntilStop
 from graph_kvcache_mcp.services.stack.start import start_vllm
 
@@ -73,8 +79,54 @@ def add_start_flags(start: argparse.ArgumentParser) -> None:
             "or 8080)",
             "chunk_size": "mp_native: tokens per LMCache chunk (256)",
             "coordinator": "mp_native: join an LMCache coordinator, 'managed' (started in the "
-            "data dir, stopped by `lmcache stop`) or its URL (used, never stopped)",
+            "data dir, stopped by `lmcache stop`) or its URL (used, never stopped; "
+            "https://S:PORT: a store host's, through this host's edge)",
         },
+    )
+    _add_join_flags(start)
+
+
+def _add_join_flags(start: argparse.ArgumentParser) -> None:
+    join = start.add_argument_group(
+        'a node joining a store host (docs/multi-host.md, "A node joins")'
+    )
+    join.add_argument(
+        "--engine-url",
+        default=None,
+        metavar="https://S:PORT",
+        help="the store's engine (its `engine start --json` join output): the children reach "
+        "it through this host's edge",
+    )
+    join.add_argument(
+        "--engine-token-file",
+        type=Path,
+        default=None,
+        help="the store's engine token, copied here privately (a file of yours, mode 0600)",
+    )
+    join.add_argument(
+        "--store-name",
+        default=None,
+        help="the store certificate's DNS name (tls_name in its join output): the edge checks it",
+    )
+    join.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="this node's ca.pem, cert.pem, key.pem (from `fleet pki issue`)",
+    )
+    join.add_argument(
+        "--listen",
+        default=None,
+        metavar="N:P",
+        help="publish on this host's address N through the edge: P vLLM's API (TLS, its API "
+        "key), P+1/P+2 the KV-event feed and replay, P+3 the lmcache server's admin HTTP "
+        "(mutual TLS)",
+    )
+    join.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="the variable holding vLLM's API key (default VLLM_API_KEY); required with --listen",
     )
 
 
@@ -94,6 +146,30 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
         chunk_size=args.chunk_size,
         coordinator=args.coordinator,
     )
+    flags = NodeJoinFlags(
+        listen=args.listen,
+        tls_dir=args.tls_dir,
+        engine_url=args.engine_url,
+        engine_token_file=args.engine_token_file,
+        store_name=args.store_name,
+        api_key_env=args.api_key_env,
+    )
+    if flags.given(args.coordinator):
+        node = anyio.run(
+            partial(
+                start_node,
+                settings,
+                launch,
+                options,
+                flags,
+                lmcache_http_port=args.http_port,
+                environ=os.environ,
+                ready_timeout_s=args.ready_timeout_s,
+                progress=None if args.json else _note_progress,
+            )
+        )
+        emit(node, as_json=args.json, human=describe_node)
+        return EXIT_OK
     out = anyio.run(
         partial(
             start_vllm,
@@ -108,6 +184,18 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     )
     emit(out, as_json=args.json, human=describe_status)
     return EXIT_OK
+
+
+def describe_node(out: NodeStartOut) -> str:
+    lines = [describe_status(out)]
+    if out.edge is not None:
+        lines.append(f"edge: pid {out.edge.pid}{' (reused)' if out.edge.reused else ''}")
+    if out.fleet_entry is not None:
+        entry = json.dumps(out.fleet_entry.model_dump(exclude_none=True))
+        lines.append(f"fleet entry (paste into a fleet file's instances): {entry}")
+    if out.coordinator_node is not None:
+        lines.append(f"on the store: lmcache coordinator start ... --node {out.coordinator_node}")
+    return "\n".join(lines)
 
 
 def _note_progress(_elapsed_s: float, _total_s: float, message: str) -> None:

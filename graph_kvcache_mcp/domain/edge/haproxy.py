@@ -6,7 +6,9 @@ Choices, measured (docs/multi-host.md):
   request (3-8x slower); HTTP mode keeps a pool of TLS connections between the edges.
 - Every TLS server line carries `ca-file` + `verify required` + `verifyhost`: the peer must hold a
   certificate from the fleet CA issued to the expected name. Every TLS bind carries `ca-file` +
-  `verify required`: a client without a fleet certificate fails in the handshake.
+  `verify required`: a client without a fleet certificate fails in the handshake; the one
+  exception is an inbound route marked `client_certificate="none"` (a node's vLLM API, which
+  checks its own key): `verify none`, TLS for privacy only.
 - `timeout tunnel` is long: a quiet ZMQ feed is idle for minutes (readers also send ZMQ
   heartbeats well inside it).
 - Certificates are swapped through the runtime API on a private stats socket, never by a reload
@@ -79,12 +81,17 @@ def render(routes: EdgeRoutes, files: EdgeFiles) -> str:
 
 
 def _inbound(route: Inbound, crt: str, ca: str) -> list[str]:
+    required = route.client_certificate == "required"
+    verify = f"ca-file {ca} verify required" if required else "verify none"
+    target = route.target
+    if route.target_socket is not None:
+        target = f"unix@{_path(PurePath(route.target_socket))}"
     return [
         f"listen {route.name}",
         f"  mode {route.mode}",
         *(["  http-reuse always"] if route.mode == "http" else []),
-        f"  bind {route.listen_ip}:{route.listen_port} ssl crt {crt} ca-file {ca} verify required",
-        f"  server local {route.target_ip}:{route.target_port}",
+        f"  bind {route.listen_ip}:{route.listen_port} ssl crt {crt} {verify}",
+        f"  server local {target}",
     ]
 
 

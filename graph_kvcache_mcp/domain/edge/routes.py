@@ -1,11 +1,13 @@
 """What one host's edge carries: inbound and outbound routes, typed, and parsed from the CLI.
 
 An *inbound* route listens on the host's address with TLS, requires a client certificate from
-the fleet CA and forwards to a service on loopback. An *outbound* route listens on loopback in
-the clear for a local child that cannot speak TLS and carries its traffic to another host's
-edge with TLS, presenting this host's certificate and checking the peer's against the CA and
-its name. `http` routes are HTTP-aware (connections between the edges are pooled: the engine's
-client opens one connection per request); `tcp` routes are raw tunnels (ZMQ feeds).
+the fleet CA (unless it is a public API that checks its own key: `client_certificate="none"`)
+and forwards to a service on loopback, or to a unix socket (vLLM's private KV event sockets).
+An *outbound* route listens on loopback in the clear for a local child that cannot speak TLS
+and carries its traffic to another host's edge with TLS, presenting this host's certificate
+and checking the peer's against the CA and its name. `http` routes are HTTP-aware (connections
+between the edges are pooled: the engine's client opens one connection per request); `tcp`
+routes are raw tunnels (ZMQ feeds).
 
 CLI forms (`parse_inbound`, `parse_outbound`):
     inbound   MODE:LISTEN_IP:PORT>[LOOPBACK_IP:]PORT          http:10.0.0.1:9443>9130
@@ -24,6 +26,11 @@ from graph_kvcache_mcp.domain.edge.pki import check_host_name
 from graph_kvcache_mcp.errors import InvalidValue
 
 RouteMode: TypeAlias = Literal["http", "tcp"]
+ClientCertificate: TypeAlias = Literal["required", "none"]
+"""Whether an inbound route's clients must present a fleet certificate. `none` is for an API
+that authenticates its callers itself (vLLM's API key) and is read by clients that hold only the
+CA; the TLS still hides the key and the prompts on the wire."""
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux
 Port = Annotated[int, Field(ge=1, le=65535)]
 MAX_ROUTES = 64
 LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
@@ -51,11 +58,14 @@ class _Route(BaseModel):
 
 
 class Inbound(_Route):
-    """Listen on `listen` with mutual TLS; forward to `target` on loopback."""
+    """Listen on `listen` with TLS (mutual unless `client_certificate` is none); forward to a
+    port on loopback or to a unix socket of this host."""
 
     direction = "in"
     target_ip: ipaddress.IPv4Address = LOOPBACK
-    target_port: Port
+    target_port: Port | None = None
+    target_socket: Annotated[str, Field(min_length=2, max_length=MAX_SOCKET_PATH)] | None = None
+    client_certificate: ClientCertificate = "required"
 
     @property
     def spec(self) -> str:
@@ -69,7 +79,18 @@ class Inbound(_Route):
             raise ValueError(f"an inbound route forwards to loopback only, not {self.target_ip}")
         if self.listen_ip.is_unspecified:
             raise ValueError("an inbound route listens on one address, not 0.0.0.0")
+        if (self.target_port is None) == (self.target_socket is None):
+            raise ValueError("an inbound route forwards to a loopback port or a unix socket")
+        if self.target_socket is not None and not self.target_socket.startswith("/"):
+            raise ValueError(f"a unix socket target is an absolute path, not {self.target_socket}")
         return self
+
+    @property
+    def target(self) -> str:
+        """Where the route forwards, as haproxy's server line names it."""
+        if self.target_socket is not None:
+            return f"unix@{self.target_socket}"
+        return f"{self.target_ip}:{self.target_port}"
 
 
 class Outbound(_Route):

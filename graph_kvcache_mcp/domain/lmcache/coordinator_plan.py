@@ -3,7 +3,9 @@ Pure: no I/O.
 
 The coordinator hashes token ids itself, so its chunk size and hash algorithm must equal the
 servers'. It has no authentication, so it binds loopback only; the servers advertise 127.0.0.1
-because the coordinator calls their HTTP port back (prefetch, delete) and they bind loopback.
+because the coordinator calls their HTTP port back (prefetch, delete) and they bind loopback. A
+node of a fleet across hosts advertises its own loopback address instead (`127.X.Y.Z`, see
+`domain/edge/node_join.py`), which the store host's edge maps back to the node.
 Without event reporting a server never fills the directory. Its derived state (the directory)
 and the operator's state (pins, quotas) survive a restart only through the checkpoint and
 metadata files, kept in our private data dir.
@@ -22,7 +24,8 @@ COORDINATOR_HOST = "127.0.0.1"
 CHECKPOINT_FILE = "checkpoint.json"
 METADATA_FILE = "metadata.json"
 URL_FLAG = "--coordinator-url"
-JOIN_FLAGS = ("--coordinator-event-reporting", "--coordinator-advertise-ip", COORDINATOR_HOST)
+REPORTING_FLAG = "--coordinator-event-reporting"
+ADVERTISE_FLAG = "--coordinator-advertise-ip"
 
 
 def coordinator_spec(
@@ -71,8 +74,11 @@ def recorded_coordinator_url(command: Sequence[str]) -> str | None:
     return None
 
 
-def join_coordinator(server: ProcessSpec, url: str) -> ProcessSpec:
-    """`server` started joined to the coordinator at `url`, reporting its events to it.
+def join_coordinator(
+    server: ProcessSpec, url: str, *, advertise_ip: str = COORDINATOR_HOST
+) -> ProcessSpec:
+    """`server` started joined to the coordinator at `url`, reporting its events to it, and
+    telling it to call back at `advertise_ip` (and the server's HTTP port).
 
     Raises:
         ConfigError: the server is already joined to another coordinator.
@@ -85,7 +91,8 @@ def join_coordinator(server: ProcessSpec, url: str) -> ProcessSpec:
             f"the lmcache server is already joined to the coordinator at {current}; one server "
             f"reports to one coordinator (not also {url})"
         )
-    return server.model_copy(update={"argv": [*server.argv, URL_FLAG, url, *JOIN_FLAGS]})
+    join = [URL_FLAG, url, REPORTING_FLAG, ADVERTISE_FLAG, advertise_ip]
+    return server.model_copy(update={"argv": [*server.argv, *join]})
 
 
 def check_agreement(server: ProcessSpec, coordinator: ProcessSpec) -> None:

@@ -107,6 +107,11 @@ class StackOptions(BaseModel):
         description="Join the server to an LMCache coordinator: 'managed' (started in the data "
         "dir) or its URL; default none.",
     )
+    coordinator_advertise_ip: str | None = Field(
+        None,
+        description="Where a coordinator on another host calls the server back (a node's "
+        "127.X.Y.Z, mapped by the store's edge); default loopback.",
+    )
 
 
 def plan_stack_server(

@@ -36,6 +36,7 @@ from graph_kvcache_mcp.connectors.lmcache.state import (
 from graph_kvcache_mcp.connectors.stack.dependency import dependency_reason, stop_dependent_vllm
 from graph_kvcache_mcp.connectors.stack.resp import prepare_resp_launch, restart_resp_lmcache
 from graph_kvcache_mcp.connectors.vllm.platform import VLLM_HOST
+from graph_kvcache_mcp.connectors.vllm.private_files import EVENT_SOCKETS
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.connectors.vllm.state import VllmLogs, VllmStopResult
 from graph_kvcache_mcp.domain.endpoints import approve_http_url, parse_http_url
@@ -152,10 +153,12 @@ class Stack:
         return Configured("lmcache coordinator", endpoint.url.rstrip("/"))
 
     def join_coordinator(
-        self, server: ProcessSpec, coordinator: str | None
+        self, server: ProcessSpec, coordinator: str | None, *, advertise_ip: str | None = None
     ) -> tuple[ProcessSpec, bool]:
         """`server` joined to `coordinator` (unchanged when None), and whether this call started
         the managed coordinator (then a failed start stops it again). Blocks while it starts.
+        `advertise_ip`: where a coordinator on another host calls the server back (a node's
+        127.X.Y.Z); loopback by default.
 
         Raises:
             ConfigError: a URL the policy refuses, or a server already joined elsewhere.
@@ -165,7 +168,8 @@ class Stack:
             return server, False
         target = self.coordinator_target(coordinator)
         if isinstance(target, Configured):
-            return join_coordinator(server, target.url), False
+            where = {"advertise_ip": advertise_ip} if advertise_ip else {}
+            return join_coordinator(server, target.url, **where), False
         was_running = self.coordinator.running_state(tidy=False)
         chunk = int(flag_value(server, "--chunk-size", "256"))
         algorithm = flag_value(server, "--hash-algorithm", "blake3")
@@ -277,6 +281,12 @@ class Stack:
         return self.engine.status()
 
     # --- vLLM (its start, which may bring up the stack under it, is `start.start_vllm`) --------
+
+    def vllm_event_sockets(self) -> tuple[str, str]:
+        """The unix sockets the managed vLLM binds for its KV event feed and replay (in its
+        private dir), for a node's edge routes that publish them."""
+        feed, replay = (self.vllm.home / name for name in EVENT_SOCKETS)
+        return str(feed), str(replay)
 
     def vllm_target(self, calls_base_url: str) -> Target:
         """The vLLM that calls go to: managed here when it is on the loopback address where

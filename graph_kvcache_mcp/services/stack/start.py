@@ -137,7 +137,8 @@ async def _start_mp_stack(
         await say(f"L2: the {target.source} engine at {target.base_url}")
         server = await _planned_server(launch, stack, where, target, options, say)
         coordinator = options.coordinator if options else None
-        join = partial(stack.join_coordinator, server.spec, coordinator)
+        advertise_ip = options.coordinator_advertise_ip if options else None
+        join = partial(stack.join_coordinator, server.spec, coordinator, advertise_ip=advertise_ip)
         joined, started.coordinator = await anyio.to_thread.run_sync(join)
         server = replace(server, spec=joined)
         await anyio.to_thread.run_sync(check_vllm_reusable, stack.vllm, launch)

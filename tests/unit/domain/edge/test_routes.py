@@ -5,9 +5,16 @@ from __future__ import annotations
 from pathlib import PurePath
 
 import pytest
+from pydantic import ValidationError
 
 from graph_kvcache_mcp.domain.edge.haproxy import EdgeFiles, render
-from graph_kvcache_mcp.domain.edge.routes import parse_inbound, parse_outbound, routes_of
+from graph_kvcache_mcp.domain.edge.routes import (
+    EdgeRoutes,
+    Inbound,
+    parse_inbound,
+    parse_outbound,
+    routes_of,
+)
 from graph_kvcache_mcp.errors import ConfigError, InvalidValue
 
 FILES = EdgeFiles(
@@ -98,3 +105,38 @@ def test_a_path_haproxy_would_interpret_is_refused() -> None:
     files = FILES.model_copy(update={"ca": PurePath("/d/my dir/$HOME/ca.pem")})
     with pytest.raises(ConfigError, match="interpret"):
         render(routes, files)
+
+
+def test_a_public_api_route_skips_client_certificates_and_others_keep_requiring_them() -> None:
+    api = Inbound(
+        mode="http",
+        listen_ip="10.0.0.2",
+        listen_port=8443,
+        target_port=8000,
+        client_certificate="none",
+    )
+    feed = Inbound(
+        mode="tcp", listen_ip="10.0.0.2", listen_port=8444, target_socket="/d/vllm/kv-events.sock"
+    )
+    text = render(EdgeRoutes(inbound=[api, feed]), FILES)
+    assert "bind 10.0.0.2:8443 ssl crt /d/edge/tls/host.pem verify none\n" in text
+    assert (
+        "bind 10.0.0.2:8444 ssl crt /d/edge/tls/host.pem ca-file /d/edge/tls/ca.pem "
+        "verify required\n  server local unix@/d/vllm/kv-events.sock" in text
+    )
+    assert feed.client_certificate == "required"  # mutual TLS stays the default
+
+
+def test_an_inbound_route_forwards_to_exactly_one_local_target() -> None:
+    with pytest.raises(ValidationError, match="a loopback port or a unix socket"):
+        Inbound(
+            mode="tcp",
+            listen_ip="10.0.0.2",
+            listen_port=1,
+            target_port=2,
+            target_socket="/d/s.sock",
+        )
+    with pytest.raises(ValidationError, match="a loopback port or a unix socket"):
+        Inbound(mode="tcp", listen_ip="10.0.0.2", listen_port=1)
+    with pytest.raises(ValidationError, match="absolute path"):
+        Inbound(mode="tcp", listen_ip="10.0.0.2", listen_port=1, target_socket="d/s.sock")
