@@ -10,15 +10,14 @@ import pytest
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
-from graph_kvcache_mcp.connectors.vllm.state import VllmState
 from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS
 from graph_kvcache_mcp.domain.targets import Configured
-from graph_kvcache_mcp.domain.vllm.launch import Platform
 from graph_kvcache_mcp.domain.vllm.wiring import KvWiring
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.stack.description import StackDescription
 from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.vllm.restart_reuse import _lmcache_of, measure_restart_reuse
+from tests.support.vllm_records import vllm_record
 
 LOOPBACK = "http://127.0.0.1:8000/v1"
 REMOTE = "https://vllm.elsewhere.example:8443/v1"
@@ -41,21 +40,10 @@ async def test_a_configured_vllm_is_refused_as_not_managed_here(tmp_path: Path) 
 
 
 def test_restarting_a_configured_lmcache_server_is_refused_and_named() -> None:
-    vllm = VllmState(  # a managed MP vLLM as its state record says: only its wiring is read
-        process=ProcessRecord(
-            pid=1, start_ticks=1, command=("vllm",), started_at=0.0, log_path="x"
-        ),
-        host="127.0.0.1",
-        port=8000,
-        base_url=LOOPBACK,
-        model="m",
-        served_model_name="m",
-        platform=Platform(kind="cpu", detail="test"),
-        notes=[],
-        dev_mode=False,
-        prompt_tokens_details=True,
-        kv_wiring=KvWiring(connector=MP_CONNECTOR_CLASS, lmcache_port=5555),
-    )
+    # A managed MP vLLM as its state record says: only its wiring is read.
+    process = ProcessRecord(pid=1, start_ticks=1, command=("vllm",), started_at=0.0, log_path="x")
+    wiring = KvWiring(connector=MP_CONNECTOR_CLASS, lmcache_port=5555)
+    vllm = vllm_record(process, port=8000, base_url=LOOPBACK, wiring=wiring)
     stack = StackDescription(data_dir="/d", vllm=vllm)
     server = Configured("lmcache server", REMOTE_LMCACHE)
     with pytest.raises(VllmProcessError, match=f"but not managed here: {REMOTE_LMCACHE}"):
