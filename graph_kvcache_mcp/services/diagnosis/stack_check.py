@@ -24,7 +24,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
-from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHealth, LmcacheHttp
 from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
@@ -162,7 +162,8 @@ async def vllm_facts(
     runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
     if runtime is not None and VllmEndpoint.of(runtime.base_url) != client.endpoint:
         runtime = None  # the managed server is another one than the one checked
-    elsewhere = Configured("vLLM", target)  # what it is to us when it is not the managed one
+    # Not the managed one: a vLLM something else runs, whose process facts are not ours to read.
+    hidden = None if runtime else facts_not_readable_here(Configured("vLLM", target), VLLM_HIDDEN)
     hybrid = await anyio.to_thread.run_sync(_hybrid_served, settings.data_dir, runtime, chosen)
     return VllmFacts(
         target=target,
@@ -184,9 +185,7 @@ async def vllm_facts(
         lmcache_target=None if runtime is None else runtime.lmcache_target,
         lmcache_target_answers=None if runtime is None else runtime.lmcache_target_answers,
         lmcache_transfer_mode=None if runtime is None else runtime.lmcache_transfer_mode,
-        not_readable=None
-        if runtime is not None
-        else facts_not_readable_here(elsewhere, VLLM_HIDDEN),
+        not_readable=hidden,
     )
 
 
@@ -204,17 +203,18 @@ def _hybrid_served(data_dir: Path, runtime: ManagedRuntime | None, served: str) 
 async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
     async with LmcacheHttp(http_url) as lmcache:
         status = await lmcache.status()
-        counters = await lmcache.counters()
-        reachable = not isinstance(status, Unavailable)
-        runtime = await _lmcache_runtime(lmcache, data_dir) if reachable else None
+        if isinstance(status, Unavailable):
+            facts = LmcacheFacts(target=lmcache.http_url, reachable=False, reason=status.reason)
+        else:
+            facts = await _answered(lmcache, status, data_dir)
     leaked = await anyio.to_thread.run_sync(leaked_lmcache_segments)
-    if isinstance(status, Unavailable) or runtime is None:
-        return LmcacheFacts(
-            target=lmcache.http_url,
-            reachable=False,
-            reason=status.reason if isinstance(status, Unavailable) else None,
-            leaked_segments=leaked,
-        )
+    return facts.model_copy(update={"leaked_segments": leaked})
+
+
+async def _answered(lmcache: LmcacheHttp, status: LmcacheHealth, data_dir: Path) -> LmcacheFacts:
+    """The facts of a server that answered: its API's, and how it runs (`_lmcache_runtime`)."""
+    counters = await lmcache.counters()
+    runtime = await _lmcache_runtime(lmcache, data_dir)
     return LmcacheFacts(
         target=lmcache.http_url,
         reachable=True,
@@ -226,7 +226,6 @@ async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
         transfer_mode=runtime.transfer_mode,
         rpc_port=runtime.rpc_port,
         registration_hang=runtime.registration_hang,
-        leaked_segments=leaked,
         resp_peer_gone=runtime.resp_peer_gone,
         lookup_tokens=None if isinstance(counters, Unavailable) else counters.lookup_tokens,
         found_tokens=None if isinstance(counters, Unavailable) else counters.hit_tokens,
