@@ -55,8 +55,10 @@ from graph_kvcache_mcp.host.catalog import TOOLSETS as TOOLSETS
 from graph_kvcache_mcp.host.catalog import Endpoint as Endpoint
 
 APP_DIR_NAME = "graph-kvcache-mcp"
+LMCACHE_URL_ENV = "GRAPH_KVCACHE_LMCACHE_URL"
 # The words that switch a setting on are the engine's (`ENABLE_WORDS`); these switch it off.
 DISABLE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled", ""})
+_MAX_TOKEN_FILE_BYTES = 4096
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:
@@ -158,6 +160,9 @@ class Settings(BaseModel):
     lmcache_http_port: ServicePort = Field(
         8080, description="GRAPH_KVCACHE_LMCACHE_HTTP_PORT: its HTTP port."
     )
+    lmcache_url: str | None = Field(
+        None, description=f"{LMCACHE_URL_ENV}: a configured lmcache server's HTTP API (else ours)."
+    )
     trust_unmanaged_coordinator: bool = Field(
         False,
         description="GRAPH_KVCACHE_TRUST_UNMANAGED_COORDINATOR: believe the L1 answers of an "
@@ -198,6 +203,12 @@ class Settings(BaseModel):
         if "vllm" in dict(info.data.get("endpoint_problems", ())):
             return value
         return _approve(value, "vllm", info)
+
+    @field_validator("lmcache_url")
+    @classmethod
+    def _check_lmcache_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        hosts = info.data.get("insecure_http_hosts", ())
+        return value and approve_http_url(value, what=LMCACHE_URL_ENV, insecure_hosts=hosts).url
 
     @field_validator("toolsets")
     @classmethod
@@ -338,9 +349,6 @@ def token_from_file(text: str, name: str) -> SecretStr | None:
     return SecretStr(token)
 
 
-_MAX_TOKEN_FILE_BYTES = 4096
-
-
 def split_list(text: str) -> tuple[str, ...]:
     """Split a comma-separated setting, dropping blanks."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -385,6 +393,7 @@ ENV_SETTINGS: tuple[tuple[str, str, EnvParser], ...] = (
     ("GRAPH_KVCACHE_FLEET", "fleet_file", _given(lambda text: Path(text).expanduser())),
     ("GRAPH_KVCACHE_LMCACHE_PORT", "lmcache_port", _numeric(int)),
     ("GRAPH_KVCACHE_LMCACHE_HTTP_PORT", "lmcache_http_port", _numeric(int)),
+    (LMCACHE_URL_ENV, "lmcache_url", _given(str)),
 )
 """Each variable `from_env` reads besides the engine's URL (`_kv_endpoint`), the Settings field
 it sets and how its value is read, in the order they are read (the first malformed one is

@@ -25,7 +25,11 @@ from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.bundle.bundles import BundleCounters
 from graph_kvcache_mcp.services.fleet.operations import FleetCounters
-from graph_kvcache_mcp.services.stack.runtime import ManagedServerCounters, dependency_reason
+from graph_kvcache_mcp.services.stack.runtime import (
+    dependency_reason,
+    lmcache_target,
+    server_counters,
+)
 
 T = TypeVar("T")
 
@@ -121,9 +125,8 @@ class AppState:
             if self.settings.kv_url is not None
             else ManagedKvAccess(self.settings)
         )
-        self.vllm = VllmAccess(
-            self.settings, tier_for=lambda root: ManagedServerCounters(data_dir, root)
-        )
+        tier = lmcache_target(self.settings)  # the settings are this server's: resolved once
+        self.vllm = VllmAccess(self.settings, tier_for=lambda root: server_counters(tier, root))
         self.lmcache = LmcacheAccess(
             self.settings, dependents=lambda server: dependency_reason(data_dir, server)
         )

@@ -242,12 +242,11 @@ async def measure_chat(settings: Settings, calls: int, rounds: int) -> dict[str,
     cached tokens by tier) and through the vllm_chat tool, interleaved call by call."""
     import openai
 
-    from graph_kvcache_mcp.connectors.stack.tier_counters import attach_lmcache_tier
-    from graph_kvcache_mcp.connectors.vllm.access import open_client
     from graph_kvcache_mcp.domain.bundle import ChatMessage
+    from graph_kvcache_mcp.services.stack.vllm import open_metered_client
 
     direct = openai.AsyncOpenAI(base_url=settings.vllm_base_url, api_key="unused")
-    library = attach_lmcache_tier(open_client(settings), settings.data_dir)
+    library = open_metered_client(settings)
     samples: dict[str, list[float]] = {name: [] for name in CHAT_ROWS}
     asked = 0
 

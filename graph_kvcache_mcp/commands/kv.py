@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_stats(args: argparse.Namespace, settings: Settings) -> int:
     async def go() -> int:
         async with open_kv_client(settings) as kv:
-            out = await kv_stats(kv, settings.data_dir)
+            out = await kv_stats(kv, settings)
         emit(out, as_json=args.json, human=_describe_stats)
         return EXIT_OK if out.reachable else EXIT_UNAVAILABLE
 

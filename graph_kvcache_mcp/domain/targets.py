@@ -53,10 +53,22 @@ def logs_not_readable_here(target: Configured, own_log: Path) -> str:
     """What a log read answers for a component it did not start: its log is written where it
     runs, by whatever started it, so nothing here can read it (and this data dir's own log is of
     another process)."""
-    host = urlsplit(target.url).hostname or target.url
     return (
         f"{not_managed_here(target)}; the log of a {target.component} this data dir did not "
-        f"start is not readable from here: read it on {host}, where it runs (the output of "
-        f"whatever started it: its terminal, journal or container log). A {target.component} "
+        f"start is not readable from here: read it on {_host(target)}, where it runs (the output "
+        f"of whatever started it: its terminal, journal or container log). A {target.component} "
         f"started here would log to {own_log}"
     )
+
+
+def facts_not_readable_here(target: Configured, facts: str) -> str:
+    """What a read answers for the `facts` (e.g. "PYTHONHASHSEED and log") of a component it did
+    not start: they live with its process, where it runs; its own API told the rest."""
+    return (
+        f"{not_managed_here(target)}; its {facts} are not readable from here: read them on "
+        f"{_host(target)}, where it runs"
+    )
+
+
+def _host(target: Configured) -> str:
+    return urlsplit(target.url).hostname or target.url

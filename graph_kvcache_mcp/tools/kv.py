@@ -71,7 +71,7 @@ async def stats_out(access: KvAccess, since: EngineStats | None = None) -> KvSta
     kv = await access.connect()
     if isinstance(kv, Unavailable):
         return KvStatsOut(reachable=False, base_url=access.label, reason=kv.reason)
-    out = await kv_stats_service(kv, access.settings.data_dir)
+    out = await kv_stats_service(kv, access.settings)
     if since is None or out.engine is None:
         return out
     if since.backend != out.engine.backend:

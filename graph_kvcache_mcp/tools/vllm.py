@@ -351,6 +351,7 @@ async def vllm_restart_reuse(
     try:
         return await measure_restart_reuse(
             Stack.of(settings, vllm=access.managed),
+            access.base_url,
             prompt_tokens=prompt_tokens,
             ready_timeout_s=ready_timeout_s,
             progress=_progress_reporter(ctx),

@@ -239,3 +239,14 @@ def test_the_feed_hosts_list_is_its_own_setting_and_allows_no_plain_http() -> No
         )
     with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_FEED_HOSTS"):
         Settings.from_env({"GRAPH_KVCACHE_INSECURE_FEED_HOSTS": "not a host"})
+
+
+def test_a_configured_lmcache_server_is_named_by_its_own_variable_and_checked() -> None:
+    assert Settings.from_env({}).lmcache_url is None
+    named = Settings.from_env({"GRAPH_KVCACHE_LMCACHE_URL": " https://lmcache.example:8080 "})
+    assert named.lmcache_url == "https://lmcache.example:8080"
+    with pytest.raises(ConfigError, match="GRAPH_KVCACHE_LMCACHE_URL"):
+        Settings.from_env({"GRAPH_KVCACHE_LMCACHE_URL": "http://10.0.0.7:8080"})  # plain, remote
+    listed = {"GRAPH_KVCACHE_INSECURE_HTTP_HOSTS": "10.0.0.7"}
+    allowed = Settings.from_env({**listed, "GRAPH_KVCACHE_LMCACHE_URL": "http://10.0.0.7:8080"})
+    assert allowed.lmcache_url == "http://10.0.0.7:8080"

@@ -84,6 +84,7 @@ def run_restart_reuse(args: argparse.Namespace, settings: Settings) -> int:
         partial(
             measure_restart_reuse,
             Stack.of(settings),
+            settings.vllm_base_url,
             prompt_tokens=args.prompt_tokens,
             ready_timeout_s=args.ready_timeout_s,
             mode=args.restart,

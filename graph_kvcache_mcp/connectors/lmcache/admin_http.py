@@ -1,6 +1,6 @@
 """`lmcache server`'s HTTP admin API: `/healthcheck`, `/status` (L2 adapter health),
-`/lmc_version` and `/metrics` (its lookup and L2 counters). The API has no auth; only loopback
-or listed hosts are accepted (parse_http_url).
+`/lmc_version`, `/config` (how it keys chunks, how it is wired) and `/metrics` (its lookup and L2
+counters). The API has no auth; only loopback or listed hosts are accepted (parse_http_url).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, keying_from_confi
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters, parse_lmcache_counters
 from graph_kvcache_mcp.domain.lmcache.status import LmcacheServerReport, report_from_status
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.vllm.wiring import ReportedLmcacheWiring, reported_wiring
 
 
 class LmcacheHealth(BaseModel):
@@ -78,6 +79,13 @@ class LmcacheHttp:
         if isinstance(config, Unavailable):
             return config
         return keying_from_config(config if isinstance(config, dict) else {})
+
+    async def reported_wiring(self) -> ReportedLmcacheWiring | Unavailable:
+        """Its transfer mode, RPC port and L2 engine as it reports them (GET /config)."""
+        config = await self._get("/config")
+        if isinstance(config, Unavailable):
+            return config
+        return reported_wiring(config if isinstance(config, dict) else {})
 
     async def counters(self) -> LmcacheCounters | Unavailable:
         """The server's lookup and L2 counters from `/metrics`, or why it did not answer."""

@@ -39,13 +39,18 @@ class ManagedRuntime(BaseModel):
 
 
 class LmcacheRuntime(BaseModel):
+    """How an lmcache server runs: all of it for ours; for another, what its API reported
+    (transfer mode, port) and `not_readable`, what lives with its process and why it is not
+    read here."""
+
     model_config = ConfigDict(frozen=True)
 
-    hash_seed: str | None
-    transfer_mode: str
-    rpc_port: int
-    registration_hang: str | None
-    resp_peer_gone: str | None
+    hash_seed: str | None = None
+    transfer_mode: str | None = None
+    rpc_port: int | None = None
+    registration_hang: str | None = None
+    resp_peer_gone: str | None = None
+    not_readable: str | None = None
 
 
 def managed_vllm_runtime(data_dir: Path) -> ManagedRuntime | None:

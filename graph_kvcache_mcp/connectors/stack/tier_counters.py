@@ -1,5 +1,10 @@
-"""The lookup counters of the managed `lmcache server` behind a vLLM or an engine: what splits
-a trace's external hits into L1 and L2."""
+"""The lookup counters of the `lmcache server` behind a vLLM or an engine: what splits a trace's
+external hits into L1 and L2.
+
+The server is a target resolved once by the caller: managed here (found again from the state
+files on every read, behind the managed vLLM at that root) or configured (its URL, as given:
+nothing here knows its process, so its own API is all there is to read).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,11 @@ from graph_kvcache_mcp.connectors.lmcache.process import ManagedLmcache
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, Target
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
+    from graph_kvcache_mcp.connectors.vllm.accounting import TierCounters
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 
@@ -81,26 +88,62 @@ class ManagedServerCounters:
         return server.http_url if server is not None and server.port == port else None
 
 
-async def engine_l2_counters(data_dir: Path, engine_url: str) -> LmcacheCounters | None:
-    """The counters of the managed lmcache server whose L2 adapter writes to `engine_url` (the
-    mp_native stack), None when there is none or it does not answer."""
+class ConfiguredServerCounters:
+    """The lookup counters of a configured lmcache server, at its URL (one client, kept)."""
 
-    def find() -> str | None:
-        server = ManagedLmcache(data_dir).running_state(tidy=False)
-        if server is None:
-            return None
-        return server.http_url if server.wiring.l2_base_url == engine_url.rstrip("/") else None
+    def __init__(self, target: Configured) -> None:
+        self.target = target
+        # Made once with the vLLM client it meters (its TLS context costs ~20 ms of CPU), so
+        # concurrent reads share it and no call pays for it.
+        self._server = LmcacheHttp(target.url)
 
-    http_url = await anyio.to_thread.run_sync(find)
+    def __repr__(self) -> str:
+        return f"ConfiguredServerCounters({self.target.url!r})"
+
+    async def read(self) -> LmcacheCounters | Unavailable:
+        return await self._server.counters()
+
+    async def aclose(self) -> None:
+        await self._server.aclose()
+
+
+def server_counters(server: Target, vllm_root: str) -> TierCounters:
+    """The counters of `server`, the lmcache server behind the vLLM at `vllm_root`."""
+    if isinstance(server, Configured):
+        return ConfiguredServerCounters(server)
+    return ManagedServerCounters(server.data_dir, vllm_root)
+
+
+async def engine_l2_counters(server: Target, engine_url: str) -> LmcacheCounters | None:
+    """The counters of the lmcache server `server` when its L2 adapter writes to `engine_url`
+    (the mp_native stack), None when there is none, it writes elsewhere or it does not answer.
+    The managed one's L2 is in its recorded wiring; a configured one's in what it reports."""
+    engine_url = engine_url.rstrip("/")
+    if isinstance(server, ManagedHere):
+        http_url = await anyio.to_thread.run_sync(_managed_writing_to, server.data_dir, engine_url)
+    else:
+        http_url = server.url
     if http_url is None:
         return None
     async with LmcacheHttp(http_url) as http:
+        if isinstance(server, Configured):
+            wiring = await http.reported_wiring()
+            l2 = None if isinstance(wiring, Unavailable) else wiring.l2_base_url
+            if l2 is None or l2.rstrip("/") != engine_url:
+                return None
         counters = await http.counters()
     return None if isinstance(counters, Unavailable) else counters
 
 
-def attach_lmcache_tier(client: VllmClient, data_dir: Path) -> VllmClient:
-    """`client` with its meter reading the managed lmcache server behind it (if any), so its
-    traces split external hits into L1 and L2."""
-    client.meter.tier = ManagedServerCounters(data_dir, client.root_url)
+def _managed_writing_to(data_dir: Path, engine_url: str) -> str | None:
+    server = ManagedLmcache(data_dir).running_state(tidy=False)
+    if server is None:
+        return None
+    return server.http_url if server.wiring.l2_base_url == engine_url else None
+
+
+def attach_lmcache_tier(client: VllmClient, server: Target) -> VllmClient:
+    """`client` with its meter reading `server`, the lmcache server behind it (when it is one),
+    so its traces split external hits into L1 and L2."""
+    client.meter.tier = server_counters(server, client.root_url)
     return client

@@ -138,7 +138,7 @@ def _unreachable_server(mp: VllmFacts | None, lmcache: LmcacheFacts | None) -> l
     evidence = f"vLLM's MP connector talks to {mp.lmcache_target}"
     if elsewhere:
         assert lmcache is not None
-        evidence += f", the managed lmcache server listens on port {lmcache.rpc_port}"
+        evidence += f", the lmcache server at {lmcache.target} listens on port {lmcache.rpc_port}"
     else:
         evidence += ", where nothing listens"
     return [

@@ -16,6 +16,10 @@ from graph_kvcache_mcp.domain.vllm.metrics import CacheConfig
 from graph_kvcache_mcp.domain.vllm.worker_death import WorkerDeath
 
 Severity = Literal["error", "warning", "info"]
+NOT_READABLE = (
+    "For a component this data dir did not start: which facts of its process (environment, "
+    "log, command line) cannot be read here, and why. None for the managed one."
+)
 Component = Literal["engine", "vllm", "lmcache"]
 
 
@@ -109,6 +113,7 @@ class VllmFacts(BaseModel):
     worker_death: WorkerDeath | None = Field(
         None, description="How the managed vLLM's worker died since its last start (its log)."
     )
+    not_readable: str | None = Field(None, description=NOT_READABLE)
 
 
 class LmcacheFacts(BaseModel):
@@ -124,10 +129,10 @@ class LmcacheFacts(BaseModel):
     l2_adapters: int | None = Field(None, description="How many L2 adapters /status lists.")
     transfer_mode: str | None = Field(
         None,
-        description="The managed server's --supported-transfer-mode (LMCache's default "
-        "lmcache_driven when the flag is absent).",
+        description="Its --supported-transfer-mode (LMCache's default lmcache_driven when the "
+        "flag is absent): the managed server's recorded one, else what /config reports.",
     )
-    rpc_port: int | None = Field(None, description="The managed server's ZMQ port.")
+    rpc_port: int | None = Field(None, description="Its ZMQ port (recorded, else /config's).")
     registration_hang: str | None = Field(
         None, description="The server log's line saying it cannot register vLLM's KV caches."
     )
@@ -140,3 +145,4 @@ class LmcacheFacts(BaseModel):
     )
     lookup_tokens: int | None = Field(None, description="Tokens vLLM's connectors looked up.")
     found_tokens: int | None = Field(None, description="Of those, tokens it held (L1 + L2).")
+    not_readable: str | None = Field(None, description=NOT_READABLE)

@@ -65,6 +65,7 @@ def stack_findings(
         )
         findings += lmcache_findings(lmcache)
     findings += _hash_seed(vllm, lmcache)
+    findings += _not_readable(vllm, lmcache)
     findings += mp_stack_findings(vllm, lmcache)
     findings += _versions(vllm, lmcache)
     order = {"error": 0, "warning": 1, "info": 2}
@@ -105,6 +106,24 @@ def _hash_seed(vllm: VllmFacts | None, lmcache: LmcacheFacts | None) -> list[Fin
             fix="start vLLM and LMCache with the same PYTHONHASHSEED (e.g. 0): otherwise their "
             "chunk hashes differ and the external cache never hits",
         )
+    ]
+
+
+def _not_readable(vllm: VllmFacts | None, lmcache: LmcacheFacts | None) -> list[Finding]:
+    """What was not checked because it lives with a process another host or user runs: said,
+    so that no finding's absence reads as "checked and fine"."""
+    return [
+        Finding(
+            id="runtime_not_readable",
+            severity="info",
+            component=component,
+            evidence=facts.not_readable,
+            fix="compare PYTHONHASHSEED and the transfer mode of vLLM and the lmcache server "
+            "where they run (they must agree), or start them from this data dir to have them "
+            "checked here",
+        )
+        for component, facts in (("vllm", vllm), ("lmcache", lmcache))
+        if facts is not None and facts.reachable and facts.not_readable is not None
     ]
 
 

@@ -5,13 +5,14 @@ Each is read once from the command a start builds and recorded with the managed 
 (`connectors/vllm/state.py`, `connectors/lmcache/state.py`), so restart proofs, the stack's
 reuse checks and diagnosis read a typed value instead of parsing a running process's command
 line again. A state recorded before the wiring existed is read from its command, in one place:
-the state's `wiring` property.
+the state's `wiring` property. A server this data dir did not start (a configured target) is
+known only by what it reports of itself: `ReportedLmcacheWiring`, from its GET /config.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,6 +124,37 @@ def _l2_base_url(adapter_json: str | None) -> str | None:
         adapter = json.loads(adapter_json) if adapter_json else None
     except ValueError:
         return None
+    return _adapter_base_url(adapter)
+
+
+def _adapter_base_url(adapter: Any) -> str | None:
+    """The `base_url` in one L2 adapter's parameters (a native_plugin's), None otherwise."""
     params = adapter.get("adapter_params") if isinstance(adapter, dict) else None
     url = params.get("base_url") if isinstance(params, dict) else None
     return url if isinstance(url, str) else None
+
+
+class ReportedLmcacheWiring(BaseModel):
+    """How an `lmcache server` runs as its own GET /config reports it: what can be known of a
+    server this data dir did not start (its command line and environment are where it runs)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    transfer_mode: str = Field(description="Its supported transfer mode (mp.*).")
+    rpc_port: int | None = Field(None, description="The ZMQ port vLLM's MP connector uses.")
+    l2_base_url: str | None = Field(None, description="The engine its L2 adapter writes to.")
+
+
+def reported_wiring(config: Mapping[str, Any]) -> ReportedLmcacheWiring:
+    """The wiring a server's GET /config body reports (missing parts take LMCache's defaults)."""
+    mp = config.get("mp")
+    mp = mp if isinstance(mp, dict) else {}
+    storage = config.get("storage_manager")
+    l2 = storage.get("l2_adapter_config") if isinstance(storage, dict) else None
+    adapters = l2.get("adapters") if isinstance(l2, dict) else None
+    urls = [url for a in adapters or () if (url := _adapter_base_url(a)) is not None]
+    return ReportedLmcacheWiring(
+        transfer_mode=str(mp.get("supported_transfer_mode") or LMCACHE_DEFAULT_TRANSFER_MODE),
+        rpc_port=_port(mp.get("port")),
+        l2_base_url=urls[0] if urls else None,
+    )

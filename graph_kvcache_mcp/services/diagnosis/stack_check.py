@@ -2,11 +2,15 @@
 
 Nothing is started: an engine that is not running is reported, never launched. vLLM gets one
 probe call (one token) to see whether its usage carries prompt_tokens_details. LMCache is checked
-at `lmcache_url`, or else the managed `lmcache server` of the data dir when one runs; for the
-processes this data dir started, their command lines, the two names of their environments that
-matter (PYTHONHASHSEED, LMCACHE_MP_TRANSFER_MODE) and the server's log are read too, and the
-managed vLLM's log for a worker that died since its last start. Shared by the
-`diagnose_stack` tool and the `diagnose stack` CLI.
+at `lmcache_url`, else the configured server (`GRAPH_KVCACHE_LMCACHE_URL`), else the managed
+`lmcache server` of the data dir when one runs. For the processes this data dir started, their
+recorded wiring, the two names of their environments that matter (PYTHONHASHSEED,
+LMCACHE_MP_TRANSFER_MODE) and the server's log are read too, and the managed vLLM's log for a
+worker that died since its last start. Of a component it did not start (a configured one, or
+one on loopback that something else runs) only its own API is read (an lmcache server's /config
+tells its transfer mode and port); what lives with its process is named as not readable here
+(`not_readable`), never guessed. Shared by the `diagnose_stack` tool and the `diagnose stack`
+CLI.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.client import KvClient
 from graph_kvcache_mcp.connectors.engine.opener import resolve_kv_target, sync_client_for
 from graph_kvcache_mcp.connectors.files.hf_config import local_model_config
-from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
+from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHealth, LmcacheHttp
 from graph_kvcache_mcp.connectors.vllm.platform import detect_platform
 from graph_kvcache_mcp.domain.bundle import ChatMessage
 from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
@@ -32,14 +36,17 @@ from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
 )
 from graph_kvcache_mcp.domain.endpoints import approve_http_url
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.targets import Configured, facts_not_readable_here
 from graph_kvcache_mcp.domain.vllm.endpoint import VllmEndpoint
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import HybridRun, hybrid_run
 from graph_kvcache_mcp.domain.vllm.metrics import UnknownModel, count_preemptions, parse_snapshot
 from graph_kvcache_mcp.errors import VllmRequestError
 from graph_kvcache_mcp.services.stack.engine_death import data_dir_death
 from graph_kvcache_mcp.services.stack.runtime import (
+    LmcacheRuntime,
     ManagedRuntime,
     leaked_lmcache_segments,
+    lmcache_target,
     managed_lmcache_runtime,
     managed_lmcache_url,
     managed_vllm_record,
@@ -50,6 +57,8 @@ if TYPE_CHECKING:  # openai loads with the first client, not with this module
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
 
 PROBE = [ChatMessage(role="user", content="ping")]
+VLLM_HIDDEN = "KV connector, PYTHONHASHSEED, LMCACHE_MP_TRANSFER_MODE, platform and log"
+LMCACHE_HIDDEN = "PYTHONHASHSEED and log (a registration it cannot serve, a lost RESP engine)"
 
 
 async def check_stack(
@@ -74,6 +83,8 @@ async def check_stack(
         lmcache_url = approve_http_url(
             lmcache_url, what="lmcache_url", insecure_hosts=settings.insecure_http_hosts
         ).url
+    elif isinstance(server := lmcache_target(settings), Configured):
+        lmcache_url = server.url
     else:
         lmcache_url = await anyio.to_thread.run_sync(managed_lmcache_url, settings.data_dir)
     engine = await engine_facts(settings, server_manages_engine=server_manages_engine)
@@ -151,6 +162,8 @@ async def vllm_facts(
     runtime = await anyio.to_thread.run_sync(managed_vllm_runtime, settings.data_dir)
     if runtime is not None and VllmEndpoint.of(runtime.base_url) != client.endpoint:
         runtime = None  # the managed server is another one than the one checked
+    # Not the managed one: a vLLM something else runs, whose process facts are not ours to read.
+    hidden = None if runtime else facts_not_readable_here(Configured("vLLM", target), VLLM_HIDDEN)
     hybrid = await anyio.to_thread.run_sync(_hybrid_served, settings.data_dir, runtime, chosen)
     return VllmFacts(
         target=target,
@@ -172,6 +185,7 @@ async def vllm_facts(
         lmcache_target=None if runtime is None else runtime.lmcache_target,
         lmcache_target_answers=None if runtime is None else runtime.lmcache_target_answers,
         lmcache_transfer_mode=None if runtime is None else runtime.lmcache_transfer_mode,
+        not_readable=hidden,
     )
 
 
@@ -189,26 +203,47 @@ def _hybrid_served(data_dir: Path, runtime: ManagedRuntime | None, served: str) 
 async def lmcache_facts(http_url: str, data_dir: Path) -> LmcacheFacts:
     async with LmcacheHttp(http_url) as lmcache:
         status = await lmcache.status()
-        counters = await lmcache.counters()
+        if isinstance(status, Unavailable):
+            facts = LmcacheFacts(target=lmcache.http_url, reachable=False, reason=status.reason)
+        else:
+            facts = await _answered(lmcache, status, data_dir)
     leaked = await anyio.to_thread.run_sync(leaked_lmcache_segments)
-    if isinstance(status, Unavailable):
-        return LmcacheFacts(
-            target=lmcache.http_url, reachable=False, reason=status.reason, leaked_segments=leaked
-        )
-    runtime = await anyio.to_thread.run_sync(managed_lmcache_runtime, data_dir, lmcache.http_url)
+    return facts.model_copy(update={"leaked_segments": leaked})
+
+
+async def _answered(lmcache: LmcacheHttp, status: LmcacheHealth, data_dir: Path) -> LmcacheFacts:
+    """The facts of a server that answered: its API's, and how it runs (`_lmcache_runtime`)."""
+    counters = await lmcache.counters()
+    runtime = await _lmcache_runtime(lmcache, data_dir)
     return LmcacheFacts(
         target=lmcache.http_url,
         reachable=True,
         version=status.version,
         unhealthy_l2=status.unhealthy_l2,
-        hash_seed=None if runtime is None else runtime.hash_seed,
+        hash_seed=runtime.hash_seed,
         chunk_size=status.report.chunk_size,
         l2_adapters=len(status.report.l2_adapters) if status.report.healthy is not None else None,
-        transfer_mode=None if runtime is None else runtime.transfer_mode,
-        rpc_port=None if runtime is None else runtime.rpc_port,
-        registration_hang=None if runtime is None else runtime.registration_hang,
-        leaked_segments=leaked,
-        resp_peer_gone=None if runtime is None else runtime.resp_peer_gone,
+        transfer_mode=runtime.transfer_mode,
+        rpc_port=runtime.rpc_port,
+        registration_hang=runtime.registration_hang,
+        resp_peer_gone=runtime.resp_peer_gone,
         lookup_tokens=None if isinstance(counters, Unavailable) else counters.lookup_tokens,
         found_tokens=None if isinstance(counters, Unavailable) else counters.hit_tokens,
+        not_readable=runtime.not_readable,
+    )
+
+
+async def _lmcache_runtime(lmcache: LmcacheHttp, data_dir: Path) -> LmcacheRuntime:
+    """How the server at `lmcache` runs: the managed one's recorded wiring, environment and log;
+    for any other, what its /config reports, and what is not readable here."""
+    url = lmcache.http_url
+    managed = await anyio.to_thread.run_sync(managed_lmcache_runtime, data_dir, url)
+    if managed is not None:
+        return managed
+    reported = await lmcache.reported_wiring()
+    hidden = facts_not_readable_here(Configured("lmcache server", url), LMCACHE_HIDDEN)
+    if isinstance(reported, Unavailable):
+        return LmcacheRuntime(not_readable=hidden)
+    return LmcacheRuntime(
+        transfer_mode=reported.transfer_mode, rpc_port=reported.rpc_port, not_readable=hidden
     )

@@ -3,8 +3,11 @@ prompt gets from vLLM's own cache, its LMCache server's L1 and the engine (L2), 
 
 The tiers are read as `fleet where` reads them (`services.fleet.tiers`); this adds the facts that
 explain a miss (the coordinator's whole directory answer, the server's miss counters, vLLM's own
-counters) and hands them to the pure rules in `domain.diagnosis.tier_miss`. An instance with no
-LMCache server gets no tier answer (None): its misses are vLLM's alone.
+counters) and hands them to the pure rules in `domain.diagnosis.tier_miss`. Its LMCache server is
+the fleet file's, else the configured one (`GRAPH_KVCACHE_LMCACHE_URL`), else the managed one
+behind the managed vLLM; PYTHONHASHSEED is compared only for the processes this data dir
+started (another's environment is not readable here). An instance with no LMCache server gets
+no tier answer (None): its misses are vLLM's alone.
 """
 
 from __future__ import annotations
@@ -28,11 +31,16 @@ from graph_kvcache_mcp.domain.fleet.fleet_file import Fleet, FleetInstance
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying
 from graph_kvcache_mcp.domain.lmcache.chunk_keys import SEED_FREE_HASH, chunk_hashes
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.targets import Configured
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.fleet.operations import where_cached
 from graph_kvcache_mcp.services.fleet.tiers import ENGINE_CONNECTOR, TierSources
 from graph_kvcache_mcp.services.fleet.views import InstanceWhere
-from graph_kvcache_mcp.services.stack.runtime import managed_lmcache_runtime, managed_vllm_runtime
+from graph_kvcache_mcp.services.stack.runtime import (
+    lmcache_target,
+    managed_lmcache_runtime,
+    managed_vllm_runtime,
+)
 
 if TYPE_CHECKING:  # zmq and openai load with the first call
     from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
@@ -69,7 +77,8 @@ async def tier_miss(
 
 def _fleet_of(settings: Settings, base_url: str) -> Fleet:
     """A fleet of one: the instance at `base_url` as the fleet file (or the managed vLLM with
-    events) describes it, else bare; the file's engine and coordinator kept."""
+    events) describes it, else bare, its lmcache server the configured one when the file names
+    none; the file's engine and coordinator kept."""
     from graph_kvcache_mcp.connectors.fleet.connection import load_fleet
 
     try:
@@ -84,6 +93,9 @@ def _fleet_of(settings: Settings, base_url: str) -> Fleet:
     chosen = (same[0] if same else FleetInstance(name=THIS, base_url=base_url)).model_copy(
         update={"name": THIS}
     )
+    server = lmcache_target(settings)
+    if chosen.lmcache is None and isinstance(server, Configured):  # the fleet file's wins
+        chosen = chosen.model_copy(update={"lmcache_http_url": server.url})
     if fleet is None:
         return Fleet(instances=(chosen,))
     return fleet.model_copy(update={"instances": (chosen,)})

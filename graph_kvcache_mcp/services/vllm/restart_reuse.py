@@ -9,6 +9,11 @@ tier (external hits), since the new vLLM's own prefix cache is empty.
 Restart modes: `vllm` restarts vLLM only (the MP stack then serves from the lmcache server's
 L1); `stack` (MP only) also restarts the lmcache server between stopping and starting vLLM, so
 its L1 is empty and every hit comes from L2, the engine.
+
+Only a vLLM this data dir manages can be restarted here: when the tools talk to a configured
+vLLM (named by URL, run elsewhere) the proof is refused with that target named, and so is
+`stack` when the lmcache server is a configured one. A managed vLLM on a configured lmcache
+server (`GRAPH_KVCACHE_LMCACHE_URL`) is measured with `vllm`, its split read from that server.
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ from graph_kvcache_mcp.domain.engine.kv_stats import EngineStats
 from graph_kvcache_mcp.domain.lmcache.config import MP_CONNECTOR_CLASS
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Unavailable
+from graph_kvcache_mcp.domain.targets import Configured, Target, not_managed_here
 from graph_kvcache_mcp.errors import VllmProcessError
 from graph_kvcache_mcp.services.stack.description import StackDescription
+from graph_kvcache_mcp.services.stack.runtime import lmcache_target
 from graph_kvcache_mcp.services.stack.stack import Stack
 from graph_kvcache_mcp.services.stack.vllm import open_metered_client
 
 if TYPE_CHECKING:  # openai loads with the first client, not with this module
-    from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
     from graph_kvcache_mcp.connectors.vllm.client import VllmClient
     from graph_kvcache_mcp.connectors.vllm.state import VllmState
     from graph_kvcache_mcp.services.stack.start import WaitProgress
@@ -53,6 +59,11 @@ ENGINE_CONNECTOR_CLASS = "EngineKVConnector"
 FILLER = "The quick brown fox jumps over the lazy dog while the river keeps running. "
 SAVE_SETTLE_S = 1.0
 SAVE_WAIT_S = 60.0
+CANNOT_RESTART = (
+    "the restart proof restarts the vLLM it measures, which only whatever runs that vLLM can do; "
+    "measure a vLLM started from this data dir (vllm_start kv_connector='engine' or "
+    "'mp_native', then point the tools at it)"
+)
 
 
 class RestartReuseCall(BaseModel):
@@ -110,24 +121,31 @@ class RestartReuseOut(BaseModel):
 
 async def measure_restart_reuse(
     stack: Stack,
+    calls_base_url: str,
     *,
     prompt_tokens: int,
     ready_timeout_s: float = 600.0,
     progress: WaitProgress | None = None,
     mode: RestartMode = "vllm",
 ) -> RestartReuseOut:
-    """Cold call, restart (`mode`), warm call on the stack's managed vLLM. The engine is resolved
-    once: the measurement's own client and the restarted vLLM's environment both use it.
+    """Cold call, restart (`mode`), warm call on the stack's managed vLLM, when calls go to it
+    (`calls_base_url`). The engine and the lmcache server are resolved once: the measurement's
+    own client and the restarted vLLM's environment both use them.
 
     Raises:
-        VllmProcessError: no managed vLLM runs, it has no KV tier that survives a restart (or
-            `stack` without an lmcache server), it does not answer, or it does not come back.
+        ConfigError: `calls_base_url` is not an http(s) URL.
+        VllmProcessError: calls go to a configured vLLM (not managed here), no managed vLLM
+            runs, it has no KV tier that survives a restart (or `stack` without a managed
+            lmcache server), it does not answer, or it does not come back.
     """
     settings = stack.settings
+    target = stack.vllm_target(calls_base_url)
+    if isinstance(target, Configured):
+        raise VllmProcessError(f"{not_managed_here(target)}: {CANNOT_RESTART}")
     running = await anyio.to_thread.run_sync(stack.describe)
     vllm = _running(running)
     connector = running.connector
-    server = _lmcache_of(running, mode)
+    server = _lmcache_of(running, mode, lmcache_target(settings))
     model = vllm.served_model_name
     # On the MP stack the client's traces split the external hit by the server's own counters.
     opened = partial(open_client if server is None else open_metered_client, settings)
@@ -141,7 +159,7 @@ async def measure_restart_reuse(
             before = await anyio.to_thread.run_sync(kv.engine_stats)
             cold = await _call(client, prompt, model, kv)
         after = await anyio.to_thread.run_sync(_settled_stats, kv)
-        stored_l2 = None if server is None else await _settled_l2_stores(server.http_url)
+        stored_l2 = None if server is None else await _settled_l2_stores(server)
         between, restarted_processes = _while_stopped(stack, server, mode)
         began = time.monotonic()
         await anyio.to_thread.run_sync(
@@ -184,7 +202,7 @@ def _running(stack: StackDescription) -> VllmState:
 
 
 def _while_stopped(
-    stack: Stack, server: LmcacheState | None, mode: RestartMode
+    stack: Stack, server: str | None, mode: RestartMode
 ) -> tuple[Callable[[], object] | None, list[str]]:
     """What runs while vLLM is down (`stack`: restarting the lmcache server), and the names of
     the processes the measurement restarts."""
@@ -194,7 +212,7 @@ def _while_stopped(
 
 
 def _bytes_loaded(
-    server: LmcacheState | None,
+    server: str | None,
     restarted: RestartReuseCall,
     blocks: int | None,
     stored: int | None,
@@ -215,11 +233,13 @@ def _speedup(cold: RestartReuseCall, restarted: RestartReuseCall) -> float | Non
     return round(cold.ttft_s / restarted.ttft_s, 2)
 
 
-def _lmcache_of(stack: StackDescription, mode: RestartMode) -> LmcacheState | None:
-    """The managed lmcache server an MP vLLM uses (None for EngineKVConnector).
+def _lmcache_of(stack: StackDescription, mode: RestartMode, configured: Target) -> str | None:
+    """The HTTP URL of the lmcache server an MP vLLM uses: the configured one, else the managed
+    one its wiring names (None for EngineKVConnector).
 
     Raises:
-        VllmProcessError: the vLLM has no KV tier that survives it, or its server is not ours.
+        VllmProcessError: the vLLM has no KV tier that survives it, its server is neither ours
+            nor configured, or `stack` would restart a configured server.
     """
     if stack.connector == ENGINE_CONNECTOR_CLASS:
         if mode == "stack":
@@ -233,6 +253,14 @@ def _lmcache_of(stack: StackDescription, mode: RestartMode) -> LmcacheState | No
             "the managed vLLM was started without kv_connector 'engine' or 'mp_native': a "
             "restart would only lose its prefix cache. Stop it and start it with one of them"
         )
+    if isinstance(configured, Configured):
+        if mode == "stack":
+            refusal = not_managed_here(configured)
+            raise VllmProcessError(
+                f"restart='stack' restarts the lmcache server too, but {refusal}: use "
+                "restart='vllm'"
+            )
+        return configured.url
     server = stack.vllm_server
     if server is None:
         port = None if stack.vllm is None else stack.vllm.wiring.lmcache_port
@@ -241,7 +269,7 @@ def _lmcache_of(stack: StackDescription, mode: RestartMode) -> LmcacheState | No
             f"is not the one started from {stack.data_dir}: start the stack with vllm_start "
             "kv_connector='mp_native'"
         )
-    return server
+    return server.http_url
 
 
 def _notes(connector: str | None, restarted: RestartReuseCall, loaded: int | None) -> list[str]:

@@ -3,7 +3,8 @@ prefix_repetition) against the MP stack (vLLM -> lmcache server -> engine, every
 with every figure a tool reports checked against vLLM's and LMCache's counters scraped here.
 
 vLLM starts: 1 (the stack) + 1 (the managed restart inside a window).
-fleet_effectiveness's per-instance tier split is checked here too, on the same stack.
+fleet_effectiveness's per-instance tier split is checked here too, on the same stack, and so is
+the stack given only by URLs (configured targets: an empty data dir).
 """
 
 from __future__ import annotations
@@ -133,6 +134,40 @@ async def test_per_call_tier_parts_sum_to_the_hit_and_diagnose_is_quiet(stack: M
     ids = {f.id: f.severity for f in diagnosis.findings}
     assert "external_cache_never_hits" not in ids, diagnosis.findings
     assert "error" not in ids.values(), diagnosis.findings
+
+
+async def test_the_stack_named_only_by_urls_splits_traces_and_says_what_it_cannot_read(
+    stack: MpStack, tmp_path: Path
+) -> None:
+    """The same stack given as configured targets (an empty data dir, the server named by
+    GRAPH_KVCACHE_LMCACHE_URL): each chat's trace is still split by that server's counters,
+    and the diagnosis says what of the two processes it cannot read from here."""
+    settings = stack.settings.model_copy(
+        update={
+            "toolsets": ("vllm", "diagnose"),
+            "data_dir": tmp_path / "elsewhere",
+            "lmcache_url": f"http://127.0.0.1:{stack.http_port}",
+        }
+    )
+    async with Client(build_server(settings)) as client:
+        outs = []
+        for n in range(3):
+            arguments = {"system": RULES, "message": f"elsewhere {n}", "max_tokens": 2}
+            outs.append(VllmChatOut.model_validate(await call_ok(client, "vllm_chat", arguments)))
+        diagnosis = StackDiagnosis.model_validate(await call_ok(client, "diagnose_stack", {}))
+    traces = [out.trace for out in outs if out.trace is not None]
+    split = [t for t in traces if t.lmcache_l1_hit_tokens is not None]
+    assert split, [t.note for t in traces]  # with no managed server, nothing split before
+    for trace in split:
+        assert (trace.lmcache_l1_hit_tokens or 0) + (trace.lmcache_l2_hit_tokens or 0) == (
+            trace.external_cache_hit_tokens
+        )
+    assert ("lmcache", settings.lmcache_url, True) in [
+        (c.component, c.target, c.reachable) for c in diagnosis.checked
+    ]
+    hidden = {f.component: f.evidence for f in diagnosis.findings if f.id == "runtime_not_readable"}
+    assert hidden["lmcache"].startswith(f"not managed here: {settings.lmcache_url} ")
+    assert hidden["vllm"].startswith(f"not managed here: {settings.vllm_base_url} ")
 
 
 async def test_fleet_effectiveness_splits_an_instances_window_by_tier_as_the_counters_moved(

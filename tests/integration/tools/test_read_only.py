@@ -17,8 +17,6 @@ from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.connectors.processes.identity import ProcessRecord
 from graph_kvcache_mcp.connectors.processes.leases import Lease
 from graph_kvcache_mcp.connectors.processes.ports import free_port
-from graph_kvcache_mcp.connectors.vllm.state import VllmState
-from graph_kvcache_mcp.domain.vllm.launch import Platform
 from graph_kvcache_mcp.server import build_server
 from graph_kvcache_mcp.services.kv.probe import KvProbeOut
 from graph_kvcache_mcp.services.stack.views import LmcacheStatusOut
@@ -26,6 +24,7 @@ from graph_kvcache_mcp.services.vllm.views import VllmStatusOut
 from graph_kvcache_mcp.tools.compat import GraphKvcacheOut
 from tests.support.engines import RunningEngine
 from tests.support.mcp_calls import MODES, b64, call_error, call_ok, fresh_key, write_counters
+from tests.support.vllm_records import vllm_record
 
 
 def _read_only(engine: RunningEngine) -> Settings:
@@ -102,18 +101,7 @@ async def test_only_a_writable_server_removes_a_stale_vllm_record(
     record = ProcessRecord(  # a pid that exited: the record is stale
         pid=_exited_pid(), start_ticks=1, command=("python",), started_at=0.0, log_path="x"
     )
-    state = VllmState(
-        process=record,
-        host="127.0.0.1",
-        port=free_port(),
-        base_url="http://127.0.0.1:1/v1",
-        model="m",
-        served_model_name="m",
-        platform=Platform(kind="cpu", detail="test"),
-        notes=[],
-        dev_mode=False,
-        prompt_tokens_details=True,
-    )
+    state = vllm_record(record, port=free_port(), base_url="http://127.0.0.1:1/v1")
     state_path = tmp_path / "vllm" / "state.json"
     state_path.parent.mkdir(mode=0o700)
     state_path.write_text(state.model_dump_json())

@@ -7,7 +7,11 @@ from graph_kvcache_mcp.connectors.lmcache.state import LmcacheState
 from graph_kvcache_mcp.domain.lmcache.config import LmcacheChoices, plan_lmcache
 from graph_kvcache_mcp.domain.lmcache.coordinator_plan import join_coordinator
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
-from graph_kvcache_mcp.domain.vllm.wiring import LMCACHE_DEFAULT_TRANSFER_MODE, lmcache_wiring_of
+from graph_kvcache_mcp.domain.vllm.wiring import (
+    LMCACHE_DEFAULT_TRANSFER_MODE,
+    lmcache_wiring_of,
+    reported_wiring,
+)
 
 ENGINE_URL = "http://127.0.0.1:8787"
 COORDINATOR_URL = "http://127.0.0.1:9100"
@@ -61,3 +65,29 @@ def test_a_state_written_before_the_wiring_was_recorded_reads_the_same_wiring() 
         assert old.lmcache_wiring is None
         assert old.wiring == new.wiring == lmcache_wiring_of(args)
         assert old.wiring.args == args
+
+
+def test_a_server_not_started_here_is_known_by_what_its_config_reports() -> None:
+    body = {  # the shape of lmcache 0.5.6's GET /config, trimmed to what is read
+        "mp": {"host": "0.0.0.0", "port": 6555, "supported_transfer_mode": "auto"},
+        "storage_manager": {
+            "l2_adapter_config": {
+                "adapters": [
+                    {"type": "resp", "host": "h"},
+                    {"type": "native_plugin", "adapter_params": {"base_url": ENGINE_URL}},
+                ]
+            }
+        },
+    }
+    reported = reported_wiring(body)
+    assert (reported.transfer_mode, reported.rpc_port, reported.l2_base_url) == (
+        "auto",
+        6555,
+        ENGINE_URL,
+    )
+    bare = reported_wiring({})  # an older server's /config, or one that said nothing
+    assert (bare.transfer_mode, bare.rpc_port, bare.l2_base_url) == (
+        LMCACHE_DEFAULT_TRANSFER_MODE,
+        None,
+        None,
+    )

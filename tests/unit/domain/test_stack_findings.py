@@ -9,6 +9,7 @@ from graph_kvcache_mcp.domain.diagnosis.stack_findings import (
     VllmFacts,
     stack_findings,
 )
+from graph_kvcache_mcp.domain.targets import Configured, facts_not_readable_here
 from graph_kvcache_mcp.domain.vllm.metrics import CacheConfig, count_preemptions
 
 ENGINE = EngineFacts(target="http://127.0.0.1:9130", source="managed", reachable=True)
@@ -75,3 +76,20 @@ def test_preemptions_are_summed_for_the_model_and_absent_is_none() -> None:
     assert count_preemptions(text, "a") == 5
     assert count_preemptions(text, None) == 12
     assert count_preemptions("# nothing\n", "a") is None
+
+
+def test_what_a_component_not_started_here_hides_is_said_once_per_component() -> None:
+    remote = Configured("vLLM", "https://gpu-box.example:8443/v1")
+    hidden = facts_not_readable_here(remote, "PYTHONHASHSEED and log")
+    vllm = VLLM.model_copy(update={"target": remote.url, "not_readable": hidden})
+    server = LmcacheFacts(
+        target="http://127.0.0.1:8080", reachable=True, not_readable="not managed here: x"
+    )
+    found = stack_findings(ENGINE, vllm, server).findings
+    said = [(f.component, f.severity, f.evidence) for f in found if f.id == "runtime_not_readable"]
+    assert said == [("vllm", "info", hidden), ("lmcache", "info", "not managed here: x")]
+    assert hidden.startswith(f"not managed here: {remote.url} ")
+    assert "read them on gpu-box.example, where it runs" in hidden
+    unreachable = server.model_copy(update={"reachable": False})  # unreachable says enough
+    assert "runtime_not_readable" not in ids(ENGINE, None, unreachable)
+    assert "runtime_not_readable" not in ids(ENGINE, VLLM, None)  # the managed one: all read

@@ -1,5 +1,6 @@
-"""Which target a vLLM URL or a coordinator argument names: managed here (this data dir serves
-it) or configured (something else runs it). Resolution reads nothing and starts nothing."""
+"""Which target a vLLM URL, a coordinator argument or the lmcache setting names: managed here
+(this data dir serves it) or configured (something else runs it). Resolution reads nothing and
+starts nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.opener import KvTarget
 from graph_kvcache_mcp.domain.targets import Configured, ManagedHere, not_managed_here
 from graph_kvcache_mcp.errors import ConfigError, VllmProcessError
+from graph_kvcache_mcp.services.stack.runtime import lmcache_target
 from graph_kvcache_mcp.services.stack.stack import Stack
 
 
@@ -81,3 +83,11 @@ def test_a_coordinator_url_on_a_listed_host_is_accepted_as_the_engine_url_would_
     )
     with pytest.raises(ConfigError, match="GRAPH_KVCACHE_INSECURE_HTTP_HOSTS"):
         listed.coordinator_target("http://10.9.9.7:8300")
+
+
+def test_the_lmcache_server_is_the_configured_one_else_the_data_dirs(tmp_path: Path) -> None:
+    managed = lmcache_target(Settings.build(data_dir=tmp_path))
+    assert managed == ManagedHere("lmcache server", tmp_path)
+    url = "https://lmcache.example:8080"
+    configured = lmcache_target(Settings.build(data_dir=tmp_path, lmcache_url=url + "/"))
+    assert configured == Configured("lmcache server", url)
