@@ -17,7 +17,7 @@ from graph_kvcache_mcp.connectors.edge.state import (
     EdgeStatus,
     EdgeStopResult,
 )
-from graph_kvcache_mcp.domain.edge.routes import routes_of
+from graph_kvcache_mcp.domain.edge.routes import EdgeRoutes, routes_of
 
 __all__ = [
     "EdgeRotateOut",
@@ -26,6 +26,7 @@ __all__ = [
     "edge_status",
     "rotate",
     "start",
+    "start_routes",
     "stop",
 ]
 
@@ -46,6 +47,19 @@ def start(
         EdgeProcessError: haproxy missing or the edge did not come up (see `ManagedEdge.start`).
     """
     routes = routes_of(inbound, outbound)
+    return start_routes(settings, routes, tls_dir=tls_dir, ready_timeout_s=ready_timeout_s)
+
+
+def start_routes(
+    settings: Settings, routes: EdgeRoutes, *, tls_dir: Path, ready_timeout_s: float
+) -> EdgeStatus:
+    """Start (or reuse: same routes) this data dir's edge with typed `routes` (a fleet file's).
+
+    Raises:
+        ConfigError: the TLS dir cannot be used.
+        EdgeProcessError: haproxy missing, an edge with other routes running, a listener taken
+            or not ready (see `ManagedEdge.start`).
+    """
     return ManagedEdge(settings.data_dir).start(routes, tls_dir, ready_timeout_s=ready_timeout_s)
 
 

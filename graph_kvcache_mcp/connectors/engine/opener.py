@@ -7,6 +7,7 @@ the data dir > the engine's default address, http://127.0.0.1:9130.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -108,9 +109,15 @@ def engine_proof_environment(
     return env
 
 
-def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = False) -> SyncKvClient:
+def sync_client_for(
+    target: KvTarget,
+    settings: Settings,
+    *,
+    proved: bool = False,
+    tls: ssl.SSLContext | None = None,
+) -> SyncKvClient:
     """A blocking client for `target`; `proved`: inside a child we started, through the proof
-    its environment asks for (`children.proof.engine_proof`)."""
+    its environment asks for (`children.proof.engine_proof`); `tls`: a fleet's mutual TLS."""
     return SyncKvClient(
         target.base_url,
         target.token,
@@ -120,6 +127,7 @@ def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = Fals
         backend=target.backend,
         proof=engine_proof(os.environ) if proved else None,
         token_file=target.token_file,
+        tls=tls,
     )
 
 
@@ -148,9 +156,12 @@ def sync_client_from_params(
 
 
 @asynccontextmanager
-async def open_kv_client(settings: Settings) -> AsyncIterator[KvClient]:
-    """An async client for the resolved engine, closed on exit."""
-    client = KvClient(sync_client_for(resolve_kv_target(settings), settings))
+async def open_kv_client(
+    settings: Settings, *, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[KvClient]:
+    """An async client for the resolved engine, closed on exit; `tls`: a fleet's mutual-TLS
+    context (`connectors.net.tls_client`) for an engine on another host."""
+    client = KvClient(sync_client_for(resolve_kv_target(settings), settings, tls=tls))
     try:
         yield client
     finally:

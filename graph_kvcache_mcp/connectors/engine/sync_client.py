@@ -8,6 +8,7 @@ face in `client.py` shares them and cannot drift. One deadline per call, as `cli
 from __future__ import annotations
 
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -94,6 +95,7 @@ class SyncKvClient:
         proof: WireProof | None = None,
         token_file: Path | None = None,
         lane_setup: Callable[[], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -102,7 +104,7 @@ class SyncKvClient:
         it), else learned from the first `/kv/stats` answer; None until then."""
         self.timeout_s = timeout_s
         self.concurrency = concurrency
-        self.wire = EngineWire(self.endpoint, token)
+        self.wire = EngineWire(self.endpoint, token, tls=tls)
         self.proof = proof
         """With a proof every request goes through the wire it hands out (never `wire`)."""
         self.replies = KvReplies(

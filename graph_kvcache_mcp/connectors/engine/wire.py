@@ -109,7 +109,10 @@ class EngineWire:
         token: SecretStr | None,
         *,
         still_held: Callable[[], bool] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: a fleet's mutual-TLS context for an https engine on another host (default:
+        the system's CAs, no client certificate)."""
         self.endpoint = endpoint
         self._still_held = still_held
         """Asked after each connection is made, before a byte goes out: False when the process
@@ -121,7 +124,7 @@ class EngineWire:
         )
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
         self._host_header = f"Host: {host}:{endpoint.port}\r\n".encode("ascii")
-        self._tls = ssl.create_default_context() if endpoint.scheme == "https" else None
+        self._tls = (tls or ssl.create_default_context()) if endpoint.scheme == "https" else None
 
     def __repr__(self) -> str:  # the token must never show up in a repr
         return f"EngineWire({self.endpoint.url!r})"

@@ -5,6 +5,7 @@ or listed hosts are accepted (parse_http_url).
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, Self
 
 import httpx2
@@ -36,9 +37,14 @@ class LmcacheHealth(BaseModel):
 class LmcacheHttp:
     """One `lmcache server` HTTP API (its --http-port). Use as `async with`."""
 
-    def __init__(self, http_url: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, http_url: str, *, timeout_s: float = 5.0, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """`tls`: a fleet's mutual-TLS context, for a server on another host."""
         self.http_url = parse_http_url(http_url, what="LMCache HTTP URL").url.rstrip("/")
-        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+        self._http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout_s), verify=True if tls is None else tls
+        )
 
     def __repr__(self) -> str:
         return f"LmcacheHttp({self.http_url!r})"

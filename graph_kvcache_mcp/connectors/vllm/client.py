@@ -7,6 +7,7 @@ JSON shape is a bad answer, not a crash) and never retries by itself: a chat cal
 may have reached vLLM, and a repeat would be a second call.
 
 `timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
+`tls`: a fleet's mutual-TLS context (`connectors.net.tls_client`) for a vLLM on another host.
 `probe_timeout_s` (never more than `timeout_s`) bounds /health, /metrics and /v1/models, which a
 working vLLM answers in milliseconds (`domain.vllm.deadlines`). Failures become `Unavailable`
 values (`connectors.vllm.errors` says which of three reasons).
@@ -16,6 +17,7 @@ the answer's usage, else from /metrics around the call, by the rule in `domain.v
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Self
@@ -71,6 +73,7 @@ class VllmClient:
         max_retries: int = 0,
         metrics_fallback: bool = True,
         transport: httpx2.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.endpoint = VllmEndpoint.of(base_url)  # validates: http or https
         self.root_url = self.endpoint.root
@@ -82,6 +85,7 @@ class VllmClient:
             timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
             headers=headers,
             transport=transport,
+            verify=True if tls is None else tls,
         )
         self._openai = openai.AsyncOpenAI(
             api_key=api_key.get_secret_value() if api_key else _NO_KEY,
