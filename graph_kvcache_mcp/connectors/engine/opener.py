@@ -7,7 +7,6 @@ the data dir > the engine's default address, http://127.0.0.1:9130.
 from __future__ import annotations
 
 import os
-import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIABLE, engine_proof
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.endpoints import (
     DEFAULT_KV_HOST,
     DEFAULT_KV_PORT,
@@ -114,7 +114,7 @@ def sync_client_for(
     settings: Settings,
     *,
     proved: bool = False,
-    tls: ssl.SSLContext | None = None,
+    tls: ClientTls | None = None,
 ) -> SyncKvClient:
     """A blocking client for `target`; `proved`: inside a child we started, through the proof
     its environment asks for (`children.proof.engine_proof`); `tls`: a fleet's mutual TLS."""
@@ -157,7 +157,7 @@ def sync_client_from_params(
 
 @asynccontextmanager
 async def open_kv_client(
-    settings: Settings, *, tls: ssl.SSLContext | None = None
+    settings: Settings, *, tls: ClientTls | None = None
 ) -> AsyncIterator[KvClient]:
     """An async client for the resolved engine, closed on exit; `tls`: a fleet's mutual-TLS
     context (`connectors.net.tls_client`) for an engine on another host."""

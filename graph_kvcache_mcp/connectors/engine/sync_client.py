@@ -8,7 +8,6 @@ face in `client.py` shares them and cannot drift. One deadline per call, as `cli
 from __future__ import annotations
 
 import random
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ from graph_kvcache_mcp.connectors.engine.wire import (
     WireTimeout,
     WireUnsent,
 )
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.engine.keys import check_exists_key, check_key, key_limit
 from graph_kvcache_mcp.domain.engine.kv_stats import (
@@ -95,7 +95,7 @@ class SyncKvClient:
         proof: WireProof | None = None,
         token_file: Path | None = None,
         lane_setup: Callable[[], None] | None = None,
-        tls: ssl.SSLContext | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source

@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.files.access import read_regular_file
 from graph_kvcache_mcp.connectors.fleet.feed import EventFeed
-from graph_kvcache_mcp.connectors.net.tls_client import client_context
+from graph_kvcache_mcp.connectors.net.tls_client import client_tls
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
 from graph_kvcache_mcp.domain.fleet.feed_routes import feed_routes
 from graph_kvcache_mcp.domain.fleet.fleet_file import FLEET_ENV, Fleet, FleetInstance, parse_fleet
@@ -124,7 +124,7 @@ class FleetConnection:
         env = os.environ if environ is None else environ
         self.fleet = fleet
         identity = fleet.identity()
-        self.tls = None if identity is None else client_context(identity)
+        self.tls = None if identity is None else client_tls(identity)
         """The fleet's mutual-TLS client context (None: no tls_dir), for every https URL."""
         self.feed_routes = feed_routes(fleet)
         self.index = index or BlockIndex()

@@ -11,14 +11,13 @@ it first) is sent nothing and its answers are never read.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Sequence
 from typing import Any, Self
 
 import anyio.to_thread
 import httpx2
 
-from graph_kvcache_mcp.connectors.net.tls_trust import certificate_reason
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls, certificate_reason
 from graph_kvcache_mcp.connectors.processes.identity import listener_user
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.fleet.advertised import registered_ips
@@ -36,14 +35,15 @@ class CoordinatorHttp:
     """One coordinator's HTTP API. Use as `async with`."""
 
     def __init__(
-        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, tls: ssl.SSLContext | None = None
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
     ) -> None:
         """`tls`: a fleet's mutual-TLS context, for a coordinator on another host."""
         self.endpoint: HttpEndpoint = parse_http_url(url, what="LMCache coordinator URL")
         self.url = self.endpoint.url.rstrip("/")
         self._http = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(timeout_s), verify=True if tls is None else tls
+            timeout=httpx2.Timeout(timeout_s), verify=True if tls is None else tls.context
         )
+        self._trusted = None if tls is None else tls.trusted
         self._proved = not self.endpoint.is_loopback
         """A listed remote host cannot be proved from here: the user named it."""
 
@@ -184,7 +184,7 @@ class CoordinatorHttp:
             reply = await self._http.request(method, self.url + path, json=body)
         except httpx2.HTTPError as exc:
             self._proved = not self.endpoint.is_loopback  # the port may change hands: prove again
-            untrusted = certificate_reason(exc)
+            untrusted = certificate_reason(exc, trusted=self._trusted)
             return Unavailable(
                 f"LMCache coordinator at {self.url} was not trusted: {untrusted}"
                 if untrusted

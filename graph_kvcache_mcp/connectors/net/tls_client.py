@@ -13,12 +13,14 @@ import ssl
 from datetime import UTC, datetime
 
 from graph_kvcache_mcp.connectors.files.pki import CA_CERT, HOST_CERT, HOST_KEY, load_tls_dir
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.targets import TlsIdentity
 
 
-def client_context(identity: TlsIdentity) -> ssl.SSLContext:
+def client_tls(identity: TlsIdentity) -> ClientTls:
     """A client context that trusts only `identity`'s fleet CA and presents its certificate;
     the peer's name is checked against the URL's host (the fleet issues IP addresses too).
+    Its `trusted` names that CA in a certificate failure.
 
     Raises:
         ConfigError: the TLS dir is incomplete, not private and ours, or inconsistent.
@@ -29,9 +31,4 @@ def client_context(identity: TlsIdentity) -> ssl.SSLContext:
     # ssl loads a certificate chain from paths only; they were checked private and ours just
     # above, so only we could have changed them since.
     context.load_cert_chain(home / HOST_CERT, home / HOST_KEY)
-    return context
-
-
-def trusted_by(identity: TlsIdentity) -> str:
-    """The CAs a context of `client_context` trusts, for a certificate failure's message."""
-    return f"only the fleet CA in {identity.tls_dir / CA_CERT} (the fleet file's tls_dir)"
+    return ClientTls(context, f"only the fleet CA in {home / CA_CERT} (the fleet file's tls_dir)")

@@ -11,7 +11,6 @@ eviction does). Pins are coordinator bookkeeping for L2 only.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
 from graph_kvcache_mcp.errors import ConfigError
@@ -56,7 +56,7 @@ class CacheTarget:
     token_ids: list[int]
     resp_l2: bool = False
     """L2 is LMCache's `resp` adapter (redis_resp): LMCache itself can delete there."""
-    tls: ssl.SSLContext | None = None
+    tls: ClientTls | None = None
     """The fleet's mutual TLS, for a coordinator on another host."""
 
     def body(self, **extra: Any) -> dict[str, Any]:

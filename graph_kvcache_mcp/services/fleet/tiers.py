@@ -8,7 +8,6 @@ is the managed vLLM on the managed `lmcache server`; the others keep today's vLL
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.connectors.vllm.private_files import read_kv_identity
 from graph_kvcache_mcp.domain.fleet.tier_trust import (
     Predecessor,
@@ -334,7 +334,7 @@ async def l1_held(
     *,
     model: str,
     unmanaged: str | None = None,
-    tls: ssl.SSLContext | None = None,
+    tls: ClientTls | None = None,
 ) -> TierHeld:
     """The leading prompt tokens whose chunks the server holds in L1, from the coordinator's
     directory (events flush about every second: a store in the last second may be missing).
