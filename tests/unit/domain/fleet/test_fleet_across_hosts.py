@@ -35,6 +35,13 @@ def entry(**change: Any) -> dict[str, Any]:
     return {**raw, **change}
 
 
+def node(number: int) -> dict[str, Any]:
+    """The fleet_entry of node-NUMBER at 10.0.0.NUMBER, in the contract's shape."""
+    text = FLEET_ENTRY.replace("node-2", f"node-{number}").replace(".2:", f".{number}:")
+    raw: dict[str, Any] = json.loads(text)
+    return raw
+
+
 def test_a_nodes_fleet_entry_parses_as_is_beside_a_tls_dir() -> None:
     text = '{"tls_dir": "' + TLS_DIR + '", "instances": [' + FLEET_ENTRY + "]}"
     fleet = parse_fleet(text, source="fleet.json")
@@ -92,15 +99,7 @@ def test_plain_tcp_to_another_host_is_allowed_only_when_listed_for_feeds() -> No
 
 
 def test_each_tls_feed_gets_an_outbound_tcp_route_checked_against_the_instances_name() -> None:
-    other = entry(
-        name="node-3",
-        tls_name="node-3",
-        base_url="https://10.0.0.3:8100/v1",
-        kv_events="tls://10.0.0.3:8101",
-        kv_events_replay="tls://10.0.0.3:8102",
-        lmcache_http_url=None,
-    )
-    fleet = fleet_of(entry(), other)
+    fleet = fleet_of(entry(), node(3))
     routes = feed_routes(fleet)
     by_peer = {(str(r.peer_ip), r.peer_port): r for r in routes.outbound}
     assert set(by_peer) == {
@@ -124,12 +123,7 @@ def test_each_tls_feed_gets_an_outbound_tcp_route_checked_against_the_instances_
 
 
 def test_the_routes_follow_from_what_they_reach_not_from_the_files_order() -> None:
-    second = entry(
-        name="node-3",
-        tls_name="node-3",
-        kv_events="tls://10.0.0.3:8101",
-        kv_events_replay=None,
-    )
+    second = {**node(3), "kv_events_replay": None}
     forward = feed_routes(fleet_of(entry(), second))
     backward = feed_routes(fleet_of(second, entry()))
     assert forward.local == backward.local
