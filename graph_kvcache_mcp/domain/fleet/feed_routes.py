@@ -47,10 +47,13 @@ def feed_routes(fleet: Fleet) -> FeedRoutes:
     instance a `tls_name`."""
     wanted: dict[str, tuple[str, int, str]] = {}
     for item in fleet.instances:
+        identity = fleet.identity(item.tls_name)
+        if identity is None or identity.peer_name is None:
+            continue  # no tls:// feed (parse_fleet refuses one without tls_dir and tls_name)
         for endpoint in item.feeds():
-            if endpoint.startswith(TLS_FEED_SCHEME) and item.tls_name is not None:
+            if endpoint.startswith(TLS_FEED_SCHEME):
                 host, port = tls_feed_address(endpoint, what=f"instance {item.name!r}")
-                wanted[endpoint] = (host, port, item.tls_name)
+                wanted[endpoint] = (host, port, identity.peer_name)
     taken: set[int] = set()
     outbound: list[Outbound] = []
     local: dict[str, str] = {}

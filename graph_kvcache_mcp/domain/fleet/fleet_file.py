@@ -33,7 +33,7 @@ from graph_kvcache_mcp.domain.endpoints import (
     approve_http_url,
     plain_http_allowed,
 )
-from graph_kvcache_mcp.domain.targets import Component, Configured, TlsIdentity
+from graph_kvcache_mcp.domain.targets import Configured, TlsIdentity
 from graph_kvcache_mcp.errors import ConfigError, InvalidValue, describe_validation
 
 FLEET_ENV = "GRAPH_KVCACHE_FLEET"
@@ -98,7 +98,8 @@ class Fleet(BaseModel):
         raise ConfigError(f"the fleet has no instance {name!r} (it has {known})")
 
     def identity(self, peer_name: str | None = None) -> TlsIdentity | None:
-        """How this file's https URLs and tls:// feeds are reached (None: no `tls_dir`)."""
+        """How this file's https URLs (`peer_name` None: checked by address) and an instance's
+        tls:// feeds (`peer_name`: its `tls_name`) are reached; None without `tls_dir`."""
         return None if self.tls_dir is None else TlsIdentity(Path(self.tls_dir), peer_name)
 
     def vllm_target(self, item: FleetInstance) -> Configured:
@@ -109,10 +110,6 @@ class Fleet(BaseModel):
         """`item`'s LMCache server as a target, when the file names one."""
         url = item.lmcache_http_url
         return None if url is None else Configured("lmcache server", url, self._tls_for(url))
-
-    def url_target(self, component: Component, url: str) -> Configured:
-        """A URL of this file (engine_url, coordinator_url, ...) as a target."""
-        return Configured(component, url, self._tls_for(url))
 
     def _tls_for(self, url: str) -> TlsIdentity | None:
         return self.identity() if url.lower().startswith("https://") else None

@@ -52,14 +52,14 @@ def test_a_nodes_fleet_entry_parses_as_is_beside_a_tls_dir() -> None:
 
 
 def test_an_instance_is_its_vllm_and_lmcache_targets_with_the_fleets_tls_identity() -> None:
-    fleet = fleet_of(entry(), engine_url="https://10.0.0.1:9443")
+    fleet = fleet_of(entry())
     node = fleet.instance("node-2")
     identity = TlsIdentity(Path(TLS_DIR))
     assert fleet.vllm_target(node) == Configured("vLLM", "https://10.0.0.2:8100/v1", identity)
     assert fleet.lmcache_target(node) == Configured(
         "lmcache server", "https://10.0.0.2:8103", identity
     )
-    assert fleet.url_target("engine", "https://10.0.0.1:9443").tls == identity
+    assert fleet.identity(node.tls_name) == TlsIdentity(Path(TLS_DIR), "node-2")  # its feeds
 
 
 def test_a_local_instance_stays_a_target_without_tls() -> None:
