@@ -2,8 +2,9 @@
 (KV events on) behind an edge built with `edge start --inbound` (its API and both feeds, mutual
 TLS), and the operator with a fleet file in the contract's shape. `fleet status` sees the
 instance up and its feed live (read through the operator's own edge); `fleet where` predicts
-what vLLM then reports; a fleet file whose tls_dir is another CA's gets a named certificate
-failure. Skipped when not root (CI runs as root)."""
+what vLLM then reports; `fleet effectiveness` reads what its cache paid; a fleet file whose
+tls_dir is another CA's gets a named certificate failure. Skipped when not root (CI runs as
+root)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,15 @@ def test_the_operator_reads_a_node_across_hosts_with_mutual_tls(tmp_path: Path) 
             (predicted,) = where["instances"]
             reported = _send(node, port, env)
             assert predicted["cached_tokens"] == reported > first
+
+            # What the node's prefix cache paid since it started, read across hosts too.
+            paid = _cli(
+                operator,
+                *("fleet", "effectiveness", "--fleet", fleet_file, "--data-dir", op_dir),
+                env=op_env,
+            )
+            (effect,) = paid["instances"]
+            assert effect["reachable"] and effect["split"]["local_cache"] >= reported, effect
 
             # Another CA's certificate: named as a certificate failure, not an empty answer.
             _stop_edge(operator, op_dir, env)
