@@ -24,6 +24,7 @@ from graph_kvcache_mcp.domain.snapshot_ids import SnapshotIdError, seal, unseal
 from graph_kvcache_mcp.domain.vllm.metrics import MetricsSnapshot
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.services.bundle.bundles import BundleCounters
+from graph_kvcache_mcp.services.fleet.feed_edge import fleet_access
 from graph_kvcache_mcp.services.fleet.operations import FleetCounters
 from graph_kvcache_mcp.services.stack.runtime import (
     dependency_reason,
@@ -130,7 +131,7 @@ class AppState:
         self.lmcache = LmcacheAccess(
             self.settings, dependents=lambda server: dependency_reason(data_dir, server)
         )
-        self.fleet = FleetAccess(self.settings)
+        self.fleet = fleet_access(self.settings)
         key = functools.cache(lambda: snapshot_key(self.settings))
         self.kv_snapshots = Snapshots(
             "kv", key, lambda s: s.model_dump(mode="json"), EngineStats.model_validate

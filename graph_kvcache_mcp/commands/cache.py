@@ -16,11 +16,11 @@ from graph_kvcache_mcp.commands._common import (
     run_async,
 )
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.cache import operations as cache_service
 from graph_kvcache_mcp.services.cache.operations import CacheOut
+from graph_kvcache_mcp.services.fleet.feed_edge import fleet_once
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
 
 
@@ -64,7 +64,7 @@ def run_cache(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> int:
         try:
-            async with FleetAccess.once(settings, args.fleet) as conn:
+            async with fleet_once(settings, args.fleet) as conn:
                 instance = args.instance or only_instance(conn.names)
                 target = await cache_service.resolve_target(
                     conn, TierSources(settings), instance, request=request, prompt=args.prompt

@@ -19,10 +19,10 @@ from graph_kvcache_mcp.commands._common import (
 )
 from graph_kvcache_mcp.commands._flags import add_flag
 from graph_kvcache_mcp.config import Settings
-from graph_kvcache_mcp.connectors.fleet.access import FleetAccess
 from graph_kvcache_mcp.domain.fleet.memory import FleetMemory, describe_pool
 from graph_kvcache_mcp.errors import ConfigError, VllmRequestError
 from graph_kvcache_mcp.services.fleet import operations as fleet_service
+from graph_kvcache_mcp.services.fleet.feed_edge import fleet_once
 from graph_kvcache_mcp.services.fleet.tiers import TierSources
 from graph_kvcache_mcp.services.fleet.views import (
     FleetEffectivenessOut,
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> int:
-        async with FleetAccess.once(settings, args.fleet) as conn:
+        async with fleet_once(settings, args.fleet) as conn:
             out = await fleet_service.status(
                 conn, prefixes=args.prefixes, tiers=TierSources(settings)
             )
@@ -93,7 +93,7 @@ def run_where(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> int:
         try:
-            async with FleetAccess.once(settings, args.fleet) as conn:
+            async with fleet_once(settings, args.fleet) as conn:
                 out = await fleet_service.where_cached(
                     conn, request=request, prompt=args.prompt, tiers=TierSources(settings)
                 )
@@ -110,7 +110,7 @@ def run_effectiveness(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--window takes 0 to {MAX_WINDOW_S:g} seconds")
 
     async def main() -> int:
-        async with FleetAccess.once(settings, args.fleet) as conn:
+        async with fleet_once(settings, args.fleet) as conn:
             tiers = TierSources(settings)
             before = None
             if args.window is not None:

@@ -2,9 +2,10 @@
 call and passed down: either managed here or configured.
 
 *Managed here*: started, leased and stopped from a data dir, its address read from its state
-record. *Configured*: named by URL (its credential and CA stay with the connector that talks to
-it); nothing here starts or stops it, so a lifecycle verb answers `not_managed_here(...)` instead
-of probing a loopback port. Every read (status, metrics, chat, tiers) works on either kind.
+record. *Configured*: named by URL (its credential stays with the connector that talks to it;
+one on another host carries its `TlsIdentity`: the fleet CA, our certificate, its name); nothing
+here starts or stops it, so a lifecycle verb answers `not_managed_here(...)` instead of probing a
+loopback port. Every read (status, metrics, chat, tiers) works on either kind.
 """
 
 from __future__ import annotations
@@ -31,11 +32,24 @@ class ManagedHere:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsIdentity:
+    """How a component on another host is reached with mutual TLS: `tls_dir` is this host's
+    `fleet pki issue` output (ca.pem: the only CA trusted; cert.pem and key.pem: presented), and
+    `peer_name` the DNS name its certificate must carry where we cannot check it by address (a
+    feed read through the edge); None: an https URL's host is checked against the certificate."""
+
+    tls_dir: Path
+    peer_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Configured:
-    """A component named by URL that something else runs."""
+    """A component named by URL that something else runs; `tls` when it is reached with the
+    fleet's mutual TLS (None: the system's CAs, no client certificate)."""
 
     component: Component
     url: str
+    tls: TlsIdentity | None = None
 
 
 Target: TypeAlias = ManagedHere | Configured

@@ -57,11 +57,12 @@ def start(
 def start_routes(
     settings: Settings, routes: EdgeRoutes, *, tls_dir: Path, ready_timeout_s: float
 ) -> EdgeStatus:
-    """Start (or reuse) this data dir's edge with `routes` (a node's join plan gives them).
+    """Start (or reuse: same routes) this data dir's edge with typed `routes` (a fleet file's).
 
     Raises:
         ConfigError: the TLS dir cannot be used.
-        EdgeProcessError: see `ManagedEdge.start`.
+        EdgeProcessError: haproxy missing, an edge with other routes running, a listener taken
+            or not ready (see `ManagedEdge.start`).
     """
     return ManagedEdge(settings.data_dir).start(routes, tls_dir, ready_timeout_s=ready_timeout_s)
 

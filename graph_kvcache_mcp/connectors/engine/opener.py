@@ -18,6 +18,7 @@ from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.engine.children.proof import ENGINE_DIR_VARIABLE, engine_proof
 from graph_kvcache_mcp.connectors.engine.client import KvClient, SyncKvClient
 from graph_kvcache_mcp.connectors.engine.process import ManagedEngine
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.endpoints import (
     DEFAULT_KV_HOST,
     DEFAULT_KV_PORT,
@@ -108,9 +109,15 @@ def engine_proof_environment(
     return env
 
 
-def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = False) -> SyncKvClient:
+def sync_client_for(
+    target: KvTarget,
+    settings: Settings,
+    *,
+    proved: bool = False,
+    tls: ClientTls | None = None,
+) -> SyncKvClient:
     """A blocking client for `target`; `proved`: inside a child we started, through the proof
-    its environment asks for (`children.proof.engine_proof`)."""
+    its environment asks for (`children.proof.engine_proof`); `tls`: a fleet's mutual TLS."""
     return SyncKvClient(
         target.base_url,
         target.token,
@@ -120,6 +127,7 @@ def sync_client_for(target: KvTarget, settings: Settings, *, proved: bool = Fals
         backend=target.backend,
         proof=engine_proof(os.environ) if proved else None,
         token_file=target.token_file,
+        tls=tls,
     )
 
 
@@ -148,9 +156,12 @@ def sync_client_from_params(
 
 
 @asynccontextmanager
-async def open_kv_client(settings: Settings) -> AsyncIterator[KvClient]:
-    """An async client for the resolved engine, closed on exit."""
-    client = KvClient(sync_client_for(resolve_kv_target(settings), settings))
+async def open_kv_client(
+    settings: Settings, *, tls: ClientTls | None = None
+) -> AsyncIterator[KvClient]:
+    """An async client for the resolved engine, closed on exit; `tls`: a fleet's mutual-TLS
+    context (`connectors.net.tls_client`) for an engine on another host."""
+    client = KvClient(sync_client_for(resolve_kv_target(settings), settings, tls=tls))
     try:
         yield client
     finally:

@@ -28,6 +28,7 @@ from graph_kvcache_mcp.connectors.engine.wire import (
     WireTimeout,
     WireUnsent,
 )
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
 from graph_kvcache_mcp.domain.engine.keys import check_exists_key, check_key, key_limit
 from graph_kvcache_mcp.domain.engine.kv_stats import (
@@ -94,6 +95,7 @@ class SyncKvClient:
         proof: WireProof | None = None,
         token_file: Path | None = None,
         lane_setup: Callable[[], None] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.endpoint: HttpEndpoint = parse_http_url(base_url, what="KV base URL")
         self.source = source
@@ -102,7 +104,7 @@ class SyncKvClient:
         it), else learned from the first `/kv/stats` answer; None until then."""
         self.timeout_s = timeout_s
         self.concurrency = concurrency
-        self.wire = EngineWire(self.endpoint, token)
+        self.wire = EngineWire(self.endpoint, token, tls=tls)
         self.proof = proof
         """With a proof every request goes through the wire it hands out (never `wire`)."""
         self.replies = KvReplies(

@@ -35,7 +35,7 @@ from graph_kvcache_mcp.connectors.engine.http_response import (
     ResponseReader,
     WireResponse,
 )
-from graph_kvcache_mcp.connectors.net.tls_trust import explain_certificate_failure
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls, explain_certificate_failure
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint
 
 _SEND_IN_ONE_BELOW = 1024 * 1024
@@ -109,7 +109,10 @@ class EngineWire:
         token: SecretStr | None,
         *,
         still_held: Callable[[], bool] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
+        """`tls`: a fleet's mutual-TLS context for an https engine on another host (default:
+        the system's CAs, no client certificate)."""
         self.endpoint = endpoint
         self._still_held = still_held
         """Asked after each connection is made, before a byte goes out: False when the process
@@ -121,7 +124,9 @@ class EngineWire:
         )
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
         self._host_header = f"Host: {host}:{endpoint.port}\r\n".encode("ascii")
-        self._tls = ssl.create_default_context() if endpoint.scheme == "https" else None
+        context = ssl.create_default_context() if tls is None else tls.context
+        self._tls = context if endpoint.scheme == "https" else None
+        self._trusted = None if tls is None else tls.trusted
 
     def __repr__(self) -> str:  # the token must never show up in a repr
         return f"EngineWire({self.endpoint.url!r})"
@@ -288,7 +293,7 @@ class EngineWire:
             raise WireTimeout("connect", deadline.budget_s) from exc
         except ssl.SSLCertVerificationError as exc:
             sock.close()
-            raise WireBroken(explain_certificate_failure(exc)) from exc
+            raise WireBroken(explain_certificate_failure(exc, trusted=self._trusted)) from exc
         except (ssl.SSLError, OSError) as exc:
             sock.close()
             raise WireBroken(f"TLS handshake failed ({type(exc).__name__})") from exc

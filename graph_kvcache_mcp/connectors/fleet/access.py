@@ -1,9 +1,13 @@
 """The fleet one server watches: its connection, made on first use and remade when the fleet
-changes (the fleet file was edited, or a managed vLLM with KV events started or stopped)."""
+changes (the fleet file was edited, or a managed vLLM with KV events started or stopped).
+
+`prepare` runs on every fleet before a connection to it is handed out: the service above hands
+in what makes this host's edge carry the fleet's `tls://` feeds (`services.fleet.feed_edge`),
+which a connector cannot reach itself."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,16 +15,20 @@ from typing import TYPE_CHECKING
 import anyio
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.domain.fleet.fleet_file import Fleet
 
 if TYPE_CHECKING:  # zmq and openai load with the first fleet call, not with the server
     from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
+
+Prepare = Callable[[Fleet], Awaitable[None]]
 
 
 class FleetAccess:
     """Hands out the current `FleetConnection`; close with `aclose()`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, prepare: Prepare | None = None) -> None:
         self.settings = settings
+        self._prepare = prepare
         self._connection: FleetConnection | None = None
         self._lock = anyio.Lock()
 
@@ -37,6 +45,8 @@ class FleetAccess:
 
         async with self._lock:
             fleet = load_fleet(self.settings, fleet_file)
+            if self._prepare is not None:
+                await self._prepare(fleet)
             if self._connection is not None and self._connection.fleet == fleet:
                 return self._connection
             if self._connection is not None:
@@ -48,14 +58,14 @@ class FleetAccess:
     @classmethod
     @asynccontextmanager
     async def once(
-        cls, settings: Settings, fleet_file: Path | None = None
+        cls, settings: Settings, fleet_file: Path | None = None, *, prepare: Prepare | None = None
     ) -> AsyncIterator[FleetConnection]:
         """A connection for one CLI command, closed when the block ends.
 
         Raises:
             ConfigError: no fleet, or a fleet file that is refused.
         """
-        access = cls(settings)
+        access = cls(settings, prepare=prepare)
         try:
             yield await access.connection(fleet_file)
         finally:

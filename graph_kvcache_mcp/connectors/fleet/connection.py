@@ -4,6 +4,11 @@
 managed vLLM when it publishes KV events and the file does not list it already, so a server
 started with `vllm_start(kv_events=true)` joins the fleet by itself. API keys are read from the
 environment variables the file names and go only into that instance's client.
+
+A fleet file with `tls_dir` (instances on other hosts) gets one client TLS context
+(`connectors.net.tls_client`) for every https URL of the file (`tls`, which the tier reads use
+too), and its `tls://` feeds are read at the loopback ends of this host's edge routes
+(`domain.fleet.feed_routes`; whoever connects ensures the edge carries them first).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from pydantic import SecretStr
 from graph_kvcache_mcp.config import Settings
 from graph_kvcache_mcp.connectors.files.access import read_regular_file
 from graph_kvcache_mcp.connectors.fleet.feed import EventFeed
+from graph_kvcache_mcp.connectors.net.tls_client import client_tls
 from graph_kvcache_mcp.connectors.vllm.process import ManagedVllm
+from graph_kvcache_mcp.domain.fleet.feed_routes import feed_routes
 from graph_kvcache_mcp.domain.fleet.fleet_file import FLEET_ENV, Fleet, FleetInstance, parse_fleet
 from graph_kvcache_mcp.domain.fleet.index import BlockIndex
 from graph_kvcache_mcp.domain.outcomes import Unavailable
@@ -116,6 +123,10 @@ class FleetConnection:
 
         env = os.environ if environ is None else environ
         self.fleet = fleet
+        identity = fleet.identity()
+        self.tls = None if identity is None else client_tls(identity)
+        """The fleet's mutual-TLS client context (None: no tls_dir), for every https URL."""
+        self.feed_routes = feed_routes(fleet)
         self.index = index or BlockIndex()
         self.clients: dict[str, VllmClient] = {}
         self.feeds: dict[str, EventFeed] = {}
@@ -130,12 +141,21 @@ class FleetConnection:
                 key = SecretStr(env[item.api_key_env])
             # The fleet's one deadline bounds its scrapes and probes too (as before probes had
             # their own): a fleet status reads every instance's /metrics under it.
+            target = fleet.vllm_target(item)
             self.clients[item.name] = VllmClient(
-                item.base_url, api_key=key, timeout_s=timeout_s, probe_timeout_s=timeout_s
+                target.url,
+                api_key=key,
+                timeout_s=timeout_s,
+                probe_timeout_s=timeout_s,
+                tls=None if target.tls is None else self.tls,
             )
             if item.kv_events:
+                replay = item.kv_events_replay
                 self.feeds[item.name] = EventFeed(
-                    item.name, item.kv_events, item.kv_events_replay, self.index
+                    item.name,
+                    self.feed_routes.endpoint(item.kv_events),
+                    None if replay is None else self.feed_routes.endpoint(replay),
+                    self.index,
                 )
         self._lock = anyio.Lock()
 

@@ -27,6 +27,7 @@ END_SEQ = (1 << 64) - 1  # -1 as the unsigned 8 bytes vLLM sends at the end of a
 REPLAY_TIMEOUT_S = 3.0
 MAX_LIVE_PER_SYNC = 10_000
 RCV_HWM = 100_000
+HEARTBEAT_IVL_MS = 60_000
 
 
 class EventFeed:
@@ -101,6 +102,11 @@ class EventFeed:
             sub.setsockopt(zmq.RCVHWM, RCV_HWM)
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
+            # A feed read through the edge is a TCP tunnel that closes when idle past its
+            # timeout (an hour): ZMQ heartbeats keep a quiet feed's tunnel in use, and a dead
+            # peer noticed.
+            sub.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sub.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_IVL_MS)
             sub.connect(self.endpoint)
             self._sub = sub
         return self._sub

@@ -10,6 +10,7 @@ from typing import Any, Self
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.endpoints import parse_http_url
 from graph_kvcache_mcp.domain.fleet.tier_trust import REPORTED_INSTANCE_ROUTE, process_start_s
 from graph_kvcache_mcp.domain.fleet.tiers import ServerKeying, keying_from_config
@@ -37,9 +38,14 @@ class LmcacheHealth(BaseModel):
 class LmcacheHttp:
     """One `lmcache server` HTTP API (its --http-port). Use as `async with`."""
 
-    def __init__(self, http_url: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, http_url: str, *, timeout_s: float = 5.0, tls: ClientTls | None = None
+    ) -> None:
+        """`tls`: a fleet's mutual-TLS context, for a server on another host."""
         self.http_url = parse_http_url(http_url, what="LMCache HTTP URL").url.rstrip("/")
-        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+        self._http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout_s), verify=True if tls is None else tls.context
+        )
 
     def __repr__(self) -> str:
         return f"LmcacheHttp({self.http_url!r})"

@@ -17,9 +17,10 @@ from typing import Any, Self
 import anyio.to_thread
 import httpx2
 
-from graph_kvcache_mcp.connectors.net.tls_trust import certificate_reason
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls, certificate_reason
 from graph_kvcache_mcp.connectors.processes.identity import listener_user
 from graph_kvcache_mcp.domain.endpoints import HttpEndpoint, parse_http_url
+from graph_kvcache_mcp.domain.fleet.advertised import registered_ips
 from graph_kvcache_mcp.domain.fleet.tier_trust import (
     Registration,
     own_registration,
@@ -33,10 +34,16 @@ DEFAULT_TIMEOUT_S = 5.0
 class CoordinatorHttp:
     """One coordinator's HTTP API. Use as `async with`."""
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
+    ) -> None:
+        """`tls`: a fleet's mutual-TLS context, for a coordinator on another host."""
         self.endpoint: HttpEndpoint = parse_http_url(url, what="LMCache coordinator URL")
         self.url = self.endpoint.url.rstrip("/")
-        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+        self._http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout_s), verify=True if tls is None else tls.context
+        )
+        self._trusted = None if tls is None else tls.trusted
         self._proved = not self.endpoint.is_loopback
         """A listed remote host cannot be proved from here: the user named it."""
 
@@ -62,17 +69,19 @@ class CoordinatorHttp:
         return own.instance_id if own is not None else None
 
     async def registrations(self, ip: str, http_port: int) -> list[Registration] | Unavailable:
-        """Every registration at `ip:http_port` (`GET /instances`)."""
+        """Every registration at `ip:http_port` (`GET /instances`); a server on another host
+        may have registered under the loopback address its node advertises (`registered_ips`)."""
         body = await self._call("GET", "/instances")
         if isinstance(body, Unavailable):
             return body
+        ips = registered_ips(ip)
         return [
             Registration(
                 instance_id=str(item.get("instance_id")),
                 registered_at=_number(item.get("registration_time")),
             )
             for item in body.get("instances") or []
-            if item.get("ip") == ip and int(item.get("http_port") or 0) == http_port
+            if item.get("ip") in ips and int(item.get("http_port") or 0) == http_port
         ]
 
     async def started_s(self) -> float | None:
@@ -175,7 +184,7 @@ class CoordinatorHttp:
             reply = await self._http.request(method, self.url + path, json=body)
         except httpx2.HTTPError as exc:
             self._proved = not self.endpoint.is_loopback  # the port may change hands: prove again
-            untrusted = certificate_reason(exc)
+            untrusted = certificate_reason(exc, trusted=self._trusted)
             return Unavailable(
                 f"LMCache coordinator at {self.url} was not trusted: {untrusted}"
                 if untrusted

@@ -12,9 +12,22 @@ from __future__ import annotations
 
 import os
 import ssl
+from dataclasses import dataclass
 
 CA_FILE_VARIABLE = "SSL_CERT_FILE"
 CA_DIR_VARIABLE = "SSL_CERT_DIR"
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """A TLS client context given to a client (a fleet's mutual TLS, `tls_client.client_tls`)
+    and the CAs it trusts, which a certificate failure names instead of the environment's."""
+
+    context: ssl.SSLContext
+    trusted: str
+
+    def __repr__(self) -> str:
+        return f"ClientTls(trusted={self.trusted!r})"
 
 
 def certificate_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
@@ -39,9 +52,18 @@ def trusted_cas() -> str:
     return f"the system store ({ssl.get_default_verify_paths().openssl_cafile})"
 
 
-def explain_certificate_failure(error: ssl.SSLCertVerificationError) -> str:
-    """`certificate verify failed: <why>`, the CAs used, and the fix."""
+def explain_certificate_failure(
+    error: ssl.SSLCertVerificationError, *, trusted: str | None = None
+) -> str:
+    """`certificate verify failed: <why>`, the CAs used, and the fix; `trusted`: the client was
+    given its CAs (a fleet file's tls_dir, `tls_client.trusted_by`), not the environment's."""
     why = error.verify_message or error.reason or "unknown reason"
+    if trusted is not None:
+        return (
+            f"certificate verify failed: {why} (trusted CAs: {trusted}); the peer's certificate "
+            "must be issued by the same fleet CA as this host's (`fleet pki issue` from one "
+            "`fleet pki init` dir) and name the address it is reached at"
+        )
     return (
         f"certificate verify failed: {why} (trusted CAs: {trusted_cas()}); to trust a private "
         f"CA such as the fleet's, set {CA_FILE_VARIABLE} to its ca.pem (the one `fleet pki "
@@ -49,7 +71,7 @@ def explain_certificate_failure(error: ssl.SSLCertVerificationError) -> str:
     )
 
 
-def certificate_reason(exc: BaseException) -> str | None:
+def certificate_reason(exc: BaseException, *, trusted: str | None = None) -> str | None:
     """`explain_certificate_failure` of the certificate failure behind `exc`, if there is one."""
     error = certificate_failure(exc)
-    return None if error is None else explain_certificate_failure(error)
+    return None if error is None else explain_certificate_failure(error, trusted=trusted)

@@ -89,7 +89,12 @@ def pieces(chunk: StreamChunk) -> list[tuple[str | None, str | None]]:
 
 
 def failure_of(
-    exc: openai.APIError, root_url: str, timeout_s: float, *, streamed: bool = False
+    exc: openai.APIError,
+    root_url: str,
+    timeout_s: float,
+    *,
+    streamed: bool = False,
+    trusted: str | None = None,
 ) -> Unavailable:
     """An openai client failure as a value.
 
@@ -102,8 +107,8 @@ def failure_of(
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__
         if isinstance(cause, httpx2.HTTPError):
-            return from_transport(cause, root_url, timeout_s, streamed=streamed)
-        return unreachable(root_url, exc)
+            return from_transport(cause, root_url, timeout_s, streamed=streamed, trusted=trusted)
+        return unreachable(root_url, exc, trusted=trusted)
     if isinstance(exc, openai.APIResponseValidationError):
         return bad_answer(root_url, "not the shape of an OpenAI answer", status=exc.status_code)
     if isinstance(exc, openai.APIStatusError):

@@ -7,6 +7,7 @@ JSON shape is a bad answer, not a crash) and never retries by itself: a chat cal
 may have reached vLLM, and a repeat would be a second call.
 
 `timeout_s` bounds a plain call's whole answer and, for a streamed call, the gap between chunks;
+`tls`: a fleet's mutual TLS (`connectors.net.tls_client`) for a vLLM on another host.
 `probe_timeout_s` (never more than `timeout_s`) bounds /health, /metrics and /v1/models, which a
 working vLLM answers in milliseconds (`domain.vllm.deadlines`). Failures become `Unavailable`
 values (`connectors.vllm.errors` says which of three reasons).
@@ -26,6 +27,7 @@ import openai
 from pydantic import SecretStr
 
 from graph_kvcache_mcp.config import Settings
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.connectors.vllm import errors as vllm_errors
 from graph_kvcache_mcp.connectors.vllm.accounting import CacheMeter
 from graph_kvcache_mcp.connectors.vllm.chat_requests import (
@@ -71,6 +73,7 @@ class VllmClient:
         max_retries: int = 0,
         metrics_fallback: bool = True,
         transport: httpx2.AsyncBaseTransport | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.endpoint = VllmEndpoint.of(base_url)  # validates: http or https
         self.root_url = self.endpoint.root
@@ -82,6 +85,7 @@ class VllmClient:
             timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
             headers=headers,
             transport=transport,
+            verify=True if tls is None else tls.context,
         )
         self._openai = openai.AsyncOpenAI(
             api_key=api_key.get_secret_value() if api_key else _NO_KEY,
@@ -91,12 +95,17 @@ class VllmClient:
             http_client=self._http,
             _strict_response_validation=True,
         )
+        self._trusted = trusted = None if tls is None else tls.trusted
         self.metrics = VllmMetricsClient(
-            self._http, self.endpoint.metrics_url, timeout_s=self.probe_timeout_s
+            self._http, self.endpoint.metrics_url, timeout_s=self.probe_timeout_s, trusted=trusted
         )
         self.meter = CacheMeter(self.metrics, fallback=metrics_fallback)
         self.routes = VllmRoutes(
-            self._http, self.root_url, timeout_s=timeout_s, probe_timeout_s=self.probe_timeout_s
+            self._http,
+            self.root_url,
+            timeout_s=timeout_s,
+            probe_timeout_s=self.probe_timeout_s,
+            trusted=trusted,
         )
         self._models: list[str] | None = None
 
@@ -315,6 +324,8 @@ class VllmClient:
     def _failed(self, exc: openai.APIError, *, streamed: bool = False) -> Unavailable:
         """Raises VllmRequestError when the request itself was wrong (see `vllm_errors`)."""
         try:
-            return failure_of(exc, self.root_url, self.timeout_s, streamed=streamed)
+            return failure_of(
+                exc, self.root_url, self.timeout_s, streamed=streamed, trusted=self._trusted
+            )
         except VllmRequestError as refused:
             raise refused from None  # the openai traceback adds nothing for the caller

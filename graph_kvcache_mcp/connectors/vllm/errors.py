@@ -24,9 +24,10 @@ from graph_kvcache_mcp.errors import VllmRequestError
 MAX_MESSAGE_CHARS = 300
 
 
-def unreachable(root_url: str, exc: BaseException) -> Unavailable:
-    """Nothing answered, or (named as such) the answer's certificate was not trusted."""
-    if (untrusted := certificate_reason(exc)) is not None:
+def unreachable(root_url: str, exc: BaseException, *, trusted: str | None = None) -> Unavailable:
+    """Nothing answered, or (named as such) the answer's certificate was not trusted;
+    `trusted`: the CAs the client was given (a fleet's), when not the environment's."""
+    if (untrusted := certificate_reason(exc, trusted=trusted)) is not None:
         return Unavailable(f"vLLM at {root_url} was not trusted: {untrusted}")
     return Unavailable(
         f"vLLM not reachable at {root_url} ({type(exc).__name__}); start it with vllm_start or "
@@ -60,13 +61,14 @@ def from_transport(
     *,
     streamed: bool = False,
     knob: str = CALL_TIMEOUT_ENV,
+    trusted: str | None = None,
 ) -> Unavailable:
     """An httpx failure, on a call or on one of vLLM's own routes (/tokenize, /metrics, ...)."""
     if isinstance(exc, httpx2.TimeoutException) and not isinstance(exc, httpx2.ConnectTimeout):
         return timed_out(root_url, timeout_s, streamed=streamed, knob=knob)
     if isinstance(exc, httpx2.ProtocolError | httpx2.DecodingError):
         return bad_answer(root_url, f"not valid HTTP: {type(exc).__name__}")
-    return unreachable(root_url, exc)
+    return unreachable(root_url, exc, trusted=trusted)
 
 
 def from_status(status: int, message: str, root_url: str) -> Unavailable:

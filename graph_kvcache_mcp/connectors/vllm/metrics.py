@@ -55,8 +55,11 @@ class VllmMetricsClient:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         headers: dict[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        trusted: str | None = None,
     ) -> None:
+        """`trusted`: the CAs `http` was given (a fleet's), named in a certificate failure."""
         self.metrics_url = parse_http_url(metrics_url, what="vLLM metrics URL").url
+        self._trusted = trusted
         self.timeout_s = timeout_s
         self._http = http
         self._max_body_bytes = max_body_bytes
@@ -74,7 +77,11 @@ class VllmMetricsClient:
             return vllm_errors.timed_out(self.metrics_url, self.timeout_s, knob=PROBE_TIMEOUT_ENV)
         except httpx2.HTTPError as exc:
             return vllm_errors.from_transport(
-                exc, self.metrics_url, self.timeout_s, knob=PROBE_TIMEOUT_ENV
+                exc,
+                self.metrics_url,
+                self.timeout_s,
+                knob=PROBE_TIMEOUT_ENV,
+                trusted=self._trusted,
             )
 
     async def _read(self) -> str | Unavailable:

@@ -57,8 +57,11 @@ class VllmRoutes:
         *,
         timeout_s: float,
         probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+        trusted: str | None = None,
     ) -> None:
+        """`trusted`: the CAs `http` was given (a fleet's), named in a certificate failure."""
         self.root_url = root_url
+        self._trusted = trusted
         self.timeout_s = timeout_s
         self.probe_timeout_s = probe_timeout_s
         self._http = http
@@ -72,7 +75,11 @@ class VllmRoutes:
             reply = await self._http.get(self.root_url + "/health", timeout=self.probe_timeout_s)
         except httpx2.HTTPError as exc:
             return vllm_errors.from_transport(
-                exc, self.root_url, self.probe_timeout_s, knob=PROBE_TIMEOUT_ENV
+                exc,
+                self.root_url,
+                self.probe_timeout_s,
+                knob=PROBE_TIMEOUT_ENV,
+                trusted=self._trusted,
             )
         if reply.status_code != 200:
             return Unavailable(
@@ -148,7 +155,9 @@ class VllmRoutes:
         except TimeoutError:
             return vllm_errors.timed_out(self.root_url, self.timeout_s)
         except httpx2.HTTPError as exc:
-            return vllm_errors.from_transport(exc, self.root_url, self.timeout_s)
+            return vllm_errors.from_transport(
+                exc, self.root_url, self.timeout_s, trusted=self._trusted
+            )
         payload = vllm_errors.json_object(reply, self.root_url, "/version")
         if isinstance(payload, Unavailable):
             return payload
@@ -189,7 +198,9 @@ class VllmRoutes:
         except TimeoutError:
             return vllm_errors.timed_out(self.root_url, self.timeout_s)
         except httpx2.HTTPError as exc:
-            return vllm_errors.from_transport(exc, self.root_url, self.timeout_s)
+            return vllm_errors.from_transport(
+                exc, self.root_url, self.timeout_s, trusted=self._trusted
+            )
 
     async def _post_json(
         self, path: str, body: dict[str, object]

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.domain.outcomes import Unavailable
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
 from graph_kvcache_mcp.errors import ConfigError
@@ -55,6 +56,8 @@ class CacheTarget:
     token_ids: list[int]
     resp_l2: bool = False
     """L2 is LMCache's `resp` adapter (redis_resp): LMCache itself can delete there."""
+    tls: ClientTls | None = None
+    """The fleet's mutual TLS, for a coordinator on another host."""
 
     def body(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -102,7 +105,7 @@ async def resolve_target(
             f"instance {name!r} has no LMCache server to steer: name it in the fleet file "
             "(lmcache_http_url) or start the managed stack (vllm_start kv_connector=mp_native)"
         )
-    async with LmcacheHttp(url) as server:
+    async with LmcacheHttp(url, tls=conn.tls) as server:
         keying = await server.keying()
         reported = await server.instance_id()
     if isinstance(keying, Unavailable):
@@ -123,7 +126,7 @@ async def resolve_target(
     if isinstance(tokens, Unavailable):
         return tokens
     parts = urlsplit(url)
-    async with CoordinatorHttp(coordinator_url) as coordinator:
+    async with CoordinatorHttp(coordinator_url, tls=conn.tls) as coordinator:
         instance = await coordinator.instance_id(
             parts.hostname or "", parts.port or 0, reported=reported
         )
@@ -135,13 +138,18 @@ async def resolve_target(
             f"{coordinator_url}; start it with --coordinator-url and --coordinator-event-reporting"
         )
     return CacheTarget(
-        coordinator_url, instance, roots[served], list(tokens), resp_l2=keying.resp_l2
+        coordinator_url,
+        instance,
+        roots[served],
+        list(tokens),
+        resp_l2=keying.resp_l2,
+        tls=conn.tls,
     )
 
 
 async def warm(name: str, target: CacheTarget, *, timeout_s: float) -> CacheOut:
     """Prefetch the prompt's chunks from L2 into the server's L1 and wait for the job."""
-    async with CoordinatorHttp(target.coordinator) as coordinator:
+    async with CoordinatorHttp(target.coordinator, tls=target.tls) as coordinator:
         job = await coordinator.prefetch(target.body())
         if isinstance(job, Unavailable):
             return CacheOut(instance=name, done=False, reason=job.reason)
@@ -180,7 +188,7 @@ async def evict(name: str, target: CacheTarget, *, tier: Literal["l1", "l2"]) ->
     in this mode, can delete there."""
     if tier == "l2":
         return CacheOut(instance=name, done=False, reason=L2_RESP if target.resp_l2 else L2_KEPT)
-    async with CoordinatorHttp(target.coordinator) as coordinator:
+    async with CoordinatorHttp(target.coordinator, tls=target.tls) as coordinator:
         answer = await coordinator.delete(target.body(tier="l1", force=False))
     if isinstance(answer, Unavailable):
         return CacheOut(instance=name, done=False, reason=answer.reason)
@@ -198,7 +206,7 @@ async def evict(name: str, target: CacheTarget, *, tier: Literal["l1", "l2"]) ->
 async def pin(name: str, target: CacheTarget, *, on: bool) -> CacheOut:
     """Pin (or unpin) the prompt's L2 keys in the coordinator's bookkeeping."""
     body = {k: v for k, v in target.body().items() if k != "instance_id"}
-    async with CoordinatorHttp(target.coordinator) as coordinator:
+    async with CoordinatorHttp(target.coordinator, tls=target.tls) as coordinator:
         answer = await coordinator.pins(body, pin=on)
     if isinstance(answer, Unavailable):
         return CacheOut(instance=name, done=False, reason=answer.reason, note=PIN_NOTE)

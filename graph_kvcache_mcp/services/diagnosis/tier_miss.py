@@ -94,7 +94,7 @@ def _fleet_of(settings: Settings, base_url: str) -> Fleet:
         update={"name": THIS}
     )
     server = lmcache_target(settings)
-    if chosen.lmcache is None and isinstance(server, Configured):  # the fleet file's wins
+    if chosen.lmcache_http_url is None and isinstance(server, Configured):  # the file wins
         chosen = chosen.model_copy(update={"lmcache_http_url": server.url})
     if fleet is None:
         return Fleet(instances=(chosen,))

@@ -56,7 +56,7 @@ async def _server(
     def unknown(reason: str) -> ServerMemory:
         return ServerMemory(server=url, instances=names, reason=reason)
 
-    async with LmcacheHttp(url) as server:
+    async with LmcacheHttp(url, tls=conn.tls) as server:
         keying = await server.keying()
         started = await server.started_s()
         reported = await server.instance_id()
@@ -66,7 +66,7 @@ async def _server(
     if coordinator_url is None:
         return unknown("not checked: the server joined no coordinator (fleet memory comes from it)")
     parts = urlsplit(url)
-    async with CoordinatorHttp(coordinator_url) as coordinator:
+    async with CoordinatorHttp(coordinator_url, tls=conn.tls) as coordinator:
         found = await coordinator.registrations(parts.hostname or "", parts.port or 0)
         if coordinator.url not in usages:
             usages[coordinator.url] = await coordinator.usage()

@@ -21,6 +21,7 @@ from graph_kvcache_mcp.connectors.engine.opener import open_kv_client
 from graph_kvcache_mcp.connectors.fleet.connection import FleetConnection
 from graph_kvcache_mcp.connectors.lmcache.admin_http import LmcacheHttp
 from graph_kvcache_mcp.connectors.lmcache.coordinator import CoordinatorHttp
+from graph_kvcache_mcp.connectors.net.tls_trust import ClientTls
 from graph_kvcache_mcp.connectors.vllm.private_files import read_kv_identity
 from graph_kvcache_mcp.domain.fleet.tier_trust import (
     Predecessor,
@@ -74,9 +75,9 @@ class TierSources:
         """Its LMCache server's HTTP URL, `ENGINE_CONNECTOR` when it is the managed vLLM on
         EngineKVConnector, or None (no tier known: the answer stays vLLM's own)."""
         item = conn.fleet.instance(name)
-        if item.lmcache is not None:  # configured in the fleet file
-            return item.lmcache.url
-        return _managed_target(self.settings, item.vllm.url)
+        if (server := conn.fleet.lmcache_target(item)) is not None:  # named in the fleet file
+            return server.url
+        return _managed_target(self.settings, conn.fleet.vllm_target(item).url)
 
     def coordinator_distrust(self, coordinator_url: str) -> str | None:
         """Why a coordinator's L1 answers are not believed outright: None for the one this
@@ -105,7 +106,7 @@ async def server_counters(
     read: dict[str, LmcacheCounters] = {}
 
     async def one(url: str) -> None:
-        async with LmcacheHttp(url) as server:
+        async with LmcacheHttp(url, tls=conn.tls) as server:
             counters = await server.counters()
         if not isinstance(counters, Unavailable):
             read[url] = counters
@@ -156,7 +157,7 @@ async def with_tiers(
     identity_file = None
     if ENGINE_CONNECTOR in targets.values():
         identity_file = await anyio.to_thread.run_sync(_identity_file, sources.settings)
-    async with open_kv_client(_engine_settings(conn, sources.settings)) as kv:
+    async with open_kv_client(_engine_settings(conn, sources.settings), tls=conn.tls) as kv:
 
         async def one(index: int, url: str) -> None:
             if url == ENGINE_CONNECTOR:
@@ -197,7 +198,7 @@ async def _tiers_one(
     prompt: str | None,
 ) -> InstanceWhere:
     vllm_tier = _vllm_tier(item)["vllm"]
-    async with LmcacheHttp(url) as server:
+    async with LmcacheHttp(url, tls=conn.tls) as server:
         keying = await server.keying()
     if isinstance(keying, Unavailable):
         down = f"unknown: {keying.reason}"
@@ -221,7 +222,9 @@ async def _tiers_one(
         unmanaged = None
         if coordinator is not None:
             unmanaged = await anyio.to_thread.run_sync(sources.coordinator_distrust, coordinator)
-        l1 = await l1_held(coordinator, url, tokens, keying, model=model, unmanaged=unmanaged)
+        l1 = await l1_held(
+            coordinator, url, tokens, keying, model=model, unmanaged=unmanaged, tls=conn.tls
+        )
     tiers = {"vllm": vllm_tier, "l1": l1, "l2": l2}
     total = total_cached(
         item.cached_tokens,
@@ -331,17 +334,19 @@ async def l1_held(
     *,
     model: str,
     unmanaged: str | None = None,
+    tls: ClientTls | None = None,
 ) -> TierHeld:
     """The leading prompt tokens whose chunks the server holds in L1, from the coordinator's
     directory (events flush about every second: a store in the last second may be missing).
-    `unmanaged`: why the coordinator is not believed outright (`coordinator_distrust`)."""
+    `unmanaged`: why the coordinator is not believed outright (`coordinator_distrust`); `tls`:
+    the fleet's mutual TLS, for a server and coordinator on other hosts."""
     if coordinator_url is None:
         return not_checked(L1_NOT_CHECKED, source=L1_SOURCE)
     parts = urlsplit(server_url)
-    async with LmcacheHttp(server_url) as server:
+    async with LmcacheHttp(server_url, tls=tls) as server:
         server_started = await server.started_s()
         reported = await server.instance_id()
-    async with CoordinatorHttp(coordinator_url) as coordinator:
+    async with CoordinatorHttp(coordinator_url, tls=tls) as coordinator:
         found = await coordinator.registrations(parts.hostname or "", parts.port or 0)
         if isinstance(found, Unavailable):
             return not_checked(f"unknown: {found.reason}", source=L1_SOURCE)
