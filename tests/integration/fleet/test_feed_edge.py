@@ -1,6 +1,6 @@
 """A fleet file's `tls://` feeds on this host's edge (real haproxy): started from the file's
-routes on first use, reused after, refused with what to do when an edge with other routes runs
-or a neighbour holds a feed's port first."""
+routes on first use, reused after, added to an edge that runs other routes, refused with what to
+do when a route of that edge or a neighbour holds a feed's port first."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _fleet(tls_dir: Path) -> Fleet:
     return parse_fleet(text, source="fleet.json")
 
 
-def test_the_feed_edge_starts_from_the_file_is_reused_and_refuses_what_it_cannot_carry(
+def test_the_feed_edge_starts_from_the_file_is_reused_merged_and_refuses_what_it_cannot_carry(
     tmp_path: Path,
 ) -> None:
     require_haproxy()
@@ -51,11 +51,20 @@ def test_the_feed_edge_starts_from_the_file_is_reused_and_refuses_what_it_cannot
         assert edge.edge_status(settings).pid == first.pid  # the same edge, reused
 
         edge.stop(settings, wait_s=5)
-        other = f"tcp:{free_port()}>127.0.0.1:{free_port()}@store"
+        own_port = free_port()
+        other = f"tcp:{own_port}>127.0.0.1:{free_port()}@store"
         edge.start(settings, inbound=[], outbound=[other], tls_dir=tls.node, ready_timeout_s=15)
-        with pytest.raises(ConfigError) as caught:
+        anyio.run(ensure_feed_edge, settings, fleet)  # a node's edge: the feeds' routes added
+        merged = edge.edge_status(settings)
+        assert merged.reachable and merged.routes is not None
+        assert set(wanted.outbound) < set(merged.routes.outbound)
+        assert own_port in {r.listen_port for r in merged.routes.outbound}  # its own route kept
+
+        edge.stop(settings, wait_s=5)
+        clash = f"tcp:{wanted.outbound[0].listen_port}>127.0.0.1:{free_port()}@store"
+        edge.start(settings, inbound=[], outbound=[clash], tls_dir=tls.node, ready_timeout_s=15)
+        with pytest.raises(ConfigError) as caught:  # its own route on a feed's port
             anyio.run(ensure_feed_edge, settings, fleet)
-        assert "other routes" in str(caught.value)
         assert f"tcp:127.0.0.1:{wanted.outbound[0].listen_port}>" in str(caught.value)
 
         edge.stop(settings, wait_s=5)
