@@ -1,5 +1,7 @@
-"""Network namespaces standing in for hosts: two of them joined by a veth pair, with addresses
-only inside them (the root namespace gets no address and no route), removed in a finalizer.
+"""Network namespaces standing in for hosts: two of them joined by a veth pair (`two_hosts`), or
+any number on one bridge in the root namespace (`hosts_on_bridge`: the bridge is where a capture
+listens), with addresses only inside them (the root namespace gets no address and no route),
+removed in a finalizer.
 
 Needs root and `ip` (CI runs as root); `require_netns` skips with the reason otherwise (and
 `tools/bench_edge.py --netns` refuses with it). Programs run inside a namespace with `ip netns
@@ -107,6 +109,50 @@ def two_hosts() -> Iterator[tuple[Host, Host]]:
     finally:
         for namespace in made:  # deleting a namespace deletes its end of the veth pair too
             subprocess.run(["ip", "netns", "del", namespace], check=False, timeout=30)
+
+
+@dataclass(frozen=True)
+class BridgedHosts:
+    """Hosts on one bridge: the bridge's name in the root namespace (it has no address: what
+    crosses between the hosts passes it, so a capture on it sees every byte between them)."""
+
+    bridge: str
+    hosts: tuple[Host, ...]
+
+
+@contextmanager
+def hosts_on_bridge(*names: str) -> Iterator[BridgedHosts]:
+    """One namespace per name on one /24 of their own (10.253.N.1, .2, ... in the order given),
+    each joined to a bridge in the root namespace by a veth pair; all torn down on exit."""
+    tag = secrets.token_hex(3)
+    net = f"10.253.{int(tag[:2], 16)}"
+    bridge = f"gkb{tag}"
+    hosts = tuple(
+        Host(f"gkm-{tag}-{name}", f"{net}.{index}") for index, name in enumerate(names, start=1)
+    )
+    made: list[str] = []
+    bridged = False
+    try:
+        _ip("link", "add", bridge, "type", "bridge")
+        bridged = True
+        _ip("link", "set", bridge, "up")
+        for index, host in enumerate(hosts, start=1):
+            _ip("netns", "add", host.namespace)
+            made.append(host.namespace)
+            outside, inside = f"gk{tag}{index}b", f"gk{tag}{index}h"
+            _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            _ip("link", "set", outside, "master", bridge)
+            _ip("link", "set", outside, "up")
+            _ip("link", "set", inside, "netns", host.namespace)
+            _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
+            _ip("-n", host.namespace, "link", "set", inside, "up")
+            _ip("-n", host.namespace, "link", "set", "lo", "up")
+        yield BridgedHosts(bridge, hosts)
+    finally:
+        for namespace in made:  # deleting a namespace deletes its veth pair too
+            subprocess.run(["ip", "netns", "del", namespace], check=False, timeout=30)
+        if bridged:
+            subprocess.run(["ip", "link", "del", bridge], check=False, timeout=30)
 
 
 def _ip(*args: str) -> None:
