@@ -5,12 +5,16 @@ crossed between the hosts, to search for what must never cross in clear. Needs r
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from tests.support.netns import Host
 
 _ETH_P_ALL = 0x0003
 _SOL_PACKET = 263
@@ -58,3 +62,31 @@ def capture_on(link: str) -> Iterator[Capture]:
         stop.set()
         reader.join(timeout=5)
         sock.close()
+
+
+# A canary in clear between two namespaces: what proves a capture sees what crosses.
+_CANARY_SERVER = """
+import socket, sys
+with socket.create_server((sys.argv[1], int(sys.argv[2]))) as server:
+    print("ready", flush=True)
+    connection, _ = server.accept()
+    print(connection.recv(100).decode(), flush=True)
+"""
+_CANARY_CLIENT = """
+import socket, sys
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as connection:
+    connection.sendall(sys.argv[3].encode())
+"""
+CANARY_PORT = 7999
+
+
+def send_canary(sender: Host, receiver: Host) -> str:
+    """Send a fresh canary string in clear over TCP from `sender` to `receiver`; the string
+    (a capture between them must hold it, or it saw nothing)."""
+    canary = "CANARY" + os.urandom(6).hex()
+    port = str(CANARY_PORT)
+    server = receiver.spawn([sys.executable, "-c", _CANARY_SERVER, receiver.address, port])
+    assert server.stdout is not None and server.stdout.readline() == "ready\n"
+    sender.run([sys.executable, "-c", _CANARY_CLIENT, receiver.address, port, canary])
+    assert server.communicate(timeout=30)[0].strip() == canary
+    return canary

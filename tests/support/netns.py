@@ -17,6 +17,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,19 @@ import pytest
 
 COMMAND_TIMEOUT_S = 60.0
 CLI = (sys.executable, "-m", "graph_kvcache_mcp")
+
+
+# Run inside a host: whether a TCP connection to each HOST:PORT opens ("open" or "closed").
+_CONNECT = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        print("open")
+    except OSError:
+        print("closed")
+"""
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,13 @@ class Host:
         result: dict[str, object] = json.loads(done.stdout)
         return result
 
+    def connects(self, targets: Sequence[str]) -> list[bool]:
+        """Whether a TCP connection from this host to each HOST:PORT of `targets` opens."""
+        done = self.run([sys.executable, "-c", _CONNECT, *targets])
+        said = done.stdout.split()
+        assert len(said) == len(targets), done.stdout + done.stderr
+        return [word == "open" for word in said]
+
     def spawn(
         self, argv: Sequence[str], *, env: dict[str, str] | None = None
     ) -> subprocess.Popen[str]:
@@ -71,6 +92,19 @@ class Host:
             text=True,
             env=env,
         )
+
+
+def processes_left(host: Host, *, bound_s: float = 30.0) -> list[str]:
+    """The pids still in `host`'s namespace, once none is left or `bound_s` passed (a stop's
+    last exits may take a moment: a bound, not a race)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        left = subprocess.run(
+            ["ip", "netns", "pids", host.namespace], capture_output=True, text=True, check=False
+        ).stdout.split()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
 
 
 def netns_unavailable() -> str | None:

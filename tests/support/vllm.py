@@ -82,6 +82,16 @@ def bench_model_dir(layers: int, hidden: int, kv_heads: int) -> Path:
     return out
 
 
+def tiny_vllm_start_flags() -> list[str]:
+    """`vllm start`'s flags for the tiny model, small and fast on CPU (no --port, no data dir):
+    what the tests that start a node with our CLI share."""
+    return [
+        *("--model", str(tiny_model_dir()), "--served-model-name", MODEL_NAME),
+        *("--max-model-len", "4096", "--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16"),
+        *("--kv-cache-memory-bytes", str(256 * 1024 * 1024)),
+    ]
+
+
 def offline_environment(cache_root: Path) -> dict[str, str]:
     """Offline, no telemetry, and vLLM's compile cache in a temp dir."""
     return {

@@ -227,16 +227,20 @@ class ManagedEdge:
                 served_serial=served_serial(self.stats_socket, self.certificate_path),
             )
 
-    def status(self, *, tidy: bool = True) -> EdgeStatus:
-        """Whether our edge runs, holds every listener and answers on its runtime API."""
-        state = self.running_state(tidy=tidy)
+    def status(self) -> EdgeStatus:
+        """Whether our edge runs, holds every listener and answers on its runtime API. The
+        record of an edge that died is left for the next start or stop to replace: it is the
+        only trace of the routes it carried, which the answer names."""
+        recorded = self.state_file.read()
+        state = self.running_state(tidy=False)
         if state is None:
-            return EdgeStatus(
-                running=False,
-                data_dir=str(self.data_dir),
-                reason=f"no managed edge runs for {self.data_dir}; start one with "
-                "`graph-kvcache-mcp edge start`",
+            why = (
+                f"no managed edge runs for {self.data_dir}; start one with "
+                "`graph-kvcache-mcp edge start`"
+                if recorded is None
+                else _gone(recorded, self.data_dir)
             )
+            return EdgeStatus(running=False, data_dir=str(self.data_dir), reason=why)
         reason = self._listener_refusal(state)
         serial: str | None = None
         if reason is None:
@@ -375,3 +379,16 @@ def _haproxy_reason(log_path: Path, offset: int) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     alerts = [_ALERT_PREFIX.sub("", line) for line in lines if line.startswith("[ALERT]")]
     return "; ".join(alerts[:3])[:600] if alerts else (lines or ["(empty log)"])[-1][-300:]
+
+
+def _gone(recorded: EdgeState, data_dir: Path) -> str:
+    """Why no edge runs when one was recorded: it died without `edge stop`. Its routes are
+    named, since nothing restarts it: the commands that published them, run again, add them
+    back (each adds its own), or `edge start` with them all."""
+    routes = ", ".join(route.spec for route in recorded.routes.all())
+    return (
+        f"the edge of {data_dir} (pid {recorded.process.pid}) is gone without `edge stop` "
+        f"(killed or crashed); it carried {routes}. Run again the commands that published "
+        "them (`engine start --listen`, `lmcache coordinator start --listen ... --node ...` "
+        "with every node, `vllm start ... --listen`), or `edge start` with these routes"
+    )

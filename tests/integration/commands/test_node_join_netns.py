@@ -36,6 +36,7 @@ from tests.support.vllm import (
     offline_environment,
     require_vllm_venv,
     tiny_model_dir,
+    tiny_vllm_start_flags,
 )
 
 pytestmark = pytest.mark.vllm
@@ -343,10 +344,7 @@ def _start_node(node: Host, tmp_path: Path, *args: str) -> dict[str, Any]:
     started = node.run(
         [
             *CLI,
-            *("vllm", "start", "--model", str(tiny_model_dir()), "--port", str(VLLM_PORT)),
-            *("--served-model-name", MODEL_NAME, "--max-model-len", "4096"),
-            *("--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16"),
-            *("--kv-cache-memory-bytes", str(256 * 1024 * 1024)),
+            *("vllm", "start", *tiny_vllm_start_flags(), "--port", str(VLLM_PORT)),
             *("--engine-token-file", str(token_file), "--store-name", "store"),
             *("--api-key-env", "NODE_KEY", "--data-dir", str(tmp_path / "node")),
             *("--ready-timeout-s", str(READY_TIMEOUT_S), "--json"),

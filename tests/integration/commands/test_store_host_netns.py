@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from tests.support.fleet_tls import make_fleet_tls, require_haproxy
 from tests.support.lmcache import require_lmcache
-from tests.support.netns import Host, require_netns, two_hosts
+from tests.support.netns import Host, processes_left, require_netns, two_hosts
 
 pytestmark = pytest.mark.lmcache
 
@@ -191,19 +190,7 @@ def test_the_store_host_publishes_engine_and_coordinator_on_one_edge(tmp_path: P
             node.run([*CLI, "edge", "stop", "--data-dir", str(node_dir)], check=False)
             stand_in.terminate()
             stand_in.wait(timeout=30)
-        assert _pids(store) == []
-
-
-def _pids(host: Host) -> list[str]:
-    """The processes left in `host`'s namespace (a stop's last exits may take a moment)."""
-    deadline = time.monotonic() + 30  # a bound, not a race: the machine is shared
-    while (
-        left := subprocess.run(
-            ["ip", "netns", "pids", host.namespace], capture_output=True, text=True, check=False
-        ).stdout.split()
-    ) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
+        assert processes_left(store) == []
 
 
 def _cli(host: Host, *args: object, env: dict[str, str] | None = None) -> dict[str, Any]:

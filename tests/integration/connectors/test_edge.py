@@ -3,7 +3,9 @@ with mutual TLS: byte-exact, refusing outsiders, rotating without a drop, stoppi
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -175,6 +177,28 @@ def test_stop_leaves_nothing_running_and_frees_every_port(tmp_path: Path, tls: F
     assert listener_owner(-1, port) == "none"
     assert not edge.status().running
     assert not (tmp_path / "edge" / "edge" / "stats.sock").exists()
+
+
+def test_an_edge_killed_without_stop_is_reported_gone_with_the_routes_it_carried(
+    tmp_path: Path, tls: FleetTls
+) -> None:
+    route = f"http:127.0.0.1:{free_port()}>127.0.0.1:{free_port()}"  # as a spec renders it
+    edge = ManagedEdge(tmp_path / "edge")
+    started = edge.start(routes_of([route], []), tls.store)
+    assert started.pid is not None
+    os.kill(started.pid, signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(started.pid).wait(timeout=30)
+    status = edge.status()
+    assert not status.running
+    assert status.reason is not None
+    assert f"(pid {started.pid}) is gone without `edge stop`" in status.reason
+    assert route in status.reason and "engine start --listen" in status.reason
+    assert edge.status().reason == status.reason  # every reader is told, until a stop or start
+    assert edge.stop(term_wait_s=5).how == "not_running"
+    assert "no managed edge runs" in (edge.status().reason or "")
+    assert edge.start(routes_of([route], []), tls.store).reachable
+    assert edge.stop(term_wait_s=5).how == "terminated"
 
 
 def test_a_taken_listener_port_fails_the_start_naming_it(tmp_path: Path, tls: FleetTls) -> None:

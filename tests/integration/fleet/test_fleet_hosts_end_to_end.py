@@ -24,18 +24,17 @@ from typing import Any
 
 import pytest
 
-from tests.support.capture import capture_on
+from tests.support.capture import capture_on, send_canary
 from tests.support.fleet_tls import require_haproxy
 from tests.support.lmcache import require_lmcache
 from tests.support.mp_stack import CHUNK_SIZE, require_lmcache_in_vllm_venv
-from tests.support.netns import CLI, Host, hosts_on_bridge, require_netns
+from tests.support.netns import CLI, Host, hosts_on_bridge, processes_left, require_netns
 from tests.support.vllm import (
-    BLOCK_SIZE,
     MODEL_NAME,
     READY_TIMEOUT_S,
     offline_environment,
     require_vllm_venv,
-    tiny_model_dir,
+    tiny_vllm_start_flags,
 )
 
 pytestmark = [pytest.mark.vllm, pytest.mark.lmcache]
@@ -89,20 +88,6 @@ for target in sys.argv[2:]:
     host, port = target.rsplit(":", 1)
     said = "refused" if refused(int(port), no_certificate, host) else "answered"
     print(target, said)
-"""
-
-# Run between two namespaces: a canary in clear, proving the capture sees what crosses.
-_CANARY_SERVER = """
-import socket, sys
-with socket.create_server((sys.argv[1], int(sys.argv[2]))) as server:
-    print("ready", flush=True)
-    connection, _ = server.accept()
-    print(connection.recv(100).decode(), flush=True)
-"""
-_CANARY_CLIENT = """
-import socket, sys
-with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as connection:
-    connection.sendall(sys.argv[3].encode())
 """
 
 
@@ -161,8 +146,7 @@ def test_a_store_two_nodes_and_the_operator_across_hosts(tmp_path: Path) -> None
             urls = {name: joined[name]["fleet_entry"]["base_url"] for name in nodes}
 
             with capture_on(bridged.bridge) as seen:
-                canary = "CANARY" + os.urandom(6).hex()
-                _canary(node_1, operator, canary)
+                canary = send_canary(node_1, operator)
 
                 # Node 2 serves node 1's prompt from the engine.
                 first = prompt("a")
@@ -197,11 +181,30 @@ def test_a_store_two_nodes_and_the_operator_across_hosts(tmp_path: Path) -> None
                 for url in urls.values():
                     assert op.send(url, second, key="") == (401, 0)
 
-                # The store's edge killed mid-traffic: the nodes keep answering, from misses.
+                # The store's edge killed mid-traffic (a request to node 1 in flight; it must
+                # answer whether it crossed before or after): the nodes keep answering, misses.
                 edge = _cli(store, "edge", "status", "--data-dir", dirs["store"])
-                os.kill(int(edge["pid"]), signal.SIGKILL)
                 third = prompt("c")
-                assert op.send(urls["node-1"], third)[0] == 200
+                in_flight = op.send_later(urls["node-1"], third)
+                os.kill(int(edge["pid"]), signal.SIGKILL)
+                assert op.answer_of(in_flight)[0] == 200
+                store_ports = [
+                    f"{store.address}:{ENGINE_EDGE}",
+                    f"{store.address}:{COORDINATOR_EDGE}",
+                ]
+                assert not any(op.host.connects(store_ports)), "the store's edge outlived SIGKILL"
+                assert (
+                    _cli(store, "engine", "status", "--data-dir", dirs["store"])["published"]
+                    is None
+                )
+                gone = store.run(
+                    [*CLI, "edge", "status", "--data-dir", str(dirs["store"]), "--json"],
+                    env=ENV,
+                    check=False,
+                )
+                reason = json.loads(gone.stdout)["reason"]  # what it carried, to run again
+                assert gone.returncode == 3 and "is gone without `edge stop`" in reason, reason
+                assert f"{store.address}:{COORDINATOR_EDGE}>" in reason, reason
                 assert op.send(urls["node-2"], third) == (200, 0)  # an L2 miss, not an error
 
                 # What the user runs to bring the store back: the two publishing commands.
@@ -221,6 +224,9 @@ def test_a_store_two_nodes_and_the_operator_across_hosts(tmp_path: Path) -> None
                 whole = op.wait_l2(fourth, "node-2")
                 status, cached = op.send(urls["node-2"], fourth)
                 assert status == 200 and cached >= whole, (cached, whole)
+                # and the coordinator's routes: the operator's warm, carried by a callback
+                warmed = op.cli("cache", "warm", "--instance", "node-1", "--prompt", fourth)
+                assert (warmed["done"], warmed["found"]) == (True, whole // CHUNK_SIZE), warmed
 
             assert seen.holds(canary.encode()), "the capture saw nothing of the traffic"
             assert len(seen.data) > 1_000_000, len(seen.data)
@@ -229,7 +235,7 @@ def test_a_store_two_nodes_and_the_operator_across_hosts(tmp_path: Path) -> None
         finally:
             _stop_everything(store, nodes, operator, dirs)
         for host in bridged.hosts:
-            assert _pids(host) == [], host
+            assert processes_left(host) == [], host
     print(f"wall time {time.monotonic() - started_at:.0f} s")
 
 
@@ -247,13 +253,18 @@ class Operator:
         )
 
     def send(self, url: str, text: str, *, key: str = API_KEY) -> tuple[int, int]:
-        done = self.host.run(
-            [sys.executable, "-c", _SEND, str(self.tls), url, key, MODEL_NAME, text],
-            env=ENV,
-            timeout_s=330,
-        )
-        status, cached = done.stdout.split()
-        assert status in ("200", "401"), done.stderr[-1000:]
+        """One completion through a node's edge: (HTTP status, vLLM's cached tokens)."""
+        return self.answer_of(self.send_later(url, text, key=key))
+
+    def send_later(self, url: str, text: str, *, key: str = API_KEY) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-c", _SEND, str(self.tls), url, key, MODEL_NAME, text]
+        return self.host.spawn(argv, env=ENV)
+
+    @staticmethod
+    def answer_of(sent: subprocess.Popen[str]) -> tuple[int, int]:
+        out, err = sent.communicate(timeout=330)
+        status, cached = out.split()
+        assert status in ("200", "401"), err[-1000:]
         return int(status), int(cached)
 
     def where(self, text: str) -> dict[str, dict[str, Any]]:
@@ -325,10 +336,7 @@ def _join_nodes(
         }
         argv = [
             *CLI,
-            *("vllm", "start", "--model", str(tiny_model_dir()), "--port", "8000"),
-            *("--served-model-name", MODEL_NAME, "--max-model-len", "4096"),
-            *("--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16"),
-            *("--kv-cache-memory-bytes", str(256 * 1024 * 1024), "--kv-events"),
+            *("vllm", "start", *tiny_vllm_start_flags(), "--port", "8000", "--kv-events"),
             *("--kv-connector", "mp_native", "--lmcache-port", str(15555 + index)),
             *("--engine-url", engine_join["engine_url"], "--engine-token-file", str(copy)),
             *("--store-name", engine_join["tls_name"]),
@@ -345,13 +353,6 @@ def _join_nodes(
         assert API_KEY not in out + err
         results[name] = json.loads(out)
     return results
-
-
-def _canary(sender: Host, receiver: Host, canary: str) -> None:
-    server = receiver.spawn([sys.executable, "-c", _CANARY_SERVER, receiver.address, "7999"])
-    assert server.stdout is not None and server.stdout.readline() == "ready\n"
-    sender.run([sys.executable, "-c", _CANARY_CLIENT, receiver.address, "7999", canary])
-    assert server.communicate(timeout=30)[0].strip() == canary
 
 
 def _engine(store: Host, data_dir: Path) -> dict[str, Any]:
@@ -374,18 +375,6 @@ def _stop_everything(
     for host, name, verb in verbs:
         argv = [*CLI, *verb.split(), "stop", "--data-dir", str(dirs[name])]
         host.run(argv, env=ENV, check=False, timeout_s=120)
-
-
-def _pids(host: Host) -> list[str]:
-    """The processes left in `host`'s namespace (a stop's last exits may take a moment)."""
-    deadline = time.monotonic() + 30  # a bound, not a race: the machine is shared
-    while (
-        left := subprocess.run(
-            ["ip", "netns", "pids", host.namespace], capture_output=True, text=True, check=False
-        ).stdout.split()
-    ) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
 
 
 def _cli(host: Host, *args: object, env: dict[str, str] | None = None) -> dict[str, Any]:
