@@ -7,6 +7,8 @@ vLLM with `EngineKVConnector`, started by `vllm start --engine-url https://S:944
 store's engine; a client with only the CA gets an answer with the API key and 401 without it; a
 client with no fleet certificate is refused at the feed ports; the feed itself reaches the store
 through both edges; the stops leave nothing running. Skipped when not root (CI runs as root).
+An mp_native node joining the store's coordinator, called back through both edges, is proved
+with the product's own store commands in `tests/integration/fleet/test_fleet_hosts_end_to_end.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,11 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from graph_kvcache_mcp.connectors.processes.ports import free_port
-from graph_kvcache_mcp.domain.lmcache.coordinator_plan import coordinator_spec
 from tests.support.fleet_tls import make_fleet_tls, require_haproxy
-from tests.support.lmcache import require_lmcache
-from tests.support.mp_stack import require_lmcache_in_vllm_venv
 from tests.support.netns import Host, require_netns, two_hosts
 from tests.support.vllm import (
     BLOCK_SIZE,
@@ -35,7 +32,6 @@ from tests.support.vllm import (
     READY_TIMEOUT_S,
     offline_environment,
     require_vllm_venv,
-    tiny_model_dir,
     tiny_vllm_start_flags,
 )
 
@@ -47,67 +43,10 @@ ENGINE_EDGE_PORT = 9443
 NODE_PORT = 8443  # P: vLLM's API; P+1 feed, P+2 replay
 VLLM_PORT = 8000  # vLLM on the node's loopback
 STORE_FEED_PORT = 15557  # the store's loopback side of the node's feed
-COORDINATOR_PORT = 9300  # the coordinator on the store's loopback
-COORDINATOR_EDGE_PORT = 9444
 API_KEY = "node-api-key-" + os.urandom(8).hex()
 PROMPT = [(7 * i) % 3000 + 5 for i in range(4 * BLOCK_SIZE + 3)]  # four full blocks
-LONG_PROMPT = [(11 * i) % 3000 + 5 for i in range(2 * 256 + 40)]  # two LMCache chunks
 ENV = {k: v for k, v in os.environ.items() if k != "EPISTEMIC_GRAPH_KVCACHE_URL"}
 ENV["PYTHONPATH"] = str(REPO)
-
-_WAIT_HTTP = """
-import sys, time, urllib.request
-deadline = time.monotonic() + 120
-while True:
-    try:
-        with urllib.request.urlopen(sys.argv[1], timeout=2) as reply:
-            if reply.status == 200:
-                break
-    except OSError:
-        if time.monotonic() > deadline:
-            raise
-    time.sleep(0.3)
-"""
-
-# Run on the store host: a prompt through the node's edge (so the node's server stores it and
-# reports it), the coordinator's view of the node, the store's edge route to the node's admin
-# port, and a prefetch the coordinator carries out by calling the node back.
-_COORDINATOR_CALLS = """
-import json, ssl, sys, time, urllib.request
-from pathlib import Path
-ca_dir, host, port, key, model, prompt, coordinator_port, advertised, model_path = sys.argv[1:]
-context = ssl.create_default_context(cafile=str(Path(ca_dir) / "ca.pem"))
-def call(url, body=None, headers=None, context=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json", **(headers or {})}
-    )
-    with urllib.request.urlopen(request, context=context, timeout=180) as reply:
-        return reply.status, json.load(reply)
-tokens = json.loads(prompt)
-status, _ = call(
-    f"https://{host}:{port}/v1/completions",
-    {"model": model, "prompt": tokens, "max_tokens": 2},
-    {"Authorization": f"Bearer {key}"},
-    context,
-)
-print("answer", status, flush=True)
-coordinator = f"http://127.0.0.1:{coordinator_port}"
-instances = call(coordinator + "/instances")[1]["instances"]
-print("registered", *sorted(f"{i['ip']}:{i['http_port']}" for i in instances), flush=True)
-print("callback", call(f"http://{advertised}/status")[0], flush=True)
-instance = instances[0]["instance_id"]
-body = {"instance_id": instance, "model_name": model_path, "world_size": 1,
-        "token_ids": tokens, "cache_salt": ""}
-job = call(coordinator + "/cache/prefetches", body)[1]
-deadline = time.monotonic() + 120
-while True:
-    state = call(f"{coordinator}/cache/prefetches/{instance}/{job['request_id']}")[1]
-    if state.get("status") != "pending" or time.monotonic() > deadline:
-        break
-    time.sleep(0.3)
-print("prefetch", state.get("status"), flush=True)
-"""
 
 # Run on the store host: a ZMQ subscriber on the store edge's loopback side of the node's feed;
 # prints the topic of the first event it gets (or "none" after the bound).
@@ -209,87 +148,6 @@ def test_a_node_joins_the_store_through_its_edge_and_publishes_vllm(tmp_path: Pa
         finally:
             _stop_all(((node, node_dir, "vllm"), (node, node_dir, "edge")), store, store_dir)
         assert _ours_running(tmp_path) == []
-
-
-@pytest.mark.lmcache
-def test_an_mp_native_node_joins_the_stores_coordinator_and_is_called_back(
-    tmp_path: Path,
-) -> None:
-    require_netns()
-    require_haproxy()
-    require_lmcache_in_vllm_venv()
-    lmcache = require_lmcache()
-    lmcache_port = free_port()  # names the server's /dev/shm pool, shared by every namespace
-    admin = NODE_PORT + 3
-    with two_hosts() as (store, node):
-        tls = make_fleet_tls(tmp_path / "tls", store.address, node.address)
-        store_dir, node_dir = tmp_path / "store", tmp_path / "node"
-        advertised = "127." + node.address.split(".", 1)[1]
-        coordinator: subprocess.Popen[str] | None = None
-        try:
-            engine = _cli(store, "engine", "start", "--backend", "memory", "--data-dir", store_dir)
-            state = tmp_path / "coordinator"
-            state.mkdir()
-            spec = coordinator_spec(port=COORDINATOR_PORT, state_dir=state)
-            coordinator = store.spawn([str(lmcache), *spec.argv[1:]], env={**ENV, **spec.env})
-            store.run(
-                [
-                    sys.executable,
-                    "-c",
-                    _WAIT_HTTP,
-                    f"http://127.0.0.1:{COORDINATOR_PORT}/instances",
-                ],
-                env=ENV,
-                timeout_s=180,
-            )
-            _cli(
-                store,
-                *("edge", "start", "--data-dir", store_dir, "--tls-dir", tls.store),
-                *("--inbound", f"http:{store.address}:{ENGINE_EDGE_PORT}>{engine['port']}"),
-                *("--inbound", f"http:{store.address}:{COORDINATOR_EDGE_PORT}>{COORDINATOR_PORT}"),
-                # the coordinator calls the node back at the address it advertised
-                *("--outbound", f"http:{advertised}:{admin}>{node.address}:{admin}@node"),
-            )
-            out = _start_node(
-                node,
-                tmp_path,
-                *("--kv-connector", "mp_native", "--lmcache-port", str(lmcache_port)),
-                *("--engine-url", f"https://{store.address}:{ENGINE_EDGE_PORT}"),
-                *("--coordinator", f"https://{store.address}:{COORDINATOR_EDGE_PORT}"),
-                *("--tls-dir", str(tls.node), "--listen", f"{node.address}:{NODE_PORT}"),
-            )
-            assert out["coordinator_node"] == f"node@{node.address}:{admin}"
-            assert out["fleet_entry"]["lmcache_http_url"] == f"https://{node.address}:{admin}"
-            before = _unique_blocks(store, store_dir)
-            calls = store.run(
-                [
-                    *(sys.executable, "-c", _COORDINATOR_CALLS, str(tls.store), node.address),
-                    *(str(NODE_PORT), API_KEY, MODEL_NAME, json.dumps(LONG_PROMPT)),
-                    *(str(COORDINATOR_PORT), f"{advertised}:{admin}", str(tiny_model_dir())),
-                ],
-                env=ENV,
-                timeout_s=400,
-            )
-            assert calls.stdout.split("\n")[:4] == [
-                "answer 200",
-                f"registered {advertised}:{admin}",  # the node advertised its loopback alias
-                "callback 200",  # the store reaches the node's server through both edges
-                "prefetch completed",  # the coordinator's own call back to the node
-            ], calls.stderr[-3000:]
-            assert _wait_for_growth(store, store_dir, before) > before
-        finally:
-            _stop_all(
-                ((node, node_dir, "vllm"), (node, node_dir, "lmcache"), (node, node_dir, "edge")),
-                store,
-                store_dir,
-            )
-            if coordinator is not None:
-                coordinator.terminate()
-                coordinator.communicate(timeout=30)
-        assert _ours_running(tmp_path) == []
-        assert [
-            e.name for e in Path("/dev/shm").iterdir() if f"graphkv_{lmcache_port}" in e.name
-        ] == []
 
 
 def test_a_join_whose_stack_fails_stops_the_edge_it_started(tmp_path: Path) -> None:
