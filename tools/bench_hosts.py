@@ -68,6 +68,8 @@ VLLM_PORT = 8000  # vLLM on the node's loopback (each namespace has its own)
 KEY_ENV = "NODE_KEY"
 TOKEN_ENV = "STORE_KV_TOKEN"
 RATIO_GOAL = 3.0
+CONNECTORS = ("engine", "mp_native")
+CONNECTOR_HELP = "EngineKVConnector (default) or vLLM -> lmcache server -> engine (its L2)"
 WARMUP_WORDS = 64
 # words the bench tokenizer (byte-level BPE trained on Python sources) makes one token each
 VOCABULARY = (
@@ -336,12 +338,7 @@ def send_prompts(port: int, prompts: list[str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_bench_model_arguments(parser)
-    parser.add_argument(
-        "--kv-connector",
-        choices=("engine", "mp_native"),
-        default="engine",
-        help="EngineKVConnector (default) or vLLM -> lmcache server -> engine (its L2)",
-    )
+    parser.add_argument("--kv-connector", choices=CONNECTORS, default="engine", help=CONNECTOR_HELP)
     parser.add_argument("--tiny", action="store_true", help="the suite's tiny model (quick)")
     parser.add_argument("--send", type=int, help=argparse.SUPPRESS)  # the node's half
     parser.add_argument("texts", nargs="?", type=Path, help=argparse.SUPPRESS)
