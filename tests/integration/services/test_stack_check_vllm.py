@@ -1,5 +1,6 @@
 """diagnose stack against a real vLLM: a healthy stack has no error nor warning; a vLLM
 without prefix caching, without prompt-token details and short of KV memory fires each finding."""
+
 from __future__ import annotations
 
 import json
