@@ -172,6 +172,27 @@ def test_a_store_two_nodes_and_the_operator_across_hosts(tmp_path: Path) -> None
                 status, cached = op.send(urls["node-1"], second)
                 assert status == 200 and cached == predicted["node-1"]["cached_tokens"] > 0
 
+                # The vLLM reads on a node by its URL alone (a configured target), with the
+                # fleet CA and the key: its status, and why a request would miss its cache.
+                across = {**op.env, "SSL_CERT_FILE": str(tls["operator"] / "ca.pem")}
+                here = ("--base-url", urls["node-2"], "--data-dir", dirs["operator"])
+                seen_status = _cli(operator, "vllm", "status", *here, env=across)
+                assert (seen_status["reachable"], seen_status["managed_by_us"]) == (True, False)
+                body = tmp_path / "chat.json"
+                body.write_text(json.dumps({"messages": [{"role": "user", "content": second}]}))
+                why = _cli(
+                    operator,
+                    "diagnose",
+                    "miss",
+                    "--first",
+                    body,
+                    "--second",
+                    body,
+                    *here,
+                    env=across,
+                )
+                assert why["reachable"] is True, why
+
                 # No fleet certificate: refused at every edge port of every host; vLLM's API
                 # takes the CA alone but needs the key.
                 ports = [f"{store.address}:{p}" for p in (ENGINE_EDGE, COORDINATOR_EDGE)]
