@@ -48,7 +48,10 @@ def wait_for_stats(
         time.sleep(0.2)
 
 
-def bench_server(rpc_url: str, http_url: str, engine: RunningEngine) -> str:
+def bench_server(rpc_url: str, http_url: str, engine: RunningEngine, *, first: int = 0) -> str:
+    """LMCache's own bench client: REQUESTS requests from sequence `first` on, stored then
+    retrieved with checksums. Tests that share an engine give different `first`s: chunks already
+    in the engine would be found, not stored, and checked by nothing."""
     result = run_lmcache(
         [
             "bench",
@@ -64,9 +67,9 @@ def bench_server(rpc_url: str, http_url: str, engine: RunningEngine) -> str:
             "--num-tokens",
             "512",
             "--start",
-            "0",
+            str(first),
             "--end",
-            str(REQUESTS),
+            str(first + REQUESTS),
             "--interval",
             "0",
         ],
@@ -183,7 +186,7 @@ def test_the_managed_server_trusts_a_private_ca_named_by_ssl_cert_file_and_store
             # A bool, so a failure never prints the environment (the token is in it).
             inherited = f"SSL_CERT_FILE={pki.ca_file}".encode() in environ
             assert inherited, "the managed lmcache server did not inherit SSL_CERT_FILE"
-            bench_server(status.rpc_url, status.http_url, memory_engine)
+            bench_server(status.rpc_url, status.http_url, memory_engine, first=1000)
             wait_for_stats(
                 memory_engine,
                 lambda s: (s.unique_blocks or 0) - (before.unique_blocks or 0) >= CHUNKS,

@@ -124,7 +124,7 @@ def test_a_neighbour_cannot_connect_to_the_lmcache_servers_kv_rpc(
     port_knock = as_nobody("connect", f"tcp://127.0.0.1:{state.port}")
     assert status.http_url is not None
     # The owner's LMCache client (the one vLLM's connector uses) stores and reloads over it.
-    bench = bench_server(status.rpc_url, status.http_url, memory_engine)
+    bench = bench_server(status.rpc_url, status.http_url, memory_engine, first=2000)
 
     # LMCache's MP protocol has no authentication: only a socket nobody can open keeps a
     # neighbour from looking up, storing and retrieving chunks as a vLLM would.
