@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import pytest
+from tests.support.engines import require_in_ci
 
 COMMAND_TIMEOUT_S = 60.0
 CLI = (sys.executable, "-m", "graph_kvcache_mcp")
@@ -117,8 +117,10 @@ def netns_unavailable() -> str | None:
 
 
 def require_netns() -> None:
+    """Skip locally, saying why, when namespaces cannot be made; fail in CI, which runs as root
+    with `ip` installed (`.ci/run`), so a missing piece is never a silent skip there."""
     if (reason := netns_unavailable()) is not None:
-        pytest.skip(reason)
+        require_in_ci(f"network namespaces ({reason})")
 
 
 @contextmanager
