@@ -69,9 +69,11 @@ class Inbound(_Route):
 
     @property
     def spec(self) -> str:
-        """The route in its CLI form (what `--inbound` takes)."""
+        """The route in its CLI form (what `--inbound` takes); a unix-socket target and a route
+        without client certificates, which only a join plan makes, are named as such."""
         listen = f"{self.listen_ip}:{self.listen_port}"
-        return f"{self.mode}:{listen}>{self.target_ip}:{self.target_port}"
+        open_to_all = "" if self.client_certificate == "required" else " (no client certificate)"
+        return f"{self.mode}:{listen}>{self.target}{open_to_all}"
 
     @model_validator(mode="after")
     def _target_is_local(self) -> Inbound:

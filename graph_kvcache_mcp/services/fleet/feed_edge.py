@@ -80,16 +80,9 @@ async def ensure_feed_edge(settings: Settings, fleet: Fleet) -> None:
     except (EdgeProcessError, InvalidValue) as exc:
         raise ConfigError(
             f"the fleet's tls:// feeds are read through this host's edge, which cannot carry "
-            f"them: {exc}. The feeds need {_described(wanted)}"
+            f"them: {exc}. The feeds need {', '.join(r.spec for r in wanted.outbound)}"
         ) from None
     if not status.reachable:
         raise ConfigError(
             f"this host's edge for the fleet's tls:// feeds is not serving: {status.reason}"
         )
-
-
-def _described(routes: EdgeRoutes) -> str:
-    return ", ".join(
-        f"tcp:{r.listen_ip}:{r.listen_port}>{r.peer_ip}:{r.peer_port}@{r.peer_name}"
-        for r in routes.outbound
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import PurePath
 
 import pytest
@@ -140,3 +141,15 @@ def test_an_inbound_route_forwards_to_exactly_one_local_target() -> None:
         Inbound(mode="tcp", listen_ip="10.0.0.2", listen_port=1)
     with pytest.raises(ValidationError, match="absolute path"):
         Inbound(mode="tcp", listen_ip="10.0.0.2", listen_port=1, target_socket="d/s.sock")
+
+
+def test_an_inbound_route_to_a_unix_socket_names_it_and_its_open_door_in_its_spec() -> None:
+    route = Inbound(
+        mode="tcp",
+        listen_ip=ipaddress.IPv4Address("10.0.0.2"),
+        listen_port=8444,
+        target_socket="/run/vllm/kv-events.sock",
+        client_certificate="none",
+    )
+    assert route.spec == "tcp:10.0.0.2:8444>unix@/run/vllm/kv-events.sock (no client certificate)"
+    assert parse_inbound("http:10.0.0.2:8443>8000").spec == "http:10.0.0.2:8443>127.0.0.1:8000"
