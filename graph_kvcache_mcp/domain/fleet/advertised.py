@@ -2,13 +2,16 @@
 
 A node's server advertises the loopback address `127.X.Y.Z` derived from its host's IPv4
 address `W.X.Y.Z` (the first octet dropped, 127 put in its place), and the store host's edge
-maps that address to the node (the contract of issue #37). The operator reaches the same server
-at `https://W.X.Y.Z:A`, so finding its registration takes both spellings.
+maps that address to the node (`domain/edge/store.advertised_loopback`, the one rule). The
+operator reaches the same server at `https://W.X.Y.Z:A`, so finding its registration takes both
+spellings.
 """
 
 from __future__ import annotations
 
 import ipaddress
+
+from graph_kvcache_mcp.domain.edge.store import advertised_loopback
 
 
 def registered_ips(host: str) -> tuple[str, ...]:
@@ -20,5 +23,4 @@ def registered_ips(host: str) -> tuple[str, ...]:
         return (host,)
     if not isinstance(address, ipaddress.IPv4Address) or address.is_loopback:
         return (host,)
-    _, x, y, z = address.packed
-    return (host, f"127.{x}.{y}.{z}")
+    return (host, str(advertised_loopback(address)))
