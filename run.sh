@@ -104,8 +104,13 @@ setup_vllm() {
     mark_ready .venv-vllm "$recipe"
   fi
   # EngineKVConnector runs inside vLLM: the package goes in without its dependencies (it needs
-  # only torch, pydantic, anyio and sniffio there, all of which vLLM brings).
+  # torch, pydantic, anyio and sniffio there, all of which vLLM brings, and crc32c, which it
+  # does not: its pin is read from pyproject.toml).
   install_without_deps .venv-vllm/bin/python
+  if ! .venv-vllm/bin/python -c "import crc32c" 2>/dev/null; then
+    .venv-vllm/bin/python -m pip install -q "$(.venv-vllm/bin/python -c \
+      'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if d.startswith("crc32c")))')"
+  fi
   step ".venv-vllm ready"
 }
 

@@ -28,7 +28,7 @@ INSTALL_HINT = (
 CONNECTOR_HINT = (
     "the engine KV connector runs inside vLLM: install this package into vLLM's venv without "
     "its dependencies (`<vLLM venv>/bin/pip install --no-deps graph-kvcache-mcp`, or "
-    "`--no-deps -e <checkout>`)"
+    "`--no-deps -e <checkout>`), and its block checksum (`<vLLM venv>/bin/pip install crc32c`)"
 )
 LMCACHE_MP_HINT = (
     "LMCache's MP connector runs inside vLLM: install LMCache into vLLM's venv after torch and "

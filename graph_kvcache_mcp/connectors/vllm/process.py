@@ -166,12 +166,13 @@ class ManagedVllm:
         if launch.kv_connector in ("mp_native", "redis_resp"):
             check_vllm_importable(self.python, module="lmcache", hint=LMCACHE_MP_HINT)
         if launch.kv_connector == "engine":
-            check_vllm_importable(
-                self.python,
-                module="graph_kvcache_mcp",
-                hint=CONNECTOR_HINT,
-                env=child_environment(launch, env or {}),  # what vLLM itself will see
-            )
+            for module in ("graph_kvcache_mcp", "crc32c"):
+                check_vllm_importable(
+                    self.python,
+                    module=module,
+                    hint=CONNECTOR_HINT,
+                    env=child_environment(launch, env or {}),  # what vLLM itself will see
+                )
         return self._launch(launch, plan, {**plan.env, **(env or {})}, ready_timeout_s, note)
 
     def stop(self, *, term_wait_s: float = 15.0) -> VllmStopResult:
