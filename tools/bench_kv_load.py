@@ -8,7 +8,9 @@ times (medians):
 - `reference`: raw sockets on N lanes, one GET per block received into a reused buffer, no HTTP
   parsing, no checks: the ceiling of this engine on this machine (best lane count of 1-16);
 - `connector`: the connector's own load (`BlockLoader`: values received on the client's lanes
-  into one-block slots, checked, and copied into the cache by the lane that received them);
+  straight into the blocks' pages of the cache, checked as they arrive);
+- `connector, through a slot`: the same reads into one-block slots, checked, then copied into
+  the cache by the lane that received them (the path for caches that are not host memory);
 - `connector, no checks`: the same reads without the payload checksum (what checking costs);
 - `before`: the path this replaced (whole values as bytes, `decode_block`, joined, scattered).
 
@@ -126,7 +128,8 @@ def main() -> int:
         store = EngineBlockStore(client, timeout_s=30.0, concurrency=args.lanes)
         try:
             client.put_many(list(zip(keys, values, strict=True)))
-            loader = BlockLoader(store, ident, pages.write_block)
+            loader = BlockLoader(store, ident, pages.write_block, pages.block_pages)
+            slotted = BlockLoader(store, ident, pages.write_block)
             secret = token.get_secret_value() if token is not None else ""
 
             def ref(lanes: int) -> Callable[[], float]:
@@ -135,6 +138,7 @@ def main() -> int:
             runs: dict[str, Callable[[], float]] = {
                 **{f"reference, {n} lanes": ref(n) for n in (1, 2, 4, 8, 16)},
                 "connector": lambda: connector_read(loader, keys),
+                "connector, through a slot": lambda: connector_read(slotted, keys),
                 "before": lambda: before_read(store, ident, pages, keys),
             }
             times: dict[str, list[float]] = {name: [] for name in [*runs, "connector, no checks"]}
@@ -163,8 +167,9 @@ def main() -> int:
         print(f"| {name} | {median:.4f} | {rate:.2f} | {reference / median:.2f} |")
     loop = moved / medians[f"reference, {LOOP_LANES} lanes"]
     print(load_share_line("dense, no vLLM", moved / medians["connector"], loop))
-    print("bytes copied per byte loaded: connector 2 (socket to slot, slot to cache); ")
-    print("before 4 (socket to chunks, chunks joined into bytes, joined again, scattered)")
+    print("bytes copied per byte loaded: connector 1 (socket to cache); through a slot 2 ")
+    print("(socket to slot, slot to cache); before 4 (socket to chunks, chunks joined into bytes, ")
+    print("joined again, scattered)")
     return 0
 
 

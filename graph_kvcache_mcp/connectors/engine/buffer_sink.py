@@ -114,6 +114,9 @@ class BufferSink:
             self._slots.give(self._slot)
             self._slot = None
 
+    def ended(self) -> None:
+        return  # every copy into the buffer is fenced by the window in `wrote`
+
     # --- result ------------------------------------------------------------------------------
 
     def problem(self) -> str | None:

@@ -31,6 +31,10 @@ MAX_INFORMATIONAL = 8
 """How many 1xx responses may precede the real one."""
 
 _RECV_CHUNK = 256 * 1024
+_HEAD_RECV_FOR_SINK = 4096
+"""What a reader with a sink asks for until the head is in: the head fits (a few hundred bytes)
+and the body then goes straight into the sink by `recv_into`. Asking for `_RECV_CHUNK` brought up
+to 256 KiB of body in the head's chunk, which was copied twice more on its way to the sink."""
 
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?: [\t\x20-\x7e\x80-\xff]*)?")
 _HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[\t ]*([\t\x20-\x7e\x80-\xff]*)")
@@ -69,6 +73,10 @@ class BodySink(Protocol):
     def wrote(self, count: int) -> None:
         """`count` bytes were put at the start of the last `target()`."""
 
+    def ended(self) -> None:
+        """The exchange is over, the body complete or not (a timeout, a reset): no `target()`
+        or `wrote()` follows, and no receive into the last target is under way."""
+
 
 @dataclass(frozen=True, slots=True)
 class ResponseHead:
@@ -106,6 +114,8 @@ class ResponseReader:
 
     def want(self) -> int:
         """How many bytes to ask the socket for next (the rest of the body, plus one for EOF)."""
+        if self._head is None and self._sink is not None and not self.head_only:
+            return _HEAD_RECV_FOR_SINK
         if self._head is None or self._head.length is None or self.head_only:
             return _RECV_CHUNK
         return max(4096, self._head.length - self._body_bytes + 1)

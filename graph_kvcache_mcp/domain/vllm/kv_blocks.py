@@ -17,6 +17,7 @@ caller could scatter into a KV cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import struct
@@ -80,17 +81,26 @@ class KvModelIdentity(BaseModel):
         `kv_groups` counts only when set, so a dense model's digest (and its stored keys) is
         the one it had before hybrids were handled.
         """
-        dump = self.model_dump()
-        if not dump["kv_groups"]:
-            del dump["kv_groups"]
-        fields = {"scheme": KEY_SCHEME_VERSION, **dump}
-        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return _identity_digest(self)
 
     @property
     def block_bytes(self) -> int:
         """Payload bytes of one block: every layer's page."""
         return self.num_layers * self.page_bytes
+
+
+@functools.lru_cache(maxsize=64)
+def _identity_digest(identity: KvModelIdentity) -> str:
+    """`KvModelIdentity.digest`, computed once per identity (equal identities share it): every
+    value a load receives checks its header against it, and the dump, JSON and sha256 took a
+    fifth of a load's Python time. A cache keyed by the frozen model, not a cached_property:
+    `model_copy(update=...)` would carry a cached value over to the changed copy."""
+    dump = identity.model_dump()
+    if not dump["kv_groups"]:
+        del dump["kv_groups"]
+    fields = {"scheme": KEY_SCHEME_VERSION, **dump}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 GPU_ALTERNATIVE = (

@@ -17,7 +17,7 @@ from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad, StateTransf
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 from graph_kvcache_mcp.plugins.vllm_kv.raw_pages import Placement, RawPages
-from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader, fetch_runs
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 
 if TYPE_CHECKING:
@@ -108,20 +108,27 @@ class HybridPages:
             )
         self.layout = layout
         self.pages = RawPages(caches, layout.placements, layout.num_blocks)
-        self.blocks = BlockLoader(store, identity, self._write_block)
-        self.states = BlockLoader(store, states, self._write_state)
+        self.store = store
+        self.blocks = BlockLoader(store, identity, self._write_block, self._block_pages)
+        self.states = BlockLoader(store, states, self._write_state)  # one value, many blocks
         self._state_targets: list[tuple[tuple[int, ...], ...]] = []
 
     def load(self, load: HybridLoad) -> tuple[int, int, str | None]:
         """Load all of a request's blocks and its state: (blocks loaded, bytes read, why not).
 
-        All or nothing: vLLM recomputes a failed hybrid request from its start.
+        All or nothing: vLLM recomputes a failed hybrid request from its start. The state is
+        fetched in the same batch as the blocks.
         """
-        got = self.blocks.load(load.blocks.keys, load.blocks.block_ids)
+        self._state_targets = [load.state.block_ids]
+        got, state = fetch_runs(
+            self.store,
+            [
+                (self.blocks, load.blocks.keys, load.blocks.block_ids),
+                (self.states, [load.state.key], [0]),
+            ],
+        )
         if got.failure is not None:
             return got.loaded_blocks, got.read_bytes, f"block {got.failure[0]}: {got.failure[1]}"
-        self._state_targets = [load.state.block_ids]
-        state = self.states.load([load.state.key], [0])
         if state.failure is not None:
             why = f"state {state.failure[0]}: {state.failure[1]}"
             return got.loaded_blocks, got.read_bytes, why
@@ -147,6 +154,9 @@ class HybridPages:
             ]
             items.append((state.key, self.pages.read(self.layout.flat_state_layers, ids)))
         return items
+
+    def _block_pages(self, block_id: int) -> list[memoryview]:
+        return self.pages.views(self.layout.attention_layers, block_id)
 
     def _write_block(self, block_id: int, payload: memoryview) -> None:
         attention = self.layout.attention_layers

@@ -65,6 +65,13 @@ class PagedKvCache:
             for layer in self.layers
         ]
 
+    def block_pages(self, block_id: int) -> list[memoryview] | None:
+        """Writable byte views of one block's page in every layer, in layer order (the payload's
+        order), for receiving a block in place; None when a layer is strided (no byte view)."""
+        if self._arrays is None:
+            return None
+        return [memoryview(array[block_id]) for array in self._arrays]
+
     def write_block(self, block_id: int, data: memoryview) -> None:
         """Copy one block's payload (every layer's page, layer-major, as `page_views` reads
         them) into that block of every layer. Releases the GIL while it copies."""

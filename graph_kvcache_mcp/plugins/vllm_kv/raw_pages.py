@@ -65,6 +65,10 @@ class RawPages:
             for name, block_id in zip(layers, block_ids, strict=True)
         )
 
+    def views(self, layers: Sequence[str], block_id: int) -> list[memoryview]:
+        """Writable byte views of block `block_id`'s page in each of `layers`, in order."""
+        return [memoryview(self._arrays[name][block_id]) for name in layers]
+
     def write(
         self, layers: Sequence[str], block_ids: Sequence[Sequence[int]], payload: memoryview
     ) -> None:

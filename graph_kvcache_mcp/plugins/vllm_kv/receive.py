@@ -1,17 +1,21 @@
 """Loading stored KV blocks into vLLM's paged cache at the speed of the wire.
 
-One load (`BlockLoader.load`) GETs its blocks on the engine client's lanes. For each, a
-`BlockReceiver` is the wire's body sink (`http_response.BodySink`): the value's small header goes
-into its own bytes and is checked first, the payload straight into a one-block slot
-(`socket.recv_into`: one copy, from the kernel), checksummed chunk by chunk as it arrives. The
-moment a block is complete and intact, the same lane copies it into the block's page of every
-layer (the second and last copy) while the other lanes are still receiving. zlib, hashlib and
-the cache copy (numpy) release the GIL for such sizes, so lanes overlap. Memory: one slot per
-lane, reused.
+One load (`BlockLoader.load`, or `fetch_runs` for several runs in one batch) GETs its blocks on
+the engine client's lanes. For each, a `BlockReceiver` is the wire's body sink
+(`http_response.BodySink`): the value's small header goes into its own bytes and is checked
+first; then, where the block's pages are host memory (`PagesOf`: vLLM's CPU cache), the payload
+is received straight into them, page by page (`socket.recv_into`: the only copy, from the
+kernel), checksummed as it arrives. Elsewhere it goes into a one-block slot and, complete and
+intact, is copied into the block (`WriteBlock`) by the lane that received it. The checksum and
+the copy release the GIL for such sizes, so lanes overlap. Memory: one slot per lane, reused.
 
 Lanes write into the KV cache only while their load is open (a `WriteWindow`, as in the LMCache
-adapter): the load closes it before it returns to vLLM, waiting for copies under way, so a lane
-that answers after the deadline never touches a block vLLM may already recompute or reuse.
+adapter): a receiver holds the window from its block's first payload byte until the block is
+complete or its exchange ended (`BodySink.ended`: a timeout or reset), and a slot copy holds it
+while it copies; the load closes it before it returns to vLLM, waiting for those, so a lane that
+answers after the deadline never touches a block vLLM may already recompute or reuse. A block
+received in place whose checksum fails holds garbage: it is reported as not loaded, and vLLM
+recomputes it (as it does every block after the first that failed).
 """
 
 from __future__ import annotations
@@ -40,15 +44,29 @@ Deliver = Callable[[memoryview], RejectedBlock | None]
 
 
 class BlockReceiver:
-    """Receives the value stored under `key`, checks it, and delivers its payload."""
+    """Receives the value stored under `key`, checks it, and puts its payload in its block:
+    into `pages` as it arrives when given (holding `window` meanwhile), else through a slot and
+    `deliver`."""
 
     def __init__(
-        self, key: str, identity: KvModelIdentity, slots: SlotPool, deliver: Deliver
+        self,
+        key: str,
+        identity: KvModelIdentity,
+        slots: SlotPool,
+        deliver: Deliver,
+        *,
+        pages: Sequence[memoryview] | None = None,
+        window: WriteWindow | None = None,
     ) -> None:
         self.key = key
         self.identity = identity
         self._slots = slots
         self._deliver = deliver
+        self._pages = pages if window is not None else None
+        self._window = window
+        self._entered = False  # holds the window: receiving into the block's pages
+        self._page = 0
+        self._page_filled = 0
         self._slot: memoryview | None = None
         self._prefix = bytearray(BLOCK_PREFIX_BYTES)
         self._header = bytearray()
@@ -75,6 +93,14 @@ class BlockReceiver:
             return memoryview(self._prefix)[self._head_filled :]
         if (at := self._head_filled - BLOCK_PREFIX_BYTES) < len(self._header):
             return memoryview(self._header)[at:]
+        if self._pages is not None:
+            if not self._entered:
+                assert self._window is not None
+                if not self._window.enter():
+                    self._finish(LATE)
+                    return self._scratch_view()
+                self._entered = True
+            return self._pages[self._page][self._page_filled :]
         assert self._slot is not None
         return self._slot[self._payload_filled :]
 
@@ -89,11 +115,22 @@ class BlockReceiver:
             elif self._head_filled == BLOCK_PREFIX_BYTES + len(self._header):
                 self._headed()
             return
-        assert self._slot is not None and self._check is not None
-        self._check.update(self._slot[self._payload_filled : self._payload_filled + count])
+        assert self._check is not None
+        if self._pages is not None:
+            page = self._pages[self._page]
+            self._check.update(page[self._page_filled : self._page_filled + count])
+            self._page_filled += count
+            if self._page_filled == len(page):
+                self._page, self._page_filled = self._page + 1, 0
+        else:
+            assert self._slot is not None
+            self._check.update(self._slot[self._payload_filled : self._payload_filled + count])
         self._payload_filled += count
         if self._payload_filled == self.identity.block_bytes:
             self._complete()
+
+    def ended(self) -> None:
+        self._leave()
 
     # --- result ------------------------------------------------------------------------------
 
@@ -128,18 +165,29 @@ class BlockReceiver:
             self._finish(check)
             return
         self._check = check
-        self._slot = self._slots.take()
+        if self._pages is None:
+            self._slot = self._slots.take()
 
     def _complete(self) -> None:
-        """The whole payload is in (its length matched the header): check it, deliver it."""
-        assert self._slot is not None and self._check is not None
-        if not self._check.matches():
-            outcome: RejectedBlock | None = CHECKSUM_MISMATCH
-        else:
-            outcome = self._deliver(self._slot)
+        """The whole payload is in (its length matched the header): check it, and deliver it
+        unless it is in its pages already."""
+        assert self._check is not None
+        intact = self._check.matches()
+        if self._pages is not None:
+            self._leave()
+            self._finish(None if intact else CHECKSUM_MISMATCH)
+            return
+        assert self._slot is not None
+        outcome = self._deliver(self._slot) if intact else CHECKSUM_MISMATCH
         self._slots.give(self._slot)
         self._slot = None
         self._finish(outcome)
+
+    def _leave(self) -> None:
+        if self._entered:
+            assert self._window is not None
+            self._entered = False
+            self._window.leave()
 
     def _finish(self, outcome: RejectedBlock | None) -> None:
         self._outcome = outcome
@@ -163,17 +211,26 @@ class LoadResult:
 
 WriteBlock = Callable[[int, memoryview], None]
 """Copies one block's payload into that block of the KV cache (`PagedKvCache.write_block`)."""
+PagesOf = Callable[[int], Sequence[memoryview] | None]
+"""Writable views of a block's pages in the KV cache, in payload order
+(`PagedKvCache.block_pages`); None where they are not host memory."""
 
 
 class BlockLoader:
-    """Loads runs of stored blocks into one worker's KV cache through `write_block`."""
+    """Loads runs of stored blocks into one worker's KV cache: into `pages_of` a block's pages
+    as they arrive where it gives them, else through a slot and `write_block`."""
 
     def __init__(
-        self, store: EngineBlockStore, identity: KvModelIdentity, write_block: WriteBlock
+        self,
+        store: EngineBlockStore,
+        identity: KvModelIdentity,
+        write_block: WriteBlock,
+        pages_of: PagesOf | None = None,
     ) -> None:
         self.store = store
         self.identity = identity
         self.write_block = write_block
+        self.pages_of = pages_of
         self._slots = SlotPool(identity.block_bytes)
 
     def load(self, keys: Sequence[str], block_ids: Sequence[int]) -> LoadResult:
@@ -182,24 +239,22 @@ class BlockLoader:
         Blocks after the first that failed may have been written too; the caller reports them
         for recompute, which overwrites them. Never raises for what the engine sends.
         """
-        window = WriteWindow()
-        receivers = [
-            BlockReceiver(key, self.identity, self._slots, self._deliverer(window, block_id))
+        return fetch_runs(self.store, [(self, keys, block_ids)])[0]
+
+    def receivers(
+        self, keys: Sequence[str], block_ids: Sequence[int], window: WriteWindow
+    ) -> list[BlockReceiver]:
+        return [
+            BlockReceiver(
+                key,
+                self.identity,
+                self._slots,
+                self._deliverer(window, block_id),
+                pages=None if self.pages_of is None else self.pages_of(block_id),
+                window=window,
+            )
             for key, block_id in zip(keys, block_ids, strict=True)
         ]
-        try:
-            expect = len(keys) * self.identity.block_bytes
-            answers = self.store.fetch_into(keys, receivers, expect_bytes=expect)
-        finally:
-            window.close()
-        loaded = read_bytes = 0
-        for receiver, answer in zip(receivers, answers, strict=True):
-            why = receiver.verdict() if isinstance(answer, Hit) else _missing(answer)
-            if why is not None:
-                return LoadResult(loaded, read_bytes, (receiver.key, why.reason))
-            loaded += 1
-            read_bytes += answer.value if isinstance(answer, Hit) else 0
-        return LoadResult(loaded, read_bytes)
 
     def _deliverer(self, window: WriteWindow, block_id: int) -> Deliver:
         def deliver(payload: memoryview) -> RejectedBlock | None:
@@ -214,6 +269,41 @@ class BlockLoader:
             return None
 
         return deliver
+
+
+Run = tuple[BlockLoader, Sequence[str], Sequence[int]]
+"""A loader, the keys to load and the blocks they go into."""
+
+
+def fetch_runs(store: EngineBlockStore, runs: Sequence[Run]) -> list[LoadResult]:
+    """Load several runs in one batch on the client's lanes (a hybrid's attention blocks and its
+    Mamba state arrive together, not one after the other); one result per run."""
+    window = WriteWindow()
+    per_run = [loader.receivers(keys, ids, window) for loader, keys, ids in runs]
+    receivers = [receiver for run in per_run for receiver in run]
+    expect = sum(len(keys) * loader.identity.block_bytes for loader, keys, _ in runs)
+    try:
+        answers = store.fetch_into(
+            [receiver.key for receiver in receivers], receivers, expect_bytes=expect
+        )
+    finally:
+        window.close()
+    results, at = [], 0
+    for run in per_run:
+        results.append(_leading_run(run, answers[at : at + len(run)]))
+        at += len(run)
+    return results
+
+
+def _leading_run(receivers: Sequence[BlockReceiver], answers: Sequence[object]) -> LoadResult:
+    loaded = read_bytes = 0
+    for receiver, answer in zip(receivers, answers, strict=True):
+        why = receiver.verdict() if isinstance(answer, Hit) else _missing(answer)
+        if why is not None:
+            return LoadResult(loaded, read_bytes, (receiver.key, why.reason))
+        loaded += 1
+        read_bytes += answer.value if isinstance(answer, Hit) else 0
+    return LoadResult(loaded, read_bytes)
 
 
 def _missing(answer: object) -> RejectedBlock:

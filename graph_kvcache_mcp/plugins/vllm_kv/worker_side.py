@@ -64,7 +64,7 @@ class WorkerSide:
                 "blocks of a layout it does not understand"
             )
         self._pages = pages
-        self._loader = BlockLoader(self.store, self.identity, pages.write_block)
+        self._loader = BlockLoader(self.store, self.identity, pages.write_block, pages.block_pages)
         self._after_register()
 
     def _after_register(self) -> None:

@@ -2,7 +2,8 @@
 into the KV cache's blocks, the leading intact run counted, everything else a miss.
 
 vLLM's paged KV cache is torch memory that the test venv does not have; a dict of bytes per block
-stands in for it here (`write_block` is the one call the loader makes into it). The real cache
+stands in for it here (`write_block`: the path through a slot), or a dict of one bytearray per
+layer and block (`pages_of`: the path that receives into the pages in place). The real cache
 write runs in tests/integration/connectors/test_vllm_kv_connector.py on real CPU vLLM.
 """
 
@@ -40,6 +41,41 @@ class DictCache:
     def write_block(self, block_id: int, data: memoryview) -> None:
         with self._lock:
             self.blocks[block_id] = bytes(data)
+
+
+class PagedCache:
+    """Stands in for vLLM's CPU KV cache as host pages: one bytearray per layer and block, which
+    the loader receives into in place."""
+
+    def __init__(self) -> None:
+        self.pages: dict[int, list[bytearray]] = {}
+        self._lock = threading.Lock()
+
+    def pages_of(self, block_id: int) -> list[memoryview]:
+        with self._lock:
+            pages = self.pages.setdefault(
+                block_id, [bytearray(IDENTITY.page_bytes) for _ in range(IDENTITY.num_layers)]
+            )
+        return [memoryview(page) for page in pages]
+
+    def write_block(self, block_id: int, data: memoryview) -> None:
+        raise AssertionError("a load into host pages never goes through a slot")
+
+    def block(self, block_id: int) -> bytes:
+        return b"".join(self.pages[block_id])
+
+
+def _in_place_loader(url: str, token: object = None, timeout_s: float = 5.0) -> BlockLoader:
+    client = SyncKvClient(url, token, timeout_s=timeout_s)  # type: ignore[arg-type]
+    store = EngineBlockStore(client, timeout_s=timeout_s, concurrency=4)
+    cache = PagedCache()
+    return BlockLoader(store, IDENTITY, cache.write_block, cache.pages_of)
+
+
+def _paged(loader: BlockLoader) -> PagedCache:
+    owner = loader.write_block.__self__  # type: ignore[attr-defined]
+    assert isinstance(owner, PagedCache)
+    return owner
 
 
 def _payload(index: int) -> bytes:
@@ -221,3 +257,79 @@ def test_a_closed_load_window_admits_no_writer_and_waits_for_the_one_inside() ->
     window.leave()
     closer.join(timeout=5)
     assert closed.is_set() and not window.enter()
+
+
+def test_stored_blocks_load_in_place_into_their_pages(memory_engine: RunningEngine) -> None:
+    keys = _keys(24)
+    values = [encode_block(key, IDENTITY, _payload(i)) for i, key in enumerate(keys)]
+    with memory_engine.sync_client() as client:
+        client.put_many(list(zip(keys, values, strict=True)))
+    loader = _in_place_loader(memory_engine.base_url, memory_engine.token)
+    try:
+        result = loader.load(keys, list(range(50, 74)))
+    finally:
+        loader.store.close()
+    assert (result.loaded_blocks, result.failure) == (24, None)
+    assert result.read_bytes == sum(len(value) for value in values)
+    cache = _paged(loader)
+    assert all(cache.block(50 + i) == _payload(i) for i in range(24))
+
+
+@pytest.mark.parametrize("kind", ["checksum", "key"])
+def test_a_block_received_in_place_that_fails_its_checks_is_not_counted(
+    memory_engine: RunningEngine, kind: str
+) -> None:
+    """A damaged payload is already in its pages when its checksum fails: the block is reported
+    as not loaded (vLLM recomputes it, overwriting it); a foreign value never reaches them."""
+    keys = _keys(5)
+    items = [(key, encode_block(key, IDENTITY, _payload(i))) for i, key in enumerate(keys)]
+    items[2] = (keys[2], _damaged(keys[2], kind, keys[3]))
+    with memory_engine.sync_client() as client:
+        client.put_many(items)
+    loader = _in_place_loader(memory_engine.base_url, memory_engine.token)
+    try:
+        result = loader.load(keys, list(range(5)))
+    finally:
+        loader.store.close()
+    assert result.loaded_blocks == 2
+    assert result.failure is not None and result.failure[0] == keys[2]
+    assert kind in result.failure[1]
+    cache = _paged(loader)
+    assert [cache.block(i) for i in range(2)] == [_payload(i) for i in range(2)]
+    if kind == "key":
+        assert cache.block(2) == bytes(IDENTITY.block_bytes)
+
+
+def test_a_value_arriving_in_place_at_the_deadline_ends_with_the_load() -> None:
+    """A peer that sends the head and half a valid block, then the rest after the deadline
+    (a test double: a real engine cannot be made to stall mid-value). The receiver holds the
+    load's window while it receives into the pages: the timeout must release it (the load
+    returns within its bound), and nothing arrives in the pages after the load returned."""
+    key = _keys(1)[0]
+    value = encode_block(key, IDENTITY, _payload(2))
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
+    head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(value)
+    half = len(value) // 2
+
+    def trickle(conn: socket.socket, stop: threading.Event) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(head + value[:half])
+            stop.wait(1.5)
+            with contextlib.suppress(OSError):
+                conn.sendall(value[half:])
+
+    with loopback_peer(trickle, thread_per_connection=True) as url:
+        loader = _in_place_loader(url, timeout_s=0.5)
+        try:
+            began = time.monotonic()
+            result = loader.load([key], [0])
+            took = time.monotonic() - began
+            seen = _paged(loader).block(0)
+            time.sleep(1.5)  # the rest arrives now; nothing may write it into the pages
+        finally:
+            loader.store.close(flush_timeout_s=0.1)
+    assert result.loaded_blocks == 0 and result.failure is not None
+    assert took < 5.0  # the 0.5 s KV timeout bounds the load, window included
+    assert _paged(loader).block(0) == seen
+    assert seen.endswith(bytes(IDENTITY.block_bytes - (half - (len(value) - len(_payload(2))))))

@@ -126,6 +126,9 @@ class AffinityRecordingSink:
     def wrote(self, count: int) -> None:
         return
 
+    def ended(self) -> None:
+        return
+
 
 def test_load_lanes_run_on_the_cores_they_are_given_not_only_the_callers(
     memory_engine: RunningEngine,
@@ -221,7 +224,8 @@ def test_the_engine_comes_from_the_environment_and_a_bad_url_is_refused() -> Non
 
 
 def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
-    """vLLM's venv gets the package with --no-deps: no mcp, openai, httpx or platformdirs."""
+    """vLLM's venv gets the package with --no-deps (and crc32c): no mcp, openai, httpx or
+    platformdirs."""
     printed = _in_child(
         "import sys",
         "import graph_kvcache_mcp.plugins.vllm_kv.store",
@@ -240,6 +244,7 @@ def test_the_connector_support_modules_import_only_what_vllm_ships() -> None:
         "typing_inspection",
         "annotated_types",
         "psutil",  # a dependency of vLLM itself; the engine's holder proof reads processes
+        "crc32c",  # the block checksum: the one package run.sh and the docs add to vLLM's venv
     }
 
 

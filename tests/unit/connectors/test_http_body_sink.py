@@ -30,6 +30,9 @@ class BufferSink:
     def wrote(self, count: int) -> None:
         self.filled += count
 
+    def ended(self) -> None:
+        return
+
 
 def _ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body
