@@ -169,12 +169,21 @@ class BlockLoader:
     """Loads runs of stored blocks into one worker's KV cache through `write_block`."""
 
     def __init__(
-        self, store: EngineBlockStore, identity: KvModelIdentity, write_block: WriteBlock
+        self,
+        store: EngineBlockStore,
+        identity: KvModelIdentity,
+        write_block: WriteBlock,
+        *,
+        slots: SlotPool | None = None,
+        settle: Callable[[], None] | None = None,
     ) -> None:
+        """`slots` receive the blocks (default: plain memory; a CUDA cache's are pinned);
+        `settle` waits for copies `write_block` only queued (`WriteWindow`)."""
         self.store = store
         self.identity = identity
         self.write_block = write_block
-        self._slots = SlotPool(identity.block_bytes)
+        self._slots = slots or SlotPool(identity.block_bytes)
+        self._settle = settle
 
     def load(self, keys: Sequence[str], block_ids: Sequence[int]) -> LoadResult:
         """Put the blocks stored under `keys` into `block_ids`; the leading intact run counts.
@@ -182,7 +191,7 @@ class BlockLoader:
         Blocks after the first that failed may have been written too; the caller reports them
         for recompute, which overwrites them. Never raises for what the engine sends.
         """
-        window = WriteWindow()
+        window = WriteWindow(self._settle)
         receivers = [
             BlockReceiver(key, self.identity, self._slots, self._deliverer(window, block_id))
             for key, block_id in zip(keys, block_ids, strict=True)
