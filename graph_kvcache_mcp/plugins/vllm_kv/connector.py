@@ -132,10 +132,10 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
 
     @property
     def supports_sleep_mode(self) -> bool:
-        """vLLM 0.33's sleep mode frees and re-allocates the KV cache; the device path keeps
-        byte views of the registered allocation (`device.pages`), which would then address
-        freed memory. Until `unregister_kv_caches`/`restore_kv_caches` rebuild them, vLLM must
-        refuse sleep mode with this connector (vLLM 0.32 never asks)."""
+        """vLLM's sleep mode (the GPU series' hook) frees and re-allocates the KV cache; the
+        device path keeps byte views of the registered allocation (`device.pages`), which would
+        then address freed memory. Until `unregister_kv_caches`/`restore_kv_caches` rebuild
+        them, vLLM must refuse sleep mode with this connector (the CPU series never asks)."""
         return False
 
     # --- scheduler side ----------------------------------------------------------------------
