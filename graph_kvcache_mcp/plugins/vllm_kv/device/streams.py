@@ -93,9 +93,9 @@ class CudaStreams:
 
         self._cuda = torch.cuda
         self.device = device
-        # Saves are background work: the lowest priority, behind the model's kernels.
-        low, _high = torch.cuda.Stream.priority_range()
-        self._save = torch.cuda.Stream(device=device, priority=low)
+        # Saves are background work: CUDA's lowest priority (0, the default; higher ones are
+        # negative), never ahead of the model's kernels.
+        self._save = torch.cuda.Stream(device=device, priority=0)
         self._load = torch.cuda.Stream(device=device)
 
     def record_compute(self) -> Fence:
