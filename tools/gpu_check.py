@@ -2,20 +2,21 @@
 block restored, and the restored load's rate against the engine's plain wire rate.
 
 On a machine without a CUDA GPU it says so and exits 0, measuring nothing. With one (and vLLM
-installed in `--python`'s venv, 0.33 for GPUs), it starts the GPU stack this project supports,
-vLLM behind LMCache's MP connector with the engine as its L2 (`vllm start --kv-connector
-mp_native`): EngineKVConnector still refuses CUDA, and the script prints its refusal, which says
-what its CUDA copy path lacks. Then:
+installed in `--python`'s venv, 0.33 for GPUs), it starts vLLM with EngineKVConnector on its CUDA
+KV cache (`vllm start --kv-connector engine`: pinned host memory, side streams, events; see
+docs/vllm-connector.md "On CUDA"), or with `--kv-connector mp_native` LMCache's MP connector with
+the engine as its L2, to compare. Then:
 
 1. a cold completion of a long prompt (temperature 0, logprobs), and vLLM's block size;
-2. `vllm restart-reuse --restart stack`: vLLM and the lmcache server restart, so the next hits
-   come from the engine; its cold/restarted TTFT ratio and engine bytes loaded are printed;
+2. `vllm restart-reuse --restart stack`: vLLM (and an lmcache server, if any) restart, so the
+   next hits come from the engine; its cold/restarted TTFT ratio and engine bytes loaded print;
 3. the first prompt again on the restarted stack: cached tokens against every full block of
    the prompt (ratio 1.00 = every full block restored), and its logprobs against the cold ones;
 4. the engine's plain GET rate for blocks of the same size (the wire), and the restored load's
    rate (engine bytes loaded / restarted call latency) as a share of it.
 
-Usage: `.venv/bin/python tools/gpu_check.py --model Qwen/Qwen3-0.6B [--python VLLM_PY]`. It stops
+Usage: `.venv/bin/python tools/gpu_check.py --model Qwen/Qwen3-0.6B [--python VLLM_PY]
+[--kv-connector engine|mp_native]`. It stops
 what it started. Prints `ratio` lines; exit 1 when a proof fails, 2 on a setup error.
 """
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="Qwen/Qwen3-0.6B", help="a dense model vLLM can load")
     parser.add_argument("--python", default=os.environ.get("GRAPH_KVCACHE_VLLM_PYTHON"))
     parser.add_argument("--prompt-tokens", type=int, default=2048)
+    parser.add_argument("--kv-connector", choices=["engine", "mp_native"], default="engine")
     args = parser.parse_args(argv)
     platform = detect_platform()
     if platform.kind != "gpu":
@@ -64,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     version = _run([python, "-c", "import vllm; print(vllm.__version__)"]).strip()
     print(f"gpu: {', '.join(platform.gpus)}; vLLM {version} in {python}")
     refusal = unsupported_setup(**CUDA_DENSE_SETUP)
-    print(f"EngineKVConnector on CUDA: refused ({refusal})")
+    print(f"EngineKVConnector on CUDA, one rank, dense: {refusal or 'handled'}")
+    if refusal is not None and args.kv_connector == "engine":
+        return 2
     data_dir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     common = ["--data-dir", str(data_dir)]
     try:
-        _run([*CLI, "vllm", "start", "--model", args.model, "--kv-connector", "mp_native",
+        _run([*CLI, "vllm", "start", "--model", args.model, "--kv-connector", args.kv_connector,
               "--python", python, *common, "--json"])  # fmt: skip
         return _prove(args, common, data_dir)
     finally:

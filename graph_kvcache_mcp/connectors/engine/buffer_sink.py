@@ -17,18 +17,24 @@ buffer after the call has returned. A lane's socket read only ever touches its b
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 RECEIVE_SLOT_BYTES = 256 * 1024
 """One bounce slot: what a single `recv_into` may take (a loopback read rarely returns more)."""
 
 
 class WriteWindow:
-    """Copies into a call's buffers may start only while the window is open."""
+    """Copies into a call's buffers may start only while the window is open.
 
-    def __init__(self) -> None:
+    `settle` runs in `close` once the copies under way have returned: where a copy only queues
+    work (a CUDA copy on a stream), it waits for that work, so nothing lands after `close`.
+    """
+
+    def __init__(self, settle: Callable[[], None] | None = None) -> None:
         self._changed = threading.Condition()
         self._open = True
         self._writers = 0
+        self._settle = settle
 
     def enter(self) -> bool:
         with self._changed:
@@ -48,14 +54,26 @@ class WriteWindow:
         with self._changed:
             self._open = False
             self._changed.wait_for(lambda: self._writers == 0)
+        if self._settle is not None:
+            self._settle()
 
 
 class SlotPool:
     """Reused bounce slots, so that reads do not fault in fresh pages for every value. A slot
-    goes back once its value is complete; a lane cut off mid-value keeps its slot."""
+    goes back once its value is complete; a lane cut off mid-value keeps its slot.
 
-    def __init__(self, slot_bytes: int = RECEIVE_SLOT_BYTES) -> None:
+    `allocate` makes a new slot of a given size (default: a `bytearray`); a CUDA KV cache's
+    loads pass pinned host memory (`plugins.vllm_kv.device.slots`).
+    """
+
+    def __init__(
+        self,
+        slot_bytes: int = RECEIVE_SLOT_BYTES,
+        *,
+        allocate: Callable[[int], memoryview] | None = None,
+    ) -> None:
         self.slot_bytes = slot_bytes
+        self._allocate = allocate or _plain_slot
         self._free: list[memoryview] = []
         self._lock = threading.Lock()
 
@@ -63,11 +81,15 @@ class SlotPool:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        return memoryview(bytearray(self.slot_bytes))
+        return self._allocate(self.slot_bytes)
 
     def give(self, slot: memoryview) -> None:
         with self._lock:
             self._free.append(slot)
+
+
+def _plain_slot(size: int) -> memoryview:
+    return memoryview(bytearray(size))
 
 
 class BufferSink:

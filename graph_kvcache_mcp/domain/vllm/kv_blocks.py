@@ -103,13 +103,14 @@ def _identity_digest(identity: KvModelIdentity) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+KV_DEVICES = ("cpu", "cuda")
+"""Where EngineKVConnector moves KV blocks: vLLM's CPU cache, or its CUDA cache through pinned
+host memory on side streams (`plugins.vllm_kv.device`)."""
 GPU_ALTERNATIVE = (
-    "EngineKVConnector moves blocks of vLLM's CPU KV cache only: its CUDA copy path (pinned "
-    "host buffers, copies on a side stream ordered against the model's writes by events, "
-    "blocks held until an async save finishes, pages addressed through vLLM's KVCacheTensor "
-    "placements, the sleep-mode hooks) is not built yet. On a GPU use LMCache's MP connector "
-    "with the engine as its remote tier (graph-kvcache-mcp lmcache config, vllm start "
-    "--kv-connector mp_native); docs/vllm-connector.md lists what a GPU build needs"
+    "EngineKVConnector moves blocks of vLLM's CPU and CUDA KV caches only. Elsewhere, and for a "
+    "hybrid model on a GPU, use LMCache's MP connector with the engine as its remote tier "
+    "(graph-kvcache-mcp lmcache config, vllm start --kv-connector mp_native); "
+    "docs/vllm-connector.md says what each device is proven with"
 )
 
 
@@ -123,7 +124,7 @@ def unsupported_setup(
     sliding_window: int | None,
 ) -> str | None:
     """Why the connector must refuse this vLLM setup at start-up, or None when it handles it."""
-    if device != "cpu":
+    if device not in KV_DEVICES:
         return f"the KV cache lives on {device!r}. {GPU_ALTERNATIVE}"
     if tensor_parallel != 1 or pipeline_parallel != 1:
         return (
@@ -170,6 +171,8 @@ def unsupported_hybrid(
     )
     if single is not None:
         return single
+    if device != "cpu":  # the device copy path moves a dense model's blocks only (so far)
+        return f"a hybrid's KV cache on {device!r}. {GPU_ALTERNATIVE}"
     attention = [kind for kind in group_kinds if kind == "FullAttentionSpec"]
     others = [kind for kind in group_kinds if kind not in ("FullAttentionSpec", "MambaSpec")]
     if others or sliding_window or len(attention) != 1 or len(attention) == len(group_kinds):

@@ -67,6 +67,7 @@ same: LMCache's MP connector talking to an `lmcache server`)."""
 MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
 """The modes whose vLLM side is LMCache's MP connector talking to an `lmcache server`."""
 ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.plugins.vllm_kv.connector"
+_ON_CUDA = "; on CUDA it copies through pinned host memory on side streams (one rank)"
 ENGINE_ENV_NAMES = (KV_URL_ENV, KV_TOKEN_ENV, KV_TIMEOUT_ENV)
 """The environment through which vLLM's processes learn where the engine is (never flags: vLLM
 logs its kv_transfer_config)."""
@@ -239,7 +240,7 @@ def plan_launch(
         )
     env: dict[str, str] = {}
     if launch.kv_connector != "none":
-        args += _kv_connector_flags(launch, platform, env, notes)
+        args += _kv_connector_flags(launch, platform, env, notes, hybrid=hybrid is not None)
     if launch.kv_events:
         args += _kv_events_flags(launch, notes)
     args += ["--middleware", DEV_ROUTES_FILTER] if launch.dev_mode else []
@@ -278,7 +279,7 @@ def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
 
 
 def _kv_connector_flags(
-    launch: VllmLaunch, platform: Platform, env: dict[str, str], notes: list[str]
+    launch: VllmLaunch, platform: Platform, env: dict[str, str], notes: list[str], *, hybrid: bool
 ) -> list[str]:
     if any(arg.split("=", 1)[0] == "--kv-transfer-config" for arg in launch.extra_args):
         raise ConfigError(
@@ -286,16 +287,15 @@ def _kv_connector_flags(
         )
     transfer = kv_transfer_config(launch)
     if launch.kv_connector == "engine":
-        if platform.kind != "cpu":
+        if platform.kind != "cpu" and hybrid:
             raise ConfigError(
-                "kv_connector 'engine' (EngineKVConnector) moves CPU KV caches only; on a GPU "
-                "use kv_connector 'mp_native' with an lmcache server whose remote tier is the "
-                "engine (lmcache config / lmcache start)"
+                "kv_connector 'engine' moves a hybrid's KV cache on CPU only; on a GPU use "
+                "kv_connector 'mp_native' (an lmcache server with the engine as its remote tier)"
             )
         notes.append(
             "--kv-transfer-config EngineKVConnector: the engine is vLLM's KV tier; vLLM's venv "
             "needs this package (pip install --no-deps graph-kvcache-mcp) and gets the engine's "
-            "URL and token through its environment"
+            f"URL and token through its environment{_ON_CUDA if platform.kind != 'cpu' else ''}"
         )
     else:
         # LMCache hashes prompts with Python's hash seed: every process must share it.

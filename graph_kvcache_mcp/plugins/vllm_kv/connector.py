@@ -20,9 +20,10 @@ hands its calls to an implementation):
   never an exception into vLLM. A block that fails to load is reported to vLLM, which recomputes
   it: the connector sets `kv_load_failure_policy` to "recompute" for that reason.
 
-Handles vLLM's CPU KV cache only (one full-attention KV cache group, or a Mamba2 hybrid in align
-mode: `plugins.vllm_kv.hybrid`; tensor and pipeline parallel size 1); anything else is refused at
-start-up (`plugins.vllm_kv.identity`). Imports only what vLLM's venv provides.
+Handles vLLM's CPU KV cache (one full-attention KV cache group, or a Mamba2 hybrid in align mode:
+`plugins.vllm_kv.hybrid`) and a dense model's CUDA KV cache (`plugins.vllm_kv.device`: pinned
+host memory, side streams, events); tensor and pipeline parallel size 1. Anything else is refused
+at start-up (`plugins.vllm_kv.identity`). Imports only what vLLM's venv provides.
 """
 
 from __future__ import annotations
@@ -83,7 +84,15 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         if len(kv_cache_config.kv_cache_groups) > 1:
             layout = hybrid_layout(kv_cache_config)
             states = state_identity(self.identity, layout)
-        setup = ConnectorSetup(self.identity, states, layout, self.store)
+        setup = ConnectorSetup(
+            self.identity,
+            states,
+            layout,
+            self.store,
+            num_blocks=int(kv_cache_config.num_blocks),
+            # A device cache's saves copy out after the step (`plugins.vllm_kv.device`).
+            async_saves=str(vllm_config.device_config.device_type) != "cpu",
+        )
         self.scheduler = SchedulerSide(setup)
         self.worker = WorkerSide(setup)
         if role == KVConnectorRole.SCHEDULER:
@@ -121,6 +130,14 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     def requires_kv_delivery(self) -> bool:
         return False  # a dropped save is a future miss, nothing more
 
+    @property
+    def supports_sleep_mode(self) -> bool:
+        """vLLM's sleep mode (the GPU series' hook) frees and re-allocates the KV cache; the
+        device path keeps byte views of the registered allocation (`device.pages`), which would
+        then address freed memory. Until `unregister_kv_caches`/`restore_kv_caches` rebuild
+        them, vLLM must refuse sleep mode with this connector (the CPU series never asks)."""
+        return False
+
     # --- scheduler side ----------------------------------------------------------------------
 
     def get_num_new_matched_tokens(
@@ -152,7 +169,8 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     def request_finished_all_groups(
         self, request: Request, block_ids: tuple[list[int], ...]
     ) -> tuple[bool, dict[str, Any] | None]:
-        # Saves copy their blocks out in the step that filled them: nothing holds blocks here.
+        # CPU saves copy their blocks out in the step that filled them; a device cache's run
+        # after it, so the request is held until the workers report them done.
         return self.scheduler.finished(request)
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
@@ -162,6 +180,10 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         self.worker.register(kv_caches)
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        """vLLM is about to reuse preempted requests' blocks: copies reading them end first."""
+        self.worker.wait_for_copies()
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
@@ -198,7 +220,7 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         return self.worker.take_load_errors()
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
-        return self.worker.take_transfer_results()
+        return self.worker.take_transfer_results(finished_req_ids)
 
     def shutdown(self) -> None:
         """vLLM is stopping: saves still queued go to the engine first (bounded, logged)."""

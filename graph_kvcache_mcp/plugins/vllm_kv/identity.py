@@ -39,6 +39,10 @@ class ConnectorSetup:
     layout: HybridLayout | None
     """A hybrid's KV cache groups (None for a dense model)."""
     store: EngineBlockStore
+    num_blocks: int = 0
+    """Blocks in vLLM's KV cache (`KVCacheConfig.num_blocks`): addresses a device cache's pages."""
+    async_saves: bool = False
+    """Saves copy out on a side stream (a CUDA cache): requests are held until they are done."""
 
 
 def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:
@@ -48,9 +52,9 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
     every group's kind and geometry (`kv_groups`), so its keys are never a dense model's.
 
     Raises:
-        ValueError: a setup this connector does not handle (not the CPU KV cache, KV cache
-            groups other than one full-attention group or a Mamba2 hybrid in align mode, tensor
-            or pipeline parallelism).
+        ValueError: a setup this connector does not handle (a KV cache neither on the CPU nor
+            on CUDA, KV cache groups other than one full-attention group or a Mamba2 hybrid in
+            align mode on CPU, tensor or pipeline parallelism).
     """
     from vllm import __version__ as vllm_version
 
@@ -91,13 +95,19 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
     served = model.served_model_name or model.model
     served_name = served[0] if isinstance(served, list) else served
     dtype = str(spec.dtype).removeprefix("torch.")
-    backend, kernel_block = _cpu_backend(spec.block_size)
+    device = str(vllm_config.device_config.device_type)
+    if device == "cpu":
+        backend, kernel_block = _cpu_backend(spec.block_size)
+        isa = _cpu_attention_isa(spec, cache.cache_dtype)
+    else:
+        backend, kernel_block = _device_backend(vllm_config, spec)
+        isa = _gpu_architecture()
     layout = device_layout(
-        device=str(vllm_config.device_config.device_type),
+        device=device,
         backend=backend,
         kv_layout=kv_cache_config.kv_cache_layout or "LBHNC",
         kernel_block=kernel_block,
-        isa=_cpu_attention_isa(spec, cache.cache_dtype),
+        isa=isa,
         cache_dtype=str(cache.cache_dtype),
     )
     return KvModelIdentity(
@@ -124,12 +134,52 @@ def _cpu_backend(block_size: int) -> tuple[str, int]:
     try:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-        sizes = CPUAttentionBackend.get_supported_kernel_block_sizes()
-        fixed = [size for size in sizes if isinstance(size, int)]
-        bases = [int(size.base) for size in sizes if not isinstance(size, int)]
-        return str(CPUAttentionBackend.get_name()), kernel_block_size(block_size, fixed, bases)
+        return _backend_kernel(CPUAttentionBackend, block_size)
     except Exception as exc:  # private vLLM names: keep keys distinct, say what failed
         return f"unknown-{type(exc).__name__}", block_size
+
+
+def _device_backend(vllm_config: VllmConfig, spec: Any) -> tuple[str, int]:
+    """The attention backend vLLM selects for this config on its GPU, and its kernel block.
+
+    The scheduler and the workers ask the same selector with the same config, so both sides
+    name the same backend; a failure names itself instead (keys stay apart, never shared).
+    """
+    try:
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.selector import get_attn_backend
+
+        with set_current_vllm_config(vllm_config):
+            backend = get_attn_backend(
+                spec.head_size,
+                spec.dtype,
+                str(vllm_config.cache_config.cache_dtype),
+                num_heads=vllm_config.model_config.get_num_attention_heads(
+                    vllm_config.parallel_config
+                ),
+            )
+        return _backend_kernel(backend, spec.block_size)
+    except Exception as exc:  # private vLLM names: keep keys distinct, say what failed
+        return f"unknown-{type(exc).__name__}", spec.block_size
+
+
+def _backend_kernel(backend: Any, block_size: int) -> tuple[str, int]:
+    """A backend class's name and the kernel block it runs `block_size` as."""
+    sizes = backend.get_supported_kernel_block_sizes()
+    fixed = [size for size in sizes if isinstance(size, int)]
+    bases = [int(size.base) for size in sizes if not isinstance(size, int)]
+    return str(backend.get_name()), kernel_block_size(block_size, fixed, bases)
+
+
+def _gpu_architecture() -> str:
+    """The GPU's compute capability (`sm90`): kernels may order a page per architecture."""
+    try:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        return f"sm{major}{minor}"
+    except Exception as exc:  # no device visible here: name the failure, keep keys distinct
+        return f"unknown-{type(exc).__name__}"
 
 
 def _cpu_attention_isa(spec: Any, cache_dtype: str) -> str:

@@ -226,12 +226,18 @@ class BlockLoader:
         identity: KvModelIdentity,
         write_block: WriteBlock,
         pages_of: PagesOf | None = None,
+        *,
+        slots: SlotPool | None = None,
+        settle: Callable[[], None] | None = None,
     ) -> None:
+        """`slots` receive the blocks (default: plain memory; a CUDA cache's are pinned);
+        `settle` waits for copies `write_block` only queued (`WriteWindow`)."""
         self.store = store
         self.identity = identity
         self.write_block = write_block
         self.pages_of = pages_of
-        self._slots = SlotPool(identity.block_bytes)
+        self._slots = slots or SlotPool(identity.block_bytes)
+        self.settle = settle
 
     def load(self, keys: Sequence[str], block_ids: Sequence[int]) -> LoadResult:
         """Put the blocks stored under `keys` into `block_ids`; the leading intact run counts.
@@ -278,7 +284,8 @@ Run = tuple[BlockLoader, Sequence[str], Sequence[int]]
 def fetch_runs(store: EngineBlockStore, runs: Sequence[Run]) -> list[LoadResult]:
     """Load several runs in one batch on the client's lanes (a hybrid's attention blocks and its
     Mamba state arrive together, not one after the other); one result per run."""
-    window = WriteWindow()
+    settles = [loader.settle for loader, _, _ in runs if loader.settle is not None]
+    window = WriteWindow(_all_of(settles) if settles else None)
     per_run = [loader.receivers(keys, ids, window) for loader, keys, ids in runs]
     receivers = [receiver for run in per_run for receiver in run]
     expect = sum(len(keys) * loader.identity.block_bytes for loader, keys, _ in runs)
@@ -293,6 +300,14 @@ def fetch_runs(store: EngineBlockStore, runs: Sequence[Run]) -> list[LoadResult]
         results.append(_leading_run(run, answers[at : at + len(run)]))
         at += len(run)
     return results
+
+
+def _all_of(settles: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    def settle_all() -> None:
+        for settle in settles:
+            settle()
+
+    return settle_all
 
 
 def _leading_run(receivers: Sequence[BlockReceiver], answers: Sequence[object]) -> LoadResult:

@@ -20,6 +20,7 @@ from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
     published_identity,
 )
 from graph_kvcache_mcp.domain.vllm.kv_plan import ScheduledRequest, TransferPlanner
+from graph_kvcache_mcp.plugins.vllm_kv.device.held import SchedulerHolds
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
 from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup, eligible
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
@@ -44,6 +45,7 @@ class SchedulerSide:
         self.store = setup.store
         self.planner = TransferPlanner(identity.digest, self.block_size)
         self._local_tokens: dict[str, int] = {}
+        self.holds = SchedulerHolds(setup.async_saves)
         self._hit_source: HitSource | None = None
         self._hit_source_asked = -HIT_SOURCE_RETRY_S
         self._layout = layout = setup.layout
@@ -153,18 +155,23 @@ class SchedulerSide:
                 preempted=preempted,
                 finished=finished,
             )
+            self.holds.planned(save.req_id for save in hybrid.saves)
+            self.holds.planned(state.req_id for state in hybrid.state_saves)
             return EngineKVMetadata(
                 saves=hybrid.saves, hybrid_loads=hybrid.loads, state_saves=hybrid.state_saves
             )
         plan = self.planner.plan_step(scheduled, preempted=preempted, finished=finished)
+        self.holds.planned(save.req_id for save in plan.saves)
         return EngineKVMetadata(loads=plan.loads, saves=plan.saves)
 
     def finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
+        """`request_finished`: True keeps the request's blocks until the workers report its
+        async saves done (a device cache's; CPU saves are copied out in their own step)."""
         self.planner.forget(request.request_id)
         if self._hybrid is not None:
             self._hybrid.forget(request.request_id)
         self._local_tokens.pop(request.request_id, None)
-        return False, None
+        return self.holds.finished(request.request_id), None
 
     def connector_output(self, connector_output: KVConnectorOutput) -> None:
         if self._hybrid is not None:

@@ -24,7 +24,12 @@ from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
 from graph_kvcache_mcp.domain.outcomes import Hit, Outcome, Presence, Unavailable
 from graph_kvcache_mcp.domain.vllm.engine_kv.hit_sources import HitSource, engine_hit_source
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import OutagePause, TransferTally
-from graph_kvcache_mcp.plugins.vllm_kv.uploads import Encode, UploadQueue, bind_calling_thread
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import (
+    Encode,
+    Payload,
+    UploadQueue,
+    bind_calling_thread,
+)
 
 LOOKUP_CHUNK = 16
 """Existence checks per round: a cold prompt costs one round, not one per block."""
@@ -150,7 +155,9 @@ class EngineBlockStore:
 
     # --- writes (the upload queue's) ---------------------------------------------------------
 
-    def save_later(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
+    def save_later(
+        self, items: Sequence[tuple[str, Payload]], encode: Encode | None = None
+    ) -> None:
         """Queue (key, value) pairs for upload (`UploadQueue.save_later`)."""
         self.uploads.save_later(items, encode)
 

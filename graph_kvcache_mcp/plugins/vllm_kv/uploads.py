@@ -14,7 +14,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
@@ -29,7 +29,9 @@ UPLOAD_LANES = 2
 MAX_UPLOAD_DEFER_S = 10.0
 """An upload waits for vLLM's forward step to end at most this long before it goes anyway."""
 
-Encode = Callable[[str, bytes], bytes]
+Payload = bytes | memoryview
+"""A queued block's data: bytes, or a view of host memory a device copy fills (`device.mover`)."""
+Encode = Callable[[str, Payload], bytes]
 """Turns a queued block's data into the value stored under its key."""
 
 DRAIN_ENV = "EPISTEMIC_GRAPH_KVCACHE_DRAIN_S"
@@ -86,7 +88,7 @@ class UploadQueue:
         self._between_steps = threading.Event()
         self._between_steps.set()
         self._lock = threading.Lock()
-        self._saves: queue.Queue[tuple[list[tuple[str, bytes]], Encode | None] | None]
+        self._saves: queue.Queue[tuple[list[tuple[str, Payload]], Encode | None] | None]
         self._saves = queue.Queue()
         self._pending_bytes = 0
         self._pending_blocks = 0
@@ -96,7 +98,9 @@ class UploadQueue:
         self._uploader.daemon = True
         self._uploader.start()
 
-    def save_later(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
+    def save_later(
+        self, items: Sequence[tuple[str, Payload]], encode: Encode | None = None
+    ) -> None:
         """Queue (key, value) pairs for upload; drops them when the engine is down or far behind.
 
         With `encode`, each value is `encode(key, data)` of the data queued, made on the upload
@@ -111,7 +115,7 @@ class UploadQueue:
             self._pending_bytes += size
             self._pending_blocks += len(items)
             self._idle.clear()
-        self._saves.put((items, encode))
+        self._saves.put((list(items), encode))
 
     def run_uploads_on(self, cores: frozenset[int]) -> None:
         """Run the upload threads on `cores` only (vLLM's reserved cores; nothing when empty).
@@ -203,7 +207,7 @@ class UploadQueue:
                     if self._saves.empty():
                         self._idle.set()
 
-    def _upload(self, items: list[tuple[str, bytes]], encode: Encode | None = None) -> None:
+    def _upload(self, items: list[tuple[str, Payload]], encode: Encode | None = None) -> None:
         if self._pause.quiet():
             self.tally.add(dropped_blocks=len(items))
             return
@@ -224,7 +228,7 @@ class UploadQueue:
         logger.debug("engine KV: saved %d new of %d blocks", len(new), len(items))
 
     def _put_between_steps(
-        self, item: tuple[str, bytes], encode: Encode | None
+        self, item: tuple[str, Payload], encode: Encode | None
     ) -> Stored | Unavailable:
         """Encode and PUT one block; on the forward pass's own cores, between vLLM's steps.
 
@@ -236,7 +240,7 @@ class UploadQueue:
         if not self._upload_cores:
             self._between_steps.wait(MAX_UPLOAD_DEFER_S)
         key, data = item
-        return self.client.put(key, encode(key, data) if encode else data)
+        return self.client.put(key, encode(key, data) if encode else bytes(data))
 
 
 def _new(outcome: object) -> bool:

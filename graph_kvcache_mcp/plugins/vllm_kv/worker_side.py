@@ -4,26 +4,38 @@ Before the forward pass, reads the planned blocks, checks each value's header an
 writes them into the paged KV cache (`receive.BlockLoader`); after the pass (`wait_for_save`),
 copies the newly full blocks out and queues them for upload (`uploads.UploadQueue`). A block that
 fails to load is reported to vLLM, which recomputes it; a hybrid's request loads all or nothing.
+A KV cache on a device (CUDA) moves through `device.mover`: its saves finish after the step, so
+their requests are held until the copies are done (`device.held`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
 
+from graph_kvcache_mcp.domain.vllm.engine_kv.device import kernel_rows
 from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
+from graph_kvcache_mcp.plugins.vllm_kv.device.held import HeldSaves
+from graph_kvcache_mcp.plugins.vllm_kv.device.mover import DeviceBlocks, encoder
+from graph_kvcache_mcp.plugins.vllm_kv.device.pages import dense_pages
+from graph_kvcache_mcp.plugins.vllm_kv.device.streams import (
+    DONE,
+    CopyStreams,
+    Fence,
+    streams_for,
+)
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import logger
 from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridPages
 from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
-from graph_kvcache_mcp.plugins.vllm_kv.uploads import process_cores, reserved_cores
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import Payload, process_cores, reserved_cores
 
 NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
 
@@ -31,11 +43,17 @@ NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
 class WorkerSide:
     """Moves blocks between one worker's KV cache and the engine."""
 
-    def __init__(self, setup: ConnectorSetup) -> None:
+    def __init__(self, setup: ConnectorSetup, streams: CopyStreams | None = None) -> None:
+        """`streams`: where a device cache's copies run (default: its device's own); given, the
+        device path moves CPU tensors too (how tests run it without a GPU)."""
         self.identity = identity = setup.identity
         self.states = states = setup.states
         self.store = setup.store
         self._layout = setup.layout
+        self._num_blocks = setup.num_blocks
+        self._streams = streams
+        self._device: DeviceBlocks | None = None
+        self.held = HeldSaves()
         self._pages: PagedKvCache | None = None
         self._loader: BlockLoader | None = None
         self._hybrid_pages: HybridPages | None = None
@@ -52,6 +70,10 @@ class WorkerSide:
             )
             self._after_register()
             return
+        first = next(iter(kv_caches.values()), None)
+        if first is not None and (first.device.type != "cpu" or self._streams is not None):
+            self._register_device(kv_caches, self._streams or streams_for(first.device))
+            return
         pages = PagedKvCache(kv_caches)
         if (len(pages.layers), pages.page_bytes) != (
             self.identity.num_layers,
@@ -66,6 +88,20 @@ class WorkerSide:
         self._pages = pages
         self._loader = BlockLoader(self.store, self.identity, pages.write_block, pages.block_pages)
         self._after_register()
+
+    def _register_device(self, kv_caches: dict[str, torch.Tensor], streams: CopyStreams) -> None:
+        pages = dense_pages(
+            kv_caches,
+            num_blocks=self._num_blocks,
+            kernel_rows=kernel_rows(self.identity.layout, self.identity.block_size),
+        )
+        self._device = DeviceBlocks(pages, streams, self.store, self.identity)
+        logger.info(
+            "EngineKVConnector: KV cache on %s, %d layers, %d byte runs per block",
+            pages.device,
+            len(pages.layer_names),
+            pages.runs_per_block,
+        )
 
     def _after_register(self) -> None:
         _allow_amx_tiles()
@@ -93,19 +129,31 @@ class WorkerSide:
         errors, self._load_errors = self._load_errors, set()
         return errors
 
-    def take_transfer_results(self) -> KVConnectorTransferResults:
+    def take_transfer_results(self, finished: Iterable[str] = ()) -> KVConnectorTransferResults:
         """Hybrid loads done in this step; a failed one is reported as such (vLLM recomputes
-        the request) and as finished, which releases it from its wait."""
+        the request) and as finished, which releases it from its wait. Of the `finished`
+        requests, those held for async saves, once their copies are done."""
         loaded, self._loaded = self._loaded, set()
         failed, self._failed = self._failed, set()
-        return KVConnectorTransferResults(finished_recving=loaded | failed, failed_recving=failed)
+        return KVConnectorTransferResults(
+            finished_sending=self.held.release(finished),
+            finished_recving=loaded | failed,
+            failed_recving=failed,
+        )
+
+    def wait_for_copies(self) -> None:
+        """Every queued copy out is done: vLLM is about to reuse preempted requests' blocks."""
+        self.held.wait_all()
 
     def _load(self, load: BlockTransfer) -> None:
         """Load the longest good run of `load`'s blocks; report the rest for recompute."""
-        if self._loader is None:
-            raise RuntimeError(NOT_REGISTERED)
         began = time.perf_counter()
-        result = self._loader.load(load.keys, load.block_ids)
+        if self._device is not None:
+            result = self._device.load(load.keys, load.block_ids)
+        elif self._loader is not None:
+            result = self._loader.load(load.keys, load.block_ids)
+        else:
+            raise RuntimeError(NOT_REGISTERED)
         took = time.perf_counter() - began
         if result.failure is not None:
             logger.warning(
@@ -171,6 +219,9 @@ class WorkerSide:
             return
         if not metadata.saves:
             return
+        if self._device is not None:
+            self._save_device(metadata, self._device)
+            return
         if self._pages is None:
             raise RuntimeError(NOT_REGISTERED)
         pages = self._pages
@@ -188,6 +239,21 @@ class WorkerSide:
             return
         self.store.save_later(items, self._encode)
 
+    def _save_device(self, metadata: EngineKVMetadata, device: DeviceBlocks) -> None:
+        """Queue one copy of the step's blocks on the save stream; the upload waits for it."""
+        keys = [key for save in metadata.saves for key in save.keys]
+        block_ids = [block_id for save in metadata.saves for block_id in save.block_ids]
+        fence: Fence = DONE
+        try:
+            items, fence = device.copy_out(keys, block_ids)
+        except Exception:  # a save is an optimisation: never fail the step for it
+            logger.exception("EngineKVConnector: could not copy blocks out for saving")
+            items = []
+        for save in metadata.saves:  # held either way: the scheduler holds every saved request
+            self.held.saving(save.req_id, fence)
+        if items:
+            self.store.save_later(items, encoder(self.identity, fence))
+
     def _save_hybrid(self, metadata: EngineKVMetadata, pages: HybridPages) -> None:
         if not (metadata.saves or metadata.state_saves):
             return
@@ -203,11 +269,11 @@ class WorkerSide:
             self.store.save_later(states, self._encode_state)
 
 
-def _encoder(identity: KvModelIdentity) -> Callable[[str, bytes], bytes]:
+def _encoder(identity: KvModelIdentity) -> Callable[[str, Payload], bytes]:
     """The upload thread's encoding of a block saved under `identity` (header, checksum)."""
 
-    def encode(key: str, payload: bytes) -> bytes:
-        return encode_block(key, identity, payload)
+    def encode(key: str, payload: Payload) -> bytes:
+        return encode_block(key, identity, [payload])
 
     return encode
 

@@ -17,6 +17,7 @@ from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from graph_kvcache_mcp.plugins.vllm_kv.uploads import (
     UPLOAD_NICENESS,
+    Payload,
     drain_seconds,
     give_workers_time_to_drain,
 )
@@ -96,9 +97,9 @@ def test_uploads_run_niced_on_the_cores_they_are_given(memory_engine: RunningEng
     core = max(os.sched_getaffinity(0))
     seen: list[tuple[set[int], int]] = []
 
-    def encode(key: str, data: bytes) -> bytes:  # runs on the upload lane that sends the block
+    def encode(key: str, data: Payload) -> bytes:  # runs on the upload lane that sends the block
         seen.append((os.sched_getaffinity(0), os.getpriority(os.PRIO_PROCESS, 0)))
-        return data
+        return bytes(data)
 
     store = _store(memory_engine.base_url, memory_engine)
     try:

@@ -87,3 +87,30 @@ def test_a_finished_value_returns_its_slot_for_the_next_one() -> None:
     assert bytes(first.buffer) == b"a" * 100 and bytes(second.buffer) == b"b" * 100
     reused = slots.take()
     assert bytes(reused[:50]) == b"b" * 50, "the second value was received in the first's slot"
+
+
+def test_closing_settles_the_copies_a_writer_queued_after_it_left_and_refuses_later_ones() -> None:
+    """A device copy only queues work: `settle` waits for it, after the writers, before `close`
+    returns (the CUDA load path passes its load stream's synchronize)."""
+    events: list[str] = []
+    window = WriteWindow(settle=lambda: events.append("settled"))
+    assert window.enter()
+    events.append("queued a copy")
+    window.leave()
+    window.close()
+    events.append("closed")
+    assert events == ["queued a copy", "settled", "closed"]
+    assert not window.enter()
+
+
+def test_a_pool_makes_its_slots_with_the_allocator_it_was_given() -> None:
+    made: list[int] = []
+
+    def allocate(size: int) -> memoryview:
+        made.append(size)
+        return memoryview(bytearray(size))
+
+    pool = SlotPool(64, allocate=allocate)
+    slot = pool.take()
+    pool.give(slot)
+    assert pool.take() is slot and made == [64]  # reused, not made again

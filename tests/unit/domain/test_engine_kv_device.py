@@ -9,6 +9,7 @@ import pytest
 from graph_kvcache_mcp.domain.vllm.engine_kv.device import (
     device_layout,
     kernel_block_size,
+    kernel_rows,
     rank_key,
     tensor_parallel_label,
 )
@@ -93,3 +94,27 @@ def test_the_identity_counts_the_ranks_so_tp2_is_not_tp1() -> None:
     assert tensor_parallel_label(0, 1) == "1/1"  # a single rank keeps its existing keys
     assert tensor_parallel_label(0, 2) == tensor_parallel_label(1, 2) == "tp2"
     assert identity(layout).digest != identity(layout, tensor_parallel_label(1, 2)).digest
+
+
+def test_kernel_rows_are_read_back_from_the_layout_device_layout_made() -> None:
+    layout = device_layout(
+        device="cuda",
+        backend="FLASH_ATTN",
+        kv_layout="NHD",
+        kernel_block=16,
+        isa="sm90",
+        cache_dtype="auto",
+    )
+    assert kernel_rows(layout, 64) == 4
+    assert kernel_rows(layout, 16) == 1
+
+
+@pytest.mark.parametrize("layout", ["cpu:CPU_ATTN:LBHNC", "cpu:CPU_ATTN:LBHNC:kb0:vec:auto"])
+def test_a_layout_without_a_usable_kernel_block_is_refused(layout: str) -> None:
+    with pytest.raises(ValueError, match="no kernel block"):
+        kernel_rows(layout, 32)
+
+
+def test_a_kernel_block_that_does_not_divide_the_block_is_refused() -> None:
+    with pytest.raises(ValueError, match="dividing 24"):
+        kernel_rows("cuda:FLASH_ATTN:NHD:kb16:sm90:auto", 24)

@@ -87,6 +87,11 @@ def test_lmcache_mp_on_a_cpu_hybrid_is_refused_pointing_to_the_engine(family: st
         plan(tiny(family), kv_connector="mp_native")
 
 
+def test_the_engine_connector_on_a_gpu_hybrid_is_refused_pointing_to_mp_native() -> None:
+    with pytest.raises(ConfigError, match=r"hybrid's KV cache on CPU only.*mp_native"):
+        plan(tiny("granite"), GPU, kv_connector="engine")
+
+
 def test_lmcache_mp_on_a_gpu_hybrid_steps_one_block_at_a_time() -> None:
     launched = plan(tiny("granite"), GPU, kv_connector="mp_native")
     assert value(launched.args, "--max-num-batched-tokens") == "16"

@@ -131,11 +131,16 @@ def test_the_cpu_full_attention_single_rank_setup_is_handled() -> None:
     assert unsupported_setup(**SUPPORTED) is None  # type: ignore[arg-type]
 
 
+def test_a_single_rank_cuda_kv_cache_is_handled_by_the_device_copy_path() -> None:
+    assert unsupported_setup(**{**SUPPORTED, "device": "cuda"}) is None  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"device": "cuda"}, "LMCache's MP connector"),
-        ({"device": "cuda"}, "pinned host buffers"),  # says what the CUDA path lacks
+        ({"device": "xpu"}, "LMCache's MP connector"),
+        ({"device": "tpu"}, "CPU and CUDA KV caches only"),
+        ({"device": "cuda", "tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
         ({"tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
         ({"pipeline_parallel": 2}, "tensor and pipeline parallel size 1"),
         ({"kv_cache_groups": 2}, "one KV cache group"),

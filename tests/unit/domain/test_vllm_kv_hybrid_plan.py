@@ -110,7 +110,8 @@ def test_a_mamba2_hybrid_in_align_mode_is_handled() -> None:
         ({"group_kinds": ["FullAttentionSpec", "SlidingWindowSpec"]}, "sliding-window model"),
         ({"sliding_window": True}, "--disable-hybrid-kv-cache-manager"),
         ({"group_kinds": ["MambaSpec", "MLAAttentionSpec"]}, "one full-attention KV cache group"),
-        ({"device": "cuda"}, "LMCache's MP connector"),
+        ({"device": "cuda"}, "a hybrid's KV cache on 'cuda'"),
+        ({"device": "xpu"}, "LMCache's MP connector"),
         ({"tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
     ],
 )

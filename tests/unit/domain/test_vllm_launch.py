@@ -113,9 +113,12 @@ def test_the_engine_connector_sets_the_transfer_config_and_recompute_on_load_fai
     assert plan.env == {}  # the engine's URL and token come from the caller, never the plan
 
 
-def test_the_engine_connector_is_refused_on_a_gpu_with_the_alternative_named() -> None:
-    with pytest.raises(ConfigError, match="mp_native"):
-        plan_launch(VllmLaunch(model="/m", kv_connector="engine"), GPU, host="127.0.0.1")
+def test_the_engine_connector_runs_a_dense_model_on_a_gpu_with_the_same_transfer_config() -> None:
+    launch = VllmLaunch(model="/m", kv_connector="engine")
+    plan = plan_launch(launch, GPU, host="127.0.0.1")
+    config = json.loads(flag_value(plan.args, "--kv-transfer-config"))
+    assert config["kv_connector"] == "EngineKVConnector"
+    assert any("pinned host memory" in note for note in plan.notes)
 
 
 @pytest.mark.parametrize("mode", ["mp_native", "redis_resp"])

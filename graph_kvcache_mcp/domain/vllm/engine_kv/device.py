@@ -38,6 +38,19 @@ def device_layout(
     return ":".join(parts)
 
 
+def kernel_rows(layout: str, block_size: int) -> int:
+    """Kernel blocks per vLLM block for an identity `layout` made by `device_layout`.
+
+    Raises:
+        ValueError: the layout names no kernel block that divides `block_size`.
+    """
+    parts = layout.split(":")
+    kernel = parts[3].removeprefix("kb") if len(parts) > 3 else ""
+    if not kernel.isdigit() or int(kernel) == 0 or block_size % int(kernel):
+        raise ValueError(f"layout {layout!r} names no kernel block dividing {block_size}")
+    return block_size // int(kernel)
+
+
 def kernel_block_size(block_size: int, sizes: Sequence[int], multiples_of: Sequence[int]) -> int:
     """The kernel block a backend runs a `block_size` block as: the block itself when the
     backend takes a multiple of one of `multiples_of` that divides it, or one of its fixed
