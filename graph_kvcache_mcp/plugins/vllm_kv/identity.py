@@ -172,12 +172,18 @@ def _backend_kernel(backend: Any, block_size: int) -> tuple[str, int]:
 
 
 def _gpu_architecture() -> str:
-    """The GPU's compute capability (`sm90`): kernels may order a page per architecture."""
-    try:
-        import torch
+    """The GPU's compute capability (`sm90`): kernels may order a page per architecture.
 
-        major, minor = torch.cuda.get_device_capability()
-        return f"sm{major}{minor}"
+    Asked through vLLM's platform (NVML on CUDA), not torch.cuda: the scheduler's process of a
+    multi-process vLLM has no CUDA context, and asking torch would create one there.
+    """
+    try:
+        from vllm.platforms import current_platform
+
+        capability = current_platform.get_device_capability()
+        if capability is None:
+            return "unknown-capability"
+        return f"sm{capability.major}{capability.minor}"
     except Exception as exc:  # no device visible here: name the failure, keep keys distinct
         return f"unknown-{type(exc).__name__}"
 
