@@ -31,6 +31,9 @@ SCHED_OUTPUT = "vllm/v1/core/sched/output.py"
 REQUEST = "vllm/v1/request.py"
 KV_CACHE_INTERFACE = "vllm/v1/kv_cache_interface.py"
 CPU_ATTENTION = "vllm/v1/attention/backends/cpu_attn.py"
+ATTENTION_SELECTOR = "vllm/v1/attention/selector.py"
+VLLM_CONFIG = "vllm/config/vllm.py"
+PLATFORM = "vllm/platforms/interface.py"
 KV_EVENTS = "vllm/distributed/kv_events.py"
 METRIC_LOGGERS = "vllm/v1/metrics/loggers.py"
 CACHE_HIT_SOURCE = "vllm/v1/metrics/cache_hit_source.py"
@@ -132,6 +135,7 @@ SEAMS: tuple[Check, ...] = (
             "build_kv_connector_stats",
             "build_prom_metrics",
             "get_external_cache_hit_sources",
+            "handle_preemptions",
         ),
         "EngineKVConnector overrides it",
     ),
@@ -150,6 +154,9 @@ SEAMS: tuple[Check, ...] = (
     ),
     Seam(CONNECTOR_METRICS, "KVConnectorPromMetrics", "_counter_cls", "the connector's counters"),
     Seam(CPU_ATTENTION, None, "_get_attn_isa", "the CPU ISA in the connector's KV identity"),
+    Seam(ATTENTION_SELECTOR, None, "get_attn_backend", "a GPU's backend in the KV identity"),
+    Seam(VLLM_CONFIG, None, "set_current_vllm_config", "asking the selector for that backend"),
+    Seam(PLATFORM, "Platform", "get_device_capability", "a GPU's architecture in the identity"),
     *_members(
         SCHED_OUTPUT,
         "SchedulerOutput",
