@@ -130,12 +130,13 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     def requires_kv_delivery(self) -> bool:
         return False  # a dropped save is a future miss, nothing more
 
-    @property
-    def supports_sleep_mode(self) -> bool:
+    @classmethod
+    def supports_sleep_mode(cls, kv_transfer_config: Any) -> bool:
         """vLLM's sleep mode (the GPU series' hook) frees and re-allocates the KV cache; the
         device path keeps byte views of the registered allocation (`device.pages`), which would
         then address freed memory. Until `unregister_kv_caches`/`restore_kv_caches` rebuild
-        them, vLLM must refuse sleep mode with this connector (the CPU series never asks)."""
+        them, vLLM must refuse sleep mode with this connector (the CPU series never asks).
+        vLLM asks the class, with the transfer config (`VllmConfig`'s check at start-up)."""
         return False
 
     # --- scheduler side ----------------------------------------------------------------------
