@@ -67,7 +67,7 @@ class SchedulerSide:
         """Write the identity record where the launch plan asked (best effort: logged)."""
         if not path:
             return
-        record = published_identity(self.identity, states)
+        record = published_identity(self.identity, states, tensor_parallel=self.ranks)
         try:
             write_private(Path(str(path)), identity_file_json(record))
         except Exception:  # the fleet view then says "not checked"; serving goes on
