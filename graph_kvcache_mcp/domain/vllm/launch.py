@@ -9,7 +9,7 @@ CPU backend needs or benefits from, and says why in `notes`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +22,7 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     mp_kv_transfer_config,
 )
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
+from graph_kvcache_mcp.domain.vllm.engine_kv.launch_checks import engine_connector_refusal
 from graph_kvcache_mcp.domain.vllm.entry import DEV_ROUTES_FILTER
 from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import gpu_target
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import (
@@ -67,11 +68,7 @@ same: LMCache's MP connector talking to an `lmcache server`)."""
 MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
 """The modes whose vLLM side is LMCache's MP connector talking to an `lmcache server`."""
 ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.plugins.vllm_kv.connector"
-_ON_CUDA = (
-    "; on CUDA it copies through pinned host memory on side streams (with tensor parallelism "
-    "each rank under its own keys)"
-)
-TENSOR_PARALLEL_FLAGS = ("--tensor-parallel-size", "-tp")
+_ON_CUDA = "; on CUDA it copies through pinned host memory, each rank under its own keys"
 ENGINE_ENV_NAMES = (KV_URL_ENV, KV_TOKEN_ENV, KV_TIMEOUT_ENV)
 """The environment through which vLLM's processes learn where the engine is (never flags: vLLM
 logs its kv_transfer_config)."""
@@ -291,18 +288,8 @@ def _kv_connector_flags(
         )
     transfer = kv_transfer_config(launch)
     if launch.kv_connector == "engine":
-        if platform.kind != "cpu" and hybrid:
-            raise ConfigError(
-                "kv_connector 'engine' moves a hybrid's KV cache on CPU only; on a GPU use "
-                "kv_connector 'mp_native' (an lmcache server with the engine as its remote tier)"
-            )
-        if platform.kind == "cpu" and (ranks := tensor_parallel_of(launch.extra_args)) > 1:
-            # The connector refuses it too (`kv_blocks.unsupported_setup`): say so before start.
-            raise ConfigError(
-                f"kv_connector 'engine' keys tensor-parallel ranks on CUDA only; this CPU vLLM "
-                f"would run {ranks} ranks: drop --tensor-parallel-size or use kv_connector "
-                "'mp_native'"
-            )
+        if problem := engine_connector_refusal(platform.kind, launch.extra_args, hybrid=hybrid):
+            raise ConfigError(problem)
         notes.append(
             "--kv-transfer-config EngineKVConnector: the engine is vLLM's KV tier; vLLM's venv "
             "needs this package (pip install --no-deps graph-kvcache-mcp) and gets the engine's "
@@ -355,19 +342,6 @@ def kv_events_config(endpoint: str, replay_endpoint: str) -> dict[str, Any]:
         "buffer_steps": KV_EVENTS_BUFFER_STEPS,
         "topic": "kv",
     }
-
-
-def tensor_parallel_of(extra_args: Sequence[str]) -> int:
-    """The tensor-parallel size `extra_args` ask vLLM for (1 without one, or one vLLM itself
-    would reject)."""
-    for index, arg in enumerate(extra_args):
-        name, equals, value = arg.partition("=")
-        if name not in TENSOR_PARALLEL_FLAGS:
-            continue
-        if not equals:
-            value = extra_args[index + 1] if index + 1 < len(extra_args) else ""
-        return int(value) if value.isdigit() else 1
-    return 1
 
 
 def _kv_events_flags(launch: VllmLaunch, notes: list[str]) -> list[str]:

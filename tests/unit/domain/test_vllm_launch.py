@@ -11,8 +11,8 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     VllmLaunch,
     parse_nvidia_smi,
     plan_launch,
-    tensor_parallel_of,
 )
+from graph_kvcache_mcp.domain.vllm.serve_command import tensor_parallel_of
 from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError
 
