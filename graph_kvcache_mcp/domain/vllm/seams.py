@@ -34,6 +34,7 @@ CPU_ATTENTION = "vllm/v1/attention/backends/cpu_attn.py"
 KV_EVENTS = "vllm/distributed/kv_events.py"
 METRIC_LOGGERS = "vllm/v1/metrics/loggers.py"
 CACHE_HIT_SOURCE = "vllm/v1/metrics/cache_hit_source.py"
+PARALLEL_STATE = "vllm/distributed/parallel_state.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,16 @@ SEAMS: tuple[Check, ...] = (
     ),
     Seam(CONNECTOR_METRICS, "KVConnectorPromMetrics", "_counter_cls", "the connector's counters"),
     Seam(CPU_ATTENTION, None, "_get_attn_isa", "the CPU ISA in the connector's KV identity"),
+    *_members(
+        PARALLEL_STATE,
+        None,
+        (
+            "model_parallel_is_initialized",
+            "get_tensor_model_parallel_rank",
+            "get_tensor_model_parallel_world_size",
+        ),
+        "each worker's tensor-parallel rank, for its own keys",
+    ),
     *_members(
         SCHED_OUTPUT,
         "SchedulerOutput",
