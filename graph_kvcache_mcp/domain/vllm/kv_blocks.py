@@ -126,11 +126,19 @@ def unsupported_setup(
     """Why the connector must refuse this vLLM setup at start-up, or None when it handles it."""
     if device not in KV_DEVICES:
         return f"the KV cache lives on {device!r}. {GPU_ALTERNATIVE}"
-    if tensor_parallel != 1 or pipeline_parallel != 1:
+    if pipeline_parallel != 1:
+        # Each stage holds other layers: a block's value would need every stage's pages.
         return (
-            "EngineKVConnector handles tensor and pipeline parallel size 1 only (each rank "
-            f"would need its own keys); this vLLM runs TP {tensor_parallel}, PP "
+            "EngineKVConnector handles pipeline parallel size 1 only; this vLLM runs PP "
             f"{pipeline_parallel}"
+        )
+    if tensor_parallel != 1 and device != "cuda":
+        # Each rank stores its heads under its own key (`engine_kv.device.rank_key`), but
+        # only the CUDA path is built for it: a multi-rank CPU vLLM was never run or tested.
+        return (
+            "EngineKVConnector handles tensor parallelism on CUDA only (per-rank keys); a "
+            f"{device!r} KV cache needs tensor parallel size 1, this vLLM runs TP "
+            f"{tensor_parallel}"
         )
     if kv_cache_groups != 1:
         return f"EngineKVConnector handles one KV cache group; this model has {kv_cache_groups}"

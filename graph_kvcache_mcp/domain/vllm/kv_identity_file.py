@@ -32,10 +32,16 @@ class PublishedKvIdentity(BaseModel):
         None, description="A hybrid's Mamba-state identity; None for a dense model."
     )
     served_model: str
+    tensor_parallel: int = Field(
+        1,
+        ge=1,
+        description="Tensor-parallel ranks, each storing a block under its own key "
+        "(`engine_kv.device.rank_key`); 1 in records written before ranks were keyed.",
+    )
 
 
 def published_identity(
-    identity: KvModelIdentity, state_identity: KvModelIdentity | None
+    identity: KvModelIdentity, state_identity: KvModelIdentity | None, *, tensor_parallel: int = 1
 ) -> PublishedKvIdentity:
     return PublishedKvIdentity(
         key_scheme=KEY_SCHEME_VERSION,
@@ -43,6 +49,7 @@ def published_identity(
         block_size=identity.block_size,
         state_identity_digest=None if state_identity is None else state_identity.digest,
         served_model=identity.served_model,
+        tensor_parallel=tensor_parallel,
     )
 
 

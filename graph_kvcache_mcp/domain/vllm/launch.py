@@ -22,6 +22,7 @@ from graph_kvcache_mcp.domain.lmcache.config import (
     mp_kv_transfer_config,
 )
 from graph_kvcache_mcp.domain.versions import LMCACHE_VERSION
+from graph_kvcache_mcp.domain.vllm.engine_kv.launch_checks import engine_connector_refusal
 from graph_kvcache_mcp.domain.vllm.entry import DEV_ROUTES_FILTER
 from graph_kvcache_mcp.domain.vllm.hybrid.gpu_rules import gpu_target
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import (
@@ -67,7 +68,7 @@ same: LMCache's MP connector talking to an `lmcache server`)."""
 MP_CONNECTORS = frozenset({"mp_native", "redis_resp"})
 """The modes whose vLLM side is LMCache's MP connector talking to an `lmcache server`."""
 ENGINE_CONNECTOR_MODULE = "graph_kvcache_mcp.plugins.vllm_kv.connector"
-_ON_CUDA = "; on CUDA it copies through pinned host memory on side streams (one rank)"
+_ON_CUDA = "; on CUDA it copies through pinned host memory, each rank under its own keys"
 ENGINE_ENV_NAMES = (KV_URL_ENV, KV_TOKEN_ENV, KV_TIMEOUT_ENV)
 """The environment through which vLLM's processes learn where the engine is (never flags: vLLM
 logs its kv_transfer_config)."""
@@ -287,11 +288,8 @@ def _kv_connector_flags(
         )
     transfer = kv_transfer_config(launch)
     if launch.kv_connector == "engine":
-        if platform.kind != "cpu" and hybrid:
-            raise ConfigError(
-                "kv_connector 'engine' moves a hybrid's KV cache on CPU only; on a GPU use "
-                "kv_connector 'mp_native' (an lmcache server with the engine as its remote tier)"
-            )
+        if problem := engine_connector_refusal(platform.kind, launch.extra_args, hybrid=hybrid):
+            raise ConfigError(problem)
         notes.append(
             "--kv-transfer-config EngineKVConnector: the engine is vLLM's KV tier; vLLM's venv "
             "needs this package (pip install --no-deps graph-kvcache-mcp) and gets the engine's "

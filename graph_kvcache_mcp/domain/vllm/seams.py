@@ -37,6 +37,7 @@ PLATFORM = "vllm/platforms/interface.py"
 KV_EVENTS = "vllm/distributed/kv_events.py"
 METRIC_LOGGERS = "vllm/v1/metrics/loggers.py"
 CACHE_HIT_SOURCE = "vllm/v1/metrics/cache_hit_source.py"
+PARALLEL_STATE = "vllm/distributed/parallel_state.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,16 @@ SEAMS: tuple[Check, ...] = (
     Seam(ATTENTION_SELECTOR, None, "get_attn_backend", "a GPU's backend in the KV identity"),
     Seam(VLLM_CONFIG, None, "set_current_vllm_config", "asking the selector for that backend"),
     Seam(PLATFORM, "Platform", "get_device_capability", "a GPU's architecture in the identity"),
+    *_members(
+        PARALLEL_STATE,
+        None,
+        (
+            "model_parallel_is_initialized",
+            "get_tensor_model_parallel_rank",
+            "get_tensor_model_parallel_world_size",
+        ),
+        "each worker's tensor-parallel rank, for its own keys",
+    ),
     *_members(
         SCHED_OUTPUT,
         "SchedulerOutput",

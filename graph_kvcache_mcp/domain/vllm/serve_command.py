@@ -3,13 +3,17 @@ the module form on CPU, with the hybrid and KV-transfer flags the plan needs. Pu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from graph_kvcache_mcp.domain.lmcache.choices import LmcacheChoices
 from graph_kvcache_mcp.domain.lmcache.model import ModelFacts
-from graph_kvcache_mcp.domain.lmcache.process_spec import compact_json
+from graph_kvcache_mcp.domain.lmcache.process_spec import compact_json, flag_value
 from graph_kvcache_mcp.domain.vllm.entry import ENTRY_MODULE as VLLM_ENTRY_MODULE
 from graph_kvcache_mcp.domain.vllm.hybrid.launch import MAX_NUM_SEQS
+
+TENSOR_PARALLEL_FLAG = "--tensor-parallel-size"
+TENSOR_PARALLEL_SHORT = "-tp"
 
 
 def vllm_argv(
@@ -27,7 +31,7 @@ def vllm_argv(
         argv = ["vllm", "serve", facts.name]
     argv += ["--port", str(choices.vllm_port)]
     if choices.tensor_parallel_size > 1:
-        argv += ["--tensor-parallel-size", str(choices.tensor_parallel_size)]
+        argv += [TENSOR_PARALLEL_FLAG, str(choices.tensor_parallel_size)]
     argv.append("--enable-prefix-caching")
     if facts.kind == "hybrid" and block is not None:
         # vLLM derives the Mamba cache mode from prefix caching: no --mamba-cache-mode.
@@ -37,3 +41,9 @@ def vllm_argv(
     if transfer is not None:
         argv += ["--kv-transfer-config", compact_json(transfer)]
     return argv
+
+
+def tensor_parallel_of(args: Sequence[str]) -> int:
+    """The tensor-parallel size vLLM `args` ask for (1 without one, or one vLLM would reject)."""
+    value = flag_value(args, TENSOR_PARALLEL_FLAG) or flag_value(args, TENSOR_PARALLEL_SHORT)
+    return int(value) if value and value.isdigit() else 1

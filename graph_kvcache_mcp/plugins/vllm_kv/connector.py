@@ -22,8 +22,9 @@ hands its calls to an implementation):
 
 Handles vLLM's CPU KV cache (one full-attention KV cache group, or a Mamba2 hybrid in align mode:
 `plugins.vllm_kv.hybrid`) and a dense model's CUDA KV cache (`plugins.vllm_kv.device`: pinned
-host memory, side streams, events); tensor and pipeline parallel size 1. Anything else is refused
-at start-up (`plugins.vllm_kv.identity`). Imports only what vLLM's venv provides.
+host memory, side streams, events; with tensor parallelism each rank under its own keys); pipeline
+parallel size 1. Anything else is refused at start-up (`plugins.vllm_kv.identity`). Imports only
+what vLLM's venv provides.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class EngineKVConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             num_blocks=int(kv_cache_config.num_blocks),
             # A device cache's saves copy out after the step (`plugins.vllm_kv.device`).
             async_saves=str(vllm_config.device_config.device_type) != "cpu",
+            tensor_parallel=int(vllm_config.parallel_config.tensor_parallel_size),
         )
         self.scheduler = SchedulerSide(setup)
         self.worker = WorkerSide(setup)

@@ -43,6 +43,9 @@ class ConnectorSetup:
     """Blocks in vLLM's KV cache (`KVCacheConfig.num_blocks`): addresses a device cache's pages."""
     async_saves: bool = False
     """Saves copy out on a side stream (a CUDA cache): requests are held until they are done."""
+    tensor_parallel: int = 1
+    """vLLM's tensor-parallel size: each rank stores its own heads of a block under its own key
+    (`engine_kv.device.rank_key`), so a block is held only when every rank's key is."""
 
 
 def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> KvModelIdentity:
@@ -54,7 +57,7 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
     Raises:
         ValueError: a setup this connector does not handle (a KV cache neither on the CPU nor
             on CUDA, KV cache groups other than one full-attention group or a Mamba2 hybrid in
-            align mode on CPU, tensor or pipeline parallelism).
+            align mode on CPU, tensor parallelism off CUDA, pipeline parallelism).
     """
     from vllm import __version__ as vllm_version
 
@@ -115,6 +118,8 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
         architecture=model.architecture,
         dtype=dtype,
         num_layers=len(groups[attention_group].layer_names),
+        # The spec's heads are one rank's (models divide the total by the TP size before
+        # vLLM's attention layer builds it): the scheduler reads the same spec, so both agree.
         num_kv_heads=spec.num_kv_heads,
         head_size=spec.head_size,
         head_size_v=spec.head_size_v or spec.head_size,

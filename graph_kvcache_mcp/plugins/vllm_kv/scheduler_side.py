@@ -43,6 +43,7 @@ class SchedulerSide:
         self.identity = identity = setup.identity
         self.block_size = identity.block_size
         self.store = setup.store
+        self.ranks = setup.tensor_parallel
         self.planner = TransferPlanner(identity.digest, self.block_size)
         self._local_tokens: dict[str, int] = {}
         self.holds = SchedulerHolds(setup.async_saves)
@@ -66,7 +67,7 @@ class SchedulerSide:
         """Write the identity record where the launch plan asked (best effort: logged)."""
         if not path:
             return
-        record = published_identity(self.identity, states)
+        record = published_identity(self.identity, states, tensor_parallel=self.ranks)
         try:
             write_private(Path(str(path)), identity_file_json(record))
         except Exception:  # the fleet view then says "not checked"; serving goes on
@@ -83,7 +84,11 @@ class SchedulerSide:
         )
         self._local_tokens[request.request_id] = num_computed_tokens
         began = time.perf_counter()
-        present = self.store.count_present(keys) if keys else 0
+        # With tensor parallelism a block counts only where every rank's key is held: each
+        # rank loads its own heads. A rank's key that vanishes after this lookup still fails
+        # that rank's load; vLLM unions `get_block_ids_with_load_errors` over the ranks and
+        # recomputes those blocks on all of them.
+        present = self.store.count_present(keys, ranks=self.ranks) if keys else 0
         if present:
             logger.info(
                 "EngineKVConnector: found %d of %d blocks of request %s in the engine in %.4f s",

@@ -22,6 +22,7 @@ from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.connectors.engine.http_response import BodySink
 from graph_kvcache_mcp.domain.endpoints import DEFAULT_KV_HOST, DEFAULT_KV_PORT
 from graph_kvcache_mcp.domain.outcomes import Hit, Outcome, Presence, Unavailable
+from graph_kvcache_mcp.domain.vllm.engine_kv.device import every_rank_keys
 from graph_kvcache_mcp.domain.vllm.engine_kv.hit_sources import HitSource, engine_hit_source
 from graph_kvcache_mcp.plugins.vllm_kv.engine_calls import OutagePause, TransferTally
 from graph_kvcache_mcp.plugins.vllm_kv.uploads import (
@@ -72,7 +73,14 @@ class EngineBlockStore:
 
     # --- reads -------------------------------------------------------------------------------
 
-    def count_present(self, keys: Sequence[str]) -> int:
+    def count_present(self, keys: Sequence[str], *, ranks: int = 1) -> int:
+        """How many of the blocks `keys` name, from the first, the engine holds (0 when it
+        cannot answer). With `ranks` tensor-parallel ranks a block counts only when every
+        rank's key is held (`every_rank_keys`): the run stops at the first block any rank
+        misses. One rank asks for `keys` themselves."""
+        return self._leading_run(every_rank_keys(keys, ranks)) // ranks
+
+    def _leading_run(self, keys: Sequence[str]) -> int:
         """How many of `keys`, from the first, the engine holds (0 when it cannot answer)."""
         deadline = time.monotonic() + self.timeout_s
         found = 0

@@ -5,7 +5,9 @@ writes them into the paged KV cache (`receive.BlockLoader`); after the pass (`wa
 copies the newly full blocks out and queues them for upload (`uploads.UploadQueue`). A block that
 fails to load is reported to vLLM, which recomputes it; a hybrid's request loads all or nothing.
 A KV cache on a device (CUDA) moves through `device.mover`: its saves finish after the step, so
-their requests are held until the copies are done (`device.held`).
+their requests are held until the copies are done (`device.held`). With tensor parallelism each
+rank holds its own heads of every block and stores them under its own key (`rank_key` of the
+chain key the scheduler plans with).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterable
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
 
-from graph_kvcache_mcp.domain.vllm.engine_kv.device import kernel_rows
+from graph_kvcache_mcp.domain.vllm.engine_kv.device import kernel_rows, rank_key
 from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
@@ -43,15 +45,21 @@ NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
 class WorkerSide:
     """Moves blocks between one worker's KV cache and the engine."""
 
-    def __init__(self, setup: ConnectorSetup, streams: CopyStreams | None = None) -> None:
+    def __init__(
+        self, setup: ConnectorSetup, streams: CopyStreams | None = None, rank: int | None = None
+    ) -> None:
         """`streams`: where a device cache's copies run (default: its device's own); given, the
-        device path moves CPU tensors too (how tests run it without a GPU)."""
+        device path moves CPU tensors too (how tests run it without a GPU). `rank`: this
+        worker's tensor-parallel rank (default: vLLM's, asked at registration; given, how tests
+        run a rank other than 0 in one process)."""
         self.identity = identity = setup.identity
         self.states = states = setup.states
         self.store = setup.store
         self._layout = setup.layout
         self._num_blocks = setup.num_blocks
         self._streams = streams
+        self._ranks = setup.tensor_parallel
+        self._rank = rank
         self._device: DeviceBlocks | None = None
         self.held = HeldSaves()
         self._pages: PagedKvCache | None = None
@@ -64,6 +72,7 @@ class WorkerSide:
         self._encode_state = _encoder(states or identity)  # only a hybrid saves states
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        self._check_rank()
         if self._layout is not None and self.states is not None:
             self._hybrid_pages = HybridPages(
                 kv_caches, self._layout, self.store, self.identity, self.states
@@ -88,6 +97,27 @@ class WorkerSide:
         self._pages = pages
         self._loader = BlockLoader(self.store, self.identity, pages.write_block, pages.block_pages)
         self._after_register()
+
+    def _check_rank(self) -> None:
+        """Learn this worker's rank; its size must be the one the identity was made for.
+
+        Raises:
+            ValueError: vLLM runs another tensor-parallel size than its config promised.
+        """
+        rank, size = _tensor_parallel_rank() if self._rank is None else (self._rank, self._ranks)
+        if size != self._ranks:
+            raise ValueError(
+                f"EngineKVConnector: this worker is rank {rank} of {size} tensor-parallel ranks, "
+                f"but vLLM's config promised {self._ranks}; refusing to key blocks by rank"
+            )
+        rank_key("", rank=rank, size=size)  # raises for a rank outside 0..size-1
+        self._rank = rank
+        if size > 1:
+            logger.info("EngineKVConnector: tensor-parallel rank %d of %d", rank, size)
+
+    def _own_keys(self, keys: list[str]) -> list[str]:
+        """This rank's keys of the scheduler's chain keys (the keys themselves for one rank)."""
+        return [rank_key(key, rank=self._rank or 0, size=self._ranks) for key in keys]
 
     def _register_device(self, kv_caches: dict[str, torch.Tensor], streams: CopyStreams) -> None:
         pages = dense_pages(
@@ -148,10 +178,11 @@ class WorkerSide:
     def _load(self, load: BlockTransfer) -> None:
         """Load the longest good run of `load`'s blocks; report the rest for recompute."""
         began = time.perf_counter()
+        keys = self._own_keys(load.keys)
         if self._device is not None:
-            result = self._device.load(load.keys, load.block_ids)
+            result = self._device.load(keys, load.block_ids)
         elif self._loader is not None:
-            result = self._loader.load(load.keys, load.block_ids)
+            result = self._loader.load(keys, load.block_ids)
         else:
             raise RuntimeError(NOT_REGISTERED)
         took = time.perf_counter() - began
@@ -232,7 +263,7 @@ class WorkerSide:
             for save in metadata.saves:
                 items += [
                     (key, b"".join(pages.page_views(block_id)))
-                    for key, block_id in zip(save.keys, save.block_ids, strict=True)
+                    for key, block_id in zip(self._own_keys(save.keys), save.block_ids, strict=True)
                 ]
         except Exception:  # a save is an optimisation: never fail the step for it
             logger.exception("EngineKVConnector: could not copy blocks out for saving")
@@ -241,7 +272,7 @@ class WorkerSide:
 
     def _save_device(self, metadata: EngineKVMetadata, device: DeviceBlocks) -> None:
         """Queue one copy of the step's blocks on the save stream; the upload waits for it."""
-        keys = [key for save in metadata.saves for key in save.keys]
+        keys = self._own_keys([key for save in metadata.saves for key in save.keys])
         block_ids = [block_id for save in metadata.saves for block_id in save.block_ids]
         fence: Fence = DONE
         try:
@@ -267,6 +298,19 @@ class WorkerSide:
             self.store.save_later(blocks, self._encode)
         if states:
             self.store.save_later(states, self._encode_state)
+
+
+def _tensor_parallel_rank() -> tuple[int, int]:
+    """This worker's tensor-parallel rank and size, from vLLM's parallel state; (0, 1) where
+    vLLM has not set it up (a single process: one rank)."""
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return 0, 1
+    return (
+        parallel_state.get_tensor_model_parallel_rank(),
+        parallel_state.get_tensor_model_parallel_world_size(),
+    )
 
 
 def _encoder(identity: KvModelIdentity) -> Callable[[str, Payload], bytes]:

@@ -46,6 +46,7 @@ from graph_kvcache_mcp.domain.lmcache.chunk_keys import (
 )
 from graph_kvcache_mcp.domain.lmcache.metrics import LmcacheCounters
 from graph_kvcache_mcp.domain.outcomes import Presence, Unavailable
+from graph_kvcache_mcp.domain.vllm.engine_kv.device import every_rank_keys, held_by_every_rank
 from graph_kvcache_mcp.domain.vllm.kv_blocks import block_keys
 from graph_kvcache_mcp.services.fleet.views import InstanceWhere
 from graph_kvcache_mcp.services.stack.description import describe_stack
@@ -263,17 +264,28 @@ async def _engine_connector_tiers(
     keys = block_keys(
         record.identity_digest, tokens, record.block_size, cache_salt=str(salt) if salt else None
     )
-    found = await kv.contains_many(keys) if keys else []
-    if down := next((f for f in found if isinstance(f, Unavailable)), None):
-        tiers["l2"] = not_checked(f"unknown: {down.reason}", source=ENGINE_BLOCKS_SOURCE)
+    present = await engine_blocks_held(kv, keys, record.tensor_parallel)
+    if isinstance(present, Unavailable):
+        tiers["l2"] = not_checked(f"unknown: {present.reason}", source=ENGINE_BLOCKS_SOURCE)
         return item.model_copy(update={"tiers": tiers})
-    present = [isinstance(f, Presence) and f.present for f in found]
     held = leading_run(present) * record.block_size
     tiers["l2"] = TierHeld(tokens=held, trusted=True, source=ENGINE_BLOCKS_SOURCE)
     total = engine_connector_cached(
         item.cached_tokens, present, prompt_tokens=len(tokens), block_size=record.block_size
     )
     return item.model_copy(update={"tiers": tiers, "cached_tokens": total})
+
+
+async def engine_blocks_held(
+    kv: KvClient, keys: Sequence[str], ranks: int
+) -> list[bool] | Unavailable:
+    """Per block of `keys`, whether the engine holds it: with tensor parallelism, every rank's
+    key (as the connector's scheduler counts a hit), HEADed all at once."""
+    asked = every_rank_keys(keys, ranks)
+    found = await kv.contains_many(asked) if asked else []
+    if down := next((f for f in found if isinstance(f, Unavailable)), None):
+        return down
+    return held_by_every_rank([isinstance(f, Presence) and f.present for f in found], ranks)
 
 
 def _vllm_tier(item: InstanceWhere) -> dict[str, TierHeld]:

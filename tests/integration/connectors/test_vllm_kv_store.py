@@ -13,6 +13,7 @@ import pytest
 
 from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.domain.outcomes import Hit
+from graph_kvcache_mcp.domain.vllm.engine_kv.device import rank_key
 from graph_kvcache_mcp.errors import ConfigError
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from graph_kvcache_mcp.plugins.vllm_kv.uploads import (
@@ -55,6 +56,42 @@ def test_count_present_is_the_leading_run_of_stored_keys(memory_engine: RunningE
         assert store.count_present(keys) == 20
         assert store.count_present(keys[:20]) == 20
         assert store.count_present(keys[21:]) == 14
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("missing_at", [0, 5, 11])
+def test_with_two_ranks_a_block_counts_only_while_every_ranks_key_is_held(
+    memory_engine: RunningEngine, missing_at: int
+) -> None:
+    """The scheduler's hit rule under tensor parallelism: blocks stored for ranks 0 and 1,
+    rank 1's part of block `missing_at` absent: the leading run ends there."""
+    chain = _keys(12)
+    stored = [
+        rank_key(key, rank=rank, size=2)
+        for index, key in enumerate(chain)
+        for rank in (0, 1)
+        if (index, rank) != (missing_at, 1)
+    ]
+    with memory_engine.sync_client() as client:
+        client.put_many([(key, b"v") for key in stored])
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        assert store.count_present(chain, ranks=2) == missing_at
+        assert store.count_present(chain[missing_at + 1 :], ranks=2) == 11 - missing_at
+        assert store.count_present(chain) == 0  # one rank's keys are the chain's: none stored
+    finally:
+        store.close()
+
+
+def test_one_rank_asks_for_the_chain_keys_themselves(memory_engine: RunningEngine) -> None:
+    chain = _keys(6)
+    with memory_engine.sync_client() as client:
+        client.put_many([(key, b"v") for key in chain[:4]])
+    store = _store(memory_engine.base_url, memory_engine)
+    try:
+        assert store.count_present(chain, ranks=1) == store.count_present(chain) == 4
+        assert store.count_present(chain, ranks=2) == 0  # no rank's key was stored
     finally:
         store.close()
 

@@ -8,6 +8,8 @@ import pytest
 
 from graph_kvcache_mcp.domain.vllm.engine_kv.device import (
     device_layout,
+    every_rank_keys,
+    held_by_every_rank,
     kernel_block_size,
     kernel_rows,
     rank_key,
@@ -87,6 +89,21 @@ def test_each_tensor_parallel_rank_stores_under_its_own_key() -> None:
     assert all(key.startswith("vkv1:") and len(key) == len(chain[0]) for key in per_rank[1])
     with pytest.raises(ValueError, match="rank 2"):
         rank_key(chain[0], rank=2, size=2)
+
+
+def test_every_rank_key_is_asked_block_by_block_and_one_rank_asks_the_chain_itself() -> None:
+    chain = keys(device_layout(**GPU, kernel_block=16, cache_dtype="auto"))
+    assert every_rank_keys(chain, 1) == chain  # TP=1: the same keys, as many HEADs as before
+    asked = every_rank_keys(chain, 2)
+    assert asked == [rank_key(key, rank=rank, size=2) for key in chain for rank in (0, 1)]
+
+
+def test_a_block_is_held_only_where_every_rank_holds_it() -> None:
+    # block 0: both ranks; block 1: rank 1 misses; block 2: both again
+    assert held_by_every_rank([True, True, True, False, True, True], 2) == [True, False, True]
+    assert held_by_every_rank([True, False], 1) == [True, False]
+    with pytest.raises(ValueError, match="not 2 per block"):
+        held_by_every_rank([True, True, True], 2)
 
 
 def test_the_identity_counts_the_ranks_so_tp2_is_not_tp1() -> None:

@@ -135,14 +135,20 @@ def test_a_single_rank_cuda_kv_cache_is_handled_by_the_device_copy_path() -> Non
     assert unsupported_setup(**{**SUPPORTED, "device": "cuda"}) is None  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_a_tensor_parallel_cuda_kv_cache_is_handled_with_per_rank_keys(ranks: int) -> None:
+    setup = {**SUPPORTED, "device": "cuda", "tensor_parallel": ranks}
+    assert unsupported_setup(**setup) is None  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
         ({"device": "xpu"}, "LMCache's MP connector"),
         ({"device": "tpu"}, "CPU and CUDA KV caches only"),
-        ({"device": "cuda", "tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
-        ({"tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
-        ({"pipeline_parallel": 2}, "tensor and pipeline parallel size 1"),
+        ({"tensor_parallel": 2}, "tensor parallelism on CUDA only"),
+        ({"pipeline_parallel": 2}, "pipeline parallel size 1 only"),
+        ({"device": "cuda", "tensor_parallel": 2, "pipeline_parallel": 2}, "pipeline parallel"),
         ({"kv_cache_groups": 2}, "one KV cache group"),
         ({"spec_kind": "MLAAttentionSpec"}, "full-attention"),
         ({"sliding_window": 4096}, "sliding window"),

@@ -112,7 +112,8 @@ def test_a_mamba2_hybrid_in_align_mode_is_handled() -> None:
         ({"group_kinds": ["MambaSpec", "MLAAttentionSpec"]}, "one full-attention KV cache group"),
         ({"device": "cuda"}, "a hybrid's KV cache on 'cuda'"),
         ({"device": "xpu"}, "LMCache's MP connector"),
-        ({"tensor_parallel": 2}, "tensor and pipeline parallel size 1"),
+        ({"tensor_parallel": 2}, "tensor parallelism on CUDA only"),
+        ({"device": "cuda", "tensor_parallel": 2}, "a hybrid's KV cache on 'cuda'"),
     ],
 )
 def test_hybrid_setups_the_connector_cannot_move_are_refused_with_the_reason(

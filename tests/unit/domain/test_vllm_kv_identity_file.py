@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KEY_SCHEME_VERSION, KvModelIdentity
 from graph_kvcache_mcp.domain.vllm.kv_identity_file import (
     PublishedKvIdentity,
@@ -30,6 +32,18 @@ def test_a_dense_models_record_round_trips_with_its_digest_and_block_size() -> N
     assert parse_identity_file(identity_file_json(record)) == record
     assert (record.identity_digest, record.block_size) == (IDENTITY.digest, 32)
     assert (record.key_scheme, record.state_identity_digest) == (KEY_SCHEME_VERSION, None)
+
+
+def test_the_record_counts_the_tensor_parallel_ranks_and_older_records_mean_one() -> None:
+    record = published_identity(IDENTITY, None, tensor_parallel=4)
+    assert parse_identity_file(identity_file_json(record)) == record
+    assert record.tensor_parallel == 4
+    older = record.model_dump(exclude={"tensor_parallel"})
+    parsed = parse_identity_file(json.dumps(older))
+    assert isinstance(parsed, PublishedKvIdentity) and parsed.tensor_parallel == 1
+    assert "not a valid record" in str(
+        parse_identity_file(json.dumps({**older, "tensor_parallel": 0}))
+    )
 
 
 def test_a_hybrids_record_names_its_state_identity() -> None:

@@ -12,6 +12,7 @@ from graph_kvcache_mcp.domain.vllm.launch import (
     parse_nvidia_smi,
     plan_launch,
 )
+from graph_kvcache_mcp.domain.vllm.serve_command import tensor_parallel_of
 from graph_kvcache_mcp.domain.vllm.wiring import wiring_of
 from graph_kvcache_mcp.errors import ConfigError
 
@@ -119,6 +120,28 @@ def test_the_engine_connector_runs_a_dense_model_on_a_gpu_with_the_same_transfer
     config = json.loads(flag_value(plan.args, "--kv-transfer-config"))
     assert config["kv_connector"] == "EngineKVConnector"
     assert any("pinned host memory" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize(
+    "tp_args",
+    [("--tensor-parallel-size", "2"), ("--tensor-parallel-size=4",), ("-tp", "2")],
+)
+def test_the_engine_connector_keys_tensor_parallel_ranks_on_a_gpu_only(
+    tp_args: tuple[str, ...],
+) -> None:
+    launch = VllmLaunch(model="/m", kv_connector="engine", extra_args=tp_args)
+    plan = plan_launch(launch, GPU, host="127.0.0.1")
+    assert any("each rank under its own keys" in note for note in plan.notes)
+    with pytest.raises(ConfigError, match="tensor-parallel ranks on CUDA only"):
+        plan_launch(launch, CPU, host="127.0.0.1")
+
+
+def test_one_tensor_parallel_rank_on_cpu_is_planned_as_before() -> None:
+    launch = VllmLaunch(
+        model="/m", kv_connector="engine", extra_args=("--tensor-parallel-size", "1")
+    )
+    assert tensor_parallel_of(launch.extra_args) == 1
+    plan_launch(launch, CPU, host="127.0.0.1")
 
 
 @pytest.mark.parametrize("mode", ["mp_native", "redis_resp"])

@@ -87,3 +87,18 @@ def rank_key(key: str, *, rank: int, size: int) -> str:
         raise ValueError(f"rank {rank} is not in 0..{size - 1}")
     digest = hashlib.sha256(b"vkv-rank\0%s\0%d\0%d" % (key.encode(), rank, size)).digest()
     return KEY_PREFIX + digest.hex()
+
+
+def every_rank_keys(keys: Sequence[str], size: int) -> list[str]:
+    """Each rank's key of each chain key, block by block (block 0's ranks 0..size-1, then block
+    1's...): a block is held only when every rank's part of it is. `keys` itself for one rank."""
+    if size == 1:
+        return list(keys)
+    return [rank_key(key, rank=rank, size=size) for key in keys for rank in range(size)]
+
+
+def held_by_every_rank(present: Sequence[bool], size: int) -> list[bool]:
+    """Per block, whether every rank holds it, from answers for `every_rank_keys`."""
+    if len(present) % size:
+        raise ValueError(f"{len(present)} answers are not {size} per block")
+    return [all(present[start : start + size]) for start in range(0, len(present), size)]

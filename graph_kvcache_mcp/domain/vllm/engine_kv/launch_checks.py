@@ -1,0 +1,28 @@
+"""What `vllm start --kv-connector engine` refuses before vLLM starts, so the user hears it from
+the plan instead of from the connector's start-up refusal (`kv_blocks.unsupported_setup`) in
+vLLM's log. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from graph_kvcache_mcp.domain.vllm.serve_command import tensor_parallel_of
+
+
+def engine_connector_refusal(
+    platform_kind: str, extra_args: Sequence[str], *, hybrid: bool
+) -> str | None:
+    """Why EngineKVConnector cannot serve this launch, or None when it can."""
+    if platform_kind != "cpu" and hybrid:
+        return (
+            "kv_connector 'engine' moves a hybrid's KV cache on CPU only; on a GPU use "
+            "kv_connector 'mp_native' (an lmcache server with the engine as its remote tier)"
+        )
+    if platform_kind == "cpu" and (ranks := tensor_parallel_of(extra_args)) > 1:
+        # Per-rank keys are built for the CUDA path only; a multi-rank CPU vLLM was never run.
+        return (
+            "kv_connector 'engine' keys tensor-parallel ranks on CUDA only; this CPU vLLM "
+            f"would run {ranks} ranks: drop --tensor-parallel-size or use kv_connector "
+            "'mp_native'"
+        )
+    return None
