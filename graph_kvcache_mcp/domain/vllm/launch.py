@@ -240,7 +240,7 @@ def plan_launch(
         )
     env: dict[str, str] = {}
     if launch.kv_connector != "none":
-        args += _kv_connector_flags(launch, platform, env, notes, hybrid=hybrid is not None)
+        args += _kv_connector_flags(launch, platform, env, notes)
     if launch.kv_events:
         args += _kv_events_flags(launch, notes)
     args += ["--middleware", DEV_ROUTES_FILTER] if launch.dev_mode else []
@@ -279,7 +279,7 @@ def kv_transfer_config(launch: VllmLaunch) -> dict[str, Any] | None:
 
 
 def _kv_connector_flags(
-    launch: VllmLaunch, platform: Platform, env: dict[str, str], notes: list[str], *, hybrid: bool
+    launch: VllmLaunch, platform: Platform, env: dict[str, str], notes: list[str]
 ) -> list[str]:
     if any(arg.split("=", 1)[0] == "--kv-transfer-config" for arg in launch.extra_args):
         raise ConfigError(
@@ -287,11 +287,6 @@ def _kv_connector_flags(
         )
     transfer = kv_transfer_config(launch)
     if launch.kv_connector == "engine":
-        if platform.kind != "cpu" and hybrid:
-            raise ConfigError(
-                "kv_connector 'engine' moves a hybrid's KV cache on CPU only; on a GPU use "
-                "kv_connector 'mp_native' (an lmcache server with the engine as its remote tier)"
-            )
         notes.append(
             "--kv-transfer-config EngineKVConnector: the engine is vLLM's KV tier; vLLM's venv "
             "needs this package (pip install --no-deps graph-kvcache-mcp) and gets the engine's "
