@@ -163,7 +163,8 @@ def unsupported_hybrid(
     Any device the connector moves (CPU or CUDA) and any prefill-checkpoint rule: states move
     at the block ends vLLM offers (`boundary_state_offloads`) and load into block `end - 1` of
     each Mamba group, which vLLM's backend-neutral checkpoint logic keeps on every platform
-    (Mamba2 already keeps a checkpoint block on CPU in 0.32; GDN does on Hopper in 0.33).
+    (Mamba2 keeps a prefill-checkpoint block on CPU already; GDN does on Hopper from the GPU
+    pin on).
     """
     single = unsupported_setup(
         device=device,
