@@ -107,10 +107,10 @@ KV_DEVICES = ("cpu", "cuda")
 """Where EngineKVConnector moves KV blocks: vLLM's CPU cache, or its CUDA cache through pinned
 host memory on side streams (`plugins.vllm_kv.device`)."""
 GPU_ALTERNATIVE = (
-    "EngineKVConnector moves blocks of vLLM's CPU and CUDA KV caches only. Elsewhere, and for a "
-    "hybrid model on a GPU, use LMCache's MP connector with the engine as its remote tier "
-    "(graph-kvcache-mcp lmcache config, vllm start --kv-connector mp_native); "
-    "docs/vllm-connector.md says what each device is proven with"
+    "EngineKVConnector moves blocks of vLLM's CPU and CUDA KV caches only. Elsewhere use "
+    "LMCache's MP connector with the engine as its remote tier (graph-kvcache-mcp lmcache "
+    "config, vllm start --kv-connector mp_native); docs/vllm-connector.md says what each device "
+    "is proven with"
 )
 
 
@@ -168,6 +168,11 @@ def unsupported_hybrid(
     """Why the connector must refuse this multi-group vLLM setup, or None when it handles it.
 
     `group_kinds` names each KV cache group's spec class (e.g. "FullAttentionSpec", "MambaSpec").
+    Any device the connector moves (CPU or CUDA) and any prefill-checkpoint rule: states move
+    at the block ends vLLM offers (`boundary_state_offloads`) and load into block `end - 1` of
+    each Mamba group, which vLLM's backend-neutral checkpoint logic keeps on every platform
+    (Mamba2 keeps a prefill-checkpoint block on CPU already; GDN does on Hopper from the GPU
+    pin on).
     """
     single = unsupported_setup(
         device=device,
@@ -179,8 +184,8 @@ def unsupported_hybrid(
     )
     if single is not None:
         return single
-    if device != "cpu":  # the device copy path moves a dense model's blocks only (so far)
-        return f"a hybrid's KV cache on {device!r}. {GPU_ALTERNATIVE}"
+    if tensor_parallel != 1:  # per-rank keys are wired for a dense model's blocks only
+        return f"EngineKVConnector keys a hybrid's blocks for one rank, not TP {tensor_parallel}"
     attention = [kind for kind in group_kinds if kind == "FullAttentionSpec"]
     others = [kind for kind in group_kinds if kind not in ("FullAttentionSpec", "MambaSpec")]
     if others or sliding_window or len(attention) != 1 or len(attention) == len(group_kinds):

@@ -21,10 +21,10 @@ hands its calls to an implementation):
   it: the connector sets `kv_load_failure_policy` to "recompute" for that reason.
 
 Handles vLLM's CPU KV cache (one full-attention KV cache group, or a Mamba2 hybrid in align mode:
-`plugins.vllm_kv.hybrid`) and a dense model's CUDA KV cache (`plugins.vllm_kv.device`: pinned
-host memory, side streams, events; with tensor parallelism each rank under its own keys); pipeline
-parallel size 1. Anything else is refused at start-up (`plugins.vllm_kv.identity`). Imports only
-what vLLM's venv provides.
+`plugins.vllm_kv.hybrid`) and either on CUDA (`plugins.vllm_kv.device`: pinned host memory,
+side streams, events; with tensor parallelism a dense model's ranks each under their own keys);
+pipeline parallel size 1. Anything else is refused at start-up (`plugins.vllm_kv.identity`).
+Imports only what vLLM's venv provides.
 """
 
 from __future__ import annotations

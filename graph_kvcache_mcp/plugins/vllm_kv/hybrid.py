@@ -120,19 +120,7 @@ class HybridPages:
         fetched in the same batch as the blocks.
         """
         self._state_targets = [load.state.block_ids]
-        got, state = fetch_runs(
-            self.store,
-            [
-                (self.blocks, load.blocks.keys, load.blocks.block_ids),
-                (self.states, [load.state.key], [0]),
-            ],
-        )
-        if got.failure is not None:
-            return got.loaded_blocks, got.read_bytes, f"block {got.failure[0]}: {got.failure[1]}"
-        if state.failure is not None:
-            why = f"state {state.failure[0]}: {state.failure[1]}"
-            return got.loaded_blocks, got.read_bytes, why
-        return got.loaded_blocks + 1, got.read_bytes + state.read_bytes, None
+        return load_all(self.store, self.blocks, self.states, load)
 
     def copy_blocks(self, saves: Sequence[BlockTransfer]) -> list[tuple[str, bytes]]:
         """(key, attention pages) of every block to save, copied out of the cache now."""
@@ -147,11 +135,7 @@ class HybridPages:
         """(key, every Mamba layer's page) of every state to save, copied out now."""
         items = []
         for state in states:
-            ids = [
-                blocks[0]
-                for layers, blocks in zip(self.layout.state_layers, state.block_ids, strict=True)
-                for _ in layers
-            ]
+            ids = [blocks[0] for blocks in per_state_layer(self.layout, state.block_ids)]
             items.append((state.key, self.pages.read(self.layout.flat_state_layers, ids)))
         return items
 
@@ -163,13 +147,42 @@ class HybridPages:
         self.pages.write(attention, [(block_id,)] * len(attention), payload)
 
     def _write_state(self, index: int, payload: memoryview) -> None:
-        targets = self._state_targets[index]
-        per_layer = [
-            blocks
-            for layers, blocks in zip(self.layout.state_layers, targets, strict=True)
-            for _ in layers
-        ]
+        per_layer = per_state_layer(self.layout, self._state_targets[index])
         self.pages.write(self.layout.flat_state_layers, per_layer, payload)
+
+
+def per_state_layer(
+    layout: HybridLayout, group_blocks: Sequence[tuple[int, ...]]
+) -> list[tuple[int, ...]]:
+    """Each Mamba group's blocks of a state, repeated for each of the group's layers, in
+    `flat_state_layers` order (the order a state value holds their pages)."""
+    return [
+        blocks
+        for layers, blocks in zip(layout.state_layers, group_blocks, strict=True)
+        for _ in layers
+    ]
+
+
+def load_all(
+    store: EngineBlockStore, blocks: BlockLoader, states: BlockLoader, load: HybridLoad
+) -> tuple[int, int, str | None]:
+    """Fetch a request's blocks and its state in one batch: (values loaded, bytes, why not).
+
+    The state loader's `write_block` is called with index 0 for `load.state`.
+    """
+    got, state = fetch_runs(
+        store,
+        [
+            (blocks, load.blocks.keys, load.blocks.block_ids),
+            (states, [load.state.key], [0]),
+        ],
+    )
+    if got.failure is not None:
+        return got.loaded_blocks, got.read_bytes, f"block {got.failure[0]}: {got.failure[1]}"
+    if state.failure is not None:
+        why = f"state {state.failure[0]}: {state.failure[1]}"
+        return got.loaded_blocks, got.read_bytes, why
+    return got.loaded_blocks + 1, got.read_bytes + state.read_bytes, None
 
 
 def _describe(kind: str, group: Any) -> dict[str, Any]:

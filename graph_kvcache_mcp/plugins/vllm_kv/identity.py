@@ -57,7 +57,7 @@ def model_identity(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> K
     Raises:
         ValueError: a setup this connector does not handle (a KV cache neither on the CPU nor
             on CUDA, KV cache groups other than one full-attention group or a Mamba2 hybrid in
-            align mode on CPU, tensor parallelism off CUDA, pipeline parallelism).
+            align mode, tensor parallelism off CUDA or for a hybrid, pipeline parallelism).
     """
     from vllm import __version__ as vllm_version
 

@@ -4,10 +4,10 @@ Before the forward pass, reads the planned blocks, checks each value's header an
 writes them into the paged KV cache (`receive.BlockLoader`); after the pass (`wait_for_save`),
 copies the newly full blocks out and queues them for upload (`uploads.UploadQueue`). A block that
 fails to load is reported to vLLM, which recomputes it; a hybrid's request loads all or nothing.
-A KV cache on a device (CUDA) moves through `device.mover`: its saves finish after the step, so
-their requests are held until the copies are done (`device.held`). With tensor parallelism each
-rank holds its own heads of every block and stores them under its own key (`rank_key` of the
-chain key the scheduler plans with).
+A KV cache on a device (CUDA) moves through `device.mover` (a hybrid's through `device.hybrid`):
+its saves finish after the step, so their requests are held until the copies are done
+(`device.held`). With tensor parallelism each rank of a dense model holds its own heads of every
+block and stores them under its own key (`rank_key` of the chain key the scheduler plans with).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 from graph_kvcache_mcp.plugins.vllm_kv.device.held import HeldSaves
+from graph_kvcache_mcp.plugins.vllm_kv.device.hybrid import DeviceHybrid, hybrid_pages
 from graph_kvcache_mcp.plugins.vllm_kv.device.mover import DeviceBlocks, encoder
 from graph_kvcache_mcp.plugins.vllm_kv.device.pages import dense_pages
 from graph_kvcache_mcp.plugins.vllm_kv.device.streams import (
@@ -64,7 +65,7 @@ class WorkerSide:
         self.held = HeldSaves()
         self._pages: PagedKvCache | None = None
         self._loader: BlockLoader | None = None
-        self._hybrid_pages: HybridPages | None = None
+        self._hybrid_pages: HybridPages | DeviceHybrid | None = None
         self._load_errors: set[int] = set()
         self._loaded: set[str] = set()
         self._failed: set[str] = set()
@@ -73,14 +74,25 @@ class WorkerSide:
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
         self._check_rank()
+        first = next((t for t in kv_caches.values() if isinstance(t, torch.Tensor)), None)
+        on_device = first is not None and (first.device.type != "cpu" or self._streams is not None)
         if self._layout is not None and self.states is not None:
-            self._hybrid_pages = HybridPages(
-                kv_caches, self._layout, self.store, self.identity, self.states
-            )
+            if on_device and first is not None:
+                self._hybrid_pages = DeviceHybrid(
+                    hybrid_pages(kv_caches, self._layout),
+                    self._layout,
+                    self._streams or streams_for(first.device),
+                    self.store,
+                    self.identity,
+                    self.states,
+                )
+            else:
+                self._hybrid_pages = HybridPages(
+                    kv_caches, self._layout, self.store, self.identity, self.states
+                )
             self._after_register()
             return
-        first = next(iter(kv_caches.values()), None)
-        if first is not None and (first.device.type != "cpu" or self._streams is not None):
+        if on_device and first is not None:
             self._register_device(kv_caches, self._streams or streams_for(first.device))
             return
         pages = PagedKvCache(kv_caches)
@@ -285,8 +297,11 @@ class WorkerSide:
         if items:
             self.store.save_later(items, encoder(self.identity, fence))
 
-    def _save_hybrid(self, metadata: EngineKVMetadata, pages: HybridPages) -> None:
+    def _save_hybrid(self, metadata: EngineKVMetadata, pages: HybridPages | DeviceHybrid) -> None:
         if not (metadata.saves or metadata.state_saves):
+            return
+        if isinstance(pages, DeviceHybrid):
+            self._save_device_hybrid(metadata, pages)
             return
         try:
             blocks = pages.copy_blocks(metadata.saves)
@@ -298,6 +313,22 @@ class WorkerSide:
             self.store.save_later(blocks, self._encode)
         if states:
             self.store.save_later(states, self._encode_state)
+
+    def _save_device_hybrid(self, metadata: EngineKVMetadata, pages: DeviceHybrid) -> None:
+        """One save-stream copy of the step's blocks and states; the uploads wait for it."""
+        fence: Fence = DONE
+        try:
+            blocks, states, fence = pages.copy_out(metadata.saves, metadata.state_saves)
+        except Exception:  # a save is an optimisation: never fail the step for it
+            logger.exception("EngineKVConnector: could not copy blocks out for saving")
+            blocks, states = [], []
+        saved = [save.req_id for save in metadata.saves]
+        for req_id in saved + [state.req_id for state in metadata.state_saves]:
+            self.held.saving(req_id, fence)  # held either way: the scheduler holds them all
+        if blocks:
+            self.store.save_later(blocks, encoder(self.identity, fence))
+        if states:
+            self.store.save_later(states, encoder(pages.state_identity, fence))
 
 
 def _tensor_parallel_rank() -> tuple[int, int]:

@@ -87,9 +87,21 @@ def test_lmcache_mp_on_a_cpu_hybrid_is_refused_pointing_to_the_engine(family: st
         plan(tiny(family), kv_connector="mp_native")
 
 
-def test_the_engine_connector_on_a_gpu_hybrid_is_refused_pointing_to_mp_native() -> None:
-    with pytest.raises(ConfigError, match=r"hybrid's KV cache on CPU only.*mp_native"):
-        plan(tiny("granite"), GPU, kv_connector="engine")
+@pytest.mark.parametrize("model", ["granite", "qwen3.5"])
+def test_the_engine_connector_moves_a_hybrid_on_a_gpu(model: str) -> None:
+    # Qwen3.5 on an H200 with vLLM 0.33: GDN prefill checkpoints (block 576, one more state
+    # block per request), which the connector's state placement does not depend on
+    raw = tiny(model) if model == "granite" else config(model)
+    launched = plan(raw, GPU, kv_connector="engine")
+    transfer = json.loads(value(launched.args, "--kv-transfer-config"))
+    assert transfer["kv_connector"] == "EngineKVConnector"
+    assert any("on CUDA it copies through pinned host memory" in note for note in launched.notes)
+
+
+def test_the_engine_connector_refuses_a_hybrid_on_several_gpu_ranks() -> None:
+    # Per-rank keys are wired for a dense model's blocks only
+    with pytest.raises(ConfigError, match=r"a hybrid's blocks for one rank.*2 ranks"):
+        plan(tiny("granite"), GPU, kv_connector="engine", extra_args=("-tp", "2"))
 
 
 def test_lmcache_mp_on_a_gpu_hybrid_steps_one_block_at_a_time() -> None:

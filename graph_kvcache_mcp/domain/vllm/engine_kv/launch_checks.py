@@ -13,12 +13,14 @@ def engine_connector_refusal(
     platform_kind: str, extra_args: Sequence[str], *, hybrid: bool
 ) -> str | None:
     """Why EngineKVConnector cannot serve this launch, or None when it can."""
-    if platform_kind != "cpu" and hybrid:
+    ranks = tensor_parallel_of(extra_args)
+    if hybrid and ranks > 1:
+        # Per-rank keys are wired for a dense model's blocks only.
         return (
-            "kv_connector 'engine' moves a hybrid's KV cache on CPU only; on a GPU use "
-            "kv_connector 'mp_native' (an lmcache server with the engine as its remote tier)"
+            f"kv_connector 'engine' keys a hybrid's blocks for one rank; this vLLM would run "
+            f"{ranks} ranks: drop --tensor-parallel-size or use kv_connector 'mp_native'"
         )
-    if platform_kind == "cpu" and (ranks := tensor_parallel_of(extra_args)) > 1:
+    if platform_kind == "cpu" and ranks > 1:
         # Per-rank keys are built for the CUDA path only; a multi-rank CPU vLLM was never run.
         return (
             "kv_connector 'engine' keys tensor-parallel ranks on CUDA only; this CPU vLLM "
