@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -214,14 +215,10 @@ def test_a_hung_or_garbled_engine_is_a_miss_within_the_timeout() -> None:
     assert not _cache(loader).blocks and not _cache(garbled_loader).blocks
 
 
-def test_a_value_still_arriving_at_the_deadline_is_never_written() -> None:
-    """A peer that sends the head and half a valid block, then the rest after the deadline
-    (a test double: a real engine cannot be made to stall mid-value)."""
-    key = _keys(1)[0]
-    value = encode_block(key, IDENTITY, _payload(2))
+def _half_then_late(value: bytes, half: int) -> Callable[[socket.socket, threading.Event], None]:
+    """A peer's handler: the head and `value[:half]` at once, the rest 1.5 s later."""
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
     head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(value)
-    half = len(value) // 2
 
     def trickle(conn: socket.socket, stop: threading.Event) -> None:
         with conn:
@@ -230,6 +227,17 @@ def test_a_value_still_arriving_at_the_deadline_is_never_written() -> None:
             stop.wait(1.5)
             with contextlib.suppress(OSError):
                 conn.sendall(value[half:])
+
+    return trickle
+
+
+def test_a_value_still_arriving_at_the_deadline_is_never_written() -> None:
+    """A peer that sends the head and half a valid block, then the rest after the deadline
+    (a test double: a real engine cannot be made to stall mid-value)."""
+    key = _keys(1)[0]
+    value = encode_block(key, IDENTITY, _payload(2))
+    half = len(value) // 2
+    trickle = _half_then_late(value, half)
 
     with loopback_peer(trickle, thread_per_connection=True) as url:
         loader = _loader(url, timeout_s=0.5)
@@ -307,17 +315,8 @@ def test_a_value_arriving_in_place_at_the_deadline_ends_with_the_load() -> None:
     returns within its bound), and nothing arrives in the pages after the load returned."""
     key = _keys(1)[0]
     value = encode_block(key, IDENTITY, _payload(2))
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
-    head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(value)
     half = len(value) // 2
-
-    def trickle(conn: socket.socket, stop: threading.Event) -> None:
-        with conn:
-            conn.recv(65536)
-            conn.sendall(head + value[:half])
-            stop.wait(1.5)
-            with contextlib.suppress(OSError):
-                conn.sendall(value[half:])
+    trickle = _half_then_late(value, half)
 
     with loopback_peer(trickle, thread_per_connection=True) as url:
         loader = _in_place_loader(url, timeout_s=0.5)

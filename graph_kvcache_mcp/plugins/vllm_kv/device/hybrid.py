@@ -20,12 +20,12 @@ import torch
 from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
+from graph_kvcache_mcp.plugins.vllm_kv.device.mover import device_loader
 from graph_kvcache_mcp.plugins.vllm_kv.device.pages import DevicePages
-from graph_kvcache_mcp.plugins.vllm_kv.device.slots import host_buffer, host_slot_pool
+from graph_kvcache_mcp.plugins.vllm_kv.device.slots import host_buffer
 from graph_kvcache_mcp.plugins.vllm_kv.device.streams import DONE, CopyStreams, Fence
 from graph_kvcache_mcp.plugins.vllm_kv.hybrid import HybridLayout, load_all, per_state_layer
 from graph_kvcache_mcp.plugins.vllm_kv.raw_pages import check_view
-from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from graph_kvcache_mcp.plugins.vllm_kv.uploads import Payload
 
@@ -101,20 +101,8 @@ class DeviceHybrid:
                     f"of {promised.block_bytes}; refusing to move pages of a layout it does not "
                     "understand"
                 )
-        self.blocks = BlockLoader(
-            store,
-            identity,
-            self.write_block,
-            slots=host_slot_pool(identity.block_bytes, pages.device),
-            settle=streams.synchronize_loads,
-        )
-        self.states = BlockLoader(
-            store,
-            states,
-            self.write_state,
-            slots=host_slot_pool(states.block_bytes, pages.device),
-            settle=streams.synchronize_loads,
-        )
+        self.blocks = device_loader(store, identity, self.write_block, pages, streams)
+        self.states = device_loader(store, states, self.write_state, pages, streams)
         self._after: Fence = DONE
         self._state_targets: list[tuple[tuple[int, ...], ...]] = []
 

@@ -22,7 +22,7 @@ from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_bloc
 from graph_kvcache_mcp.plugins.vllm_kv.device.pages import DevicePages
 from graph_kvcache_mcp.plugins.vllm_kv.device.slots import host_buffer, host_slot_pool
 from graph_kvcache_mcp.plugins.vllm_kv.device.streams import DONE, CopyStreams, Fence
-from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader, LoadResult
+from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader, LoadResult, WriteBlock
 from graph_kvcache_mcp.plugins.vllm_kv.store import EngineBlockStore
 from graph_kvcache_mcp.plugins.vllm_kv.uploads import Payload
 
@@ -52,13 +52,7 @@ class DeviceBlocks:
                 f"{identity.block_bytes}; refusing to move blocks of a layout it does not "
                 "understand"
             )
-        self.loader = BlockLoader(
-            store,
-            identity,
-            self.write_block,
-            slots=host_slot_pool(identity.block_bytes, pages.device),
-            settle=streams.synchronize_loads,
-        )
+        self.loader = device_loader(store, identity, self.write_block, pages, streams)
         self._after: Fence = DONE
 
     # --- saves -------------------------------------------------------------------------------
@@ -100,6 +94,24 @@ class DeviceBlocks:
 
         # The slot goes back to the pool when this returns: its copy must have read it by then.
         self.streams.on_load_stream(self._after, copy).synchronize()
+
+
+def device_loader(
+    store: EngineBlockStore,
+    identity: KvModelIdentity,
+    write_block: WriteBlock,
+    pages: DevicePages,
+    streams: CopyStreams,
+) -> BlockLoader:
+    """A loader of `identity`'s values into a device cache: received into slots a copy to the
+    device reads directly, its queued copies settled before its load's window closes."""
+    return BlockLoader(
+        store,
+        identity,
+        write_block,
+        slots=host_slot_pool(identity.block_bytes, pages.device),
+        settle=streams.synchronize_loads,
+    )
 
 
 def encoder(identity: KvModelIdentity, fence: Fence) -> Callable[[str, Payload], bytes]:

@@ -9,12 +9,9 @@ time), with 4-dim views of the attention layers where their placements say.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
-from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad, StateTransfer
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
@@ -87,15 +84,6 @@ def allocation(registered: dict[str, object]) -> torch.Tensor:
 
 def raw(registered: dict[str, object]) -> RawPages:
     return RawPages(registered, LAYOUT.placements, BLOCKS)
-
-
-@pytest.fixture
-def unreachable_store() -> Iterator[EngineBlockStore]:
-    """A store whose engine does not answer: loads miss, nothing is written."""
-    client = SyncKvClient("http://127.0.0.1:9", None, timeout_s=2.0)
-    store = EngineBlockStore(client, timeout_s=2.0, concurrency=2)
-    yield store
-    store.close(flush_timeout_s=0.0)
 
 
 def device_on(

@@ -6,12 +6,9 @@ waits for the loads before `start_load_kv` returns."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
-from graph_kvcache_mcp.connectors.engine.client import SyncKvClient
 from graph_kvcache_mcp.domain.vllm.engine_kv.device import device_layout
 from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
 from graph_kvcache_mcp.plugins.vllm_kv.device.mover import DeviceBlocks, encoder
@@ -46,15 +43,6 @@ def identity(layers: int = 3) -> KvModelIdentity:
         ),
         vllm_version="0.32.0",
     )
-
-
-@pytest.fixture
-def unreachable_store() -> Iterator[EngineBlockStore]:
-    """A store whose engine does not answer: loads miss, nothing is written."""
-    client = SyncKvClient("http://127.0.0.1:9", None, timeout_s=2.0)
-    store = EngineBlockStore(client, timeout_s=2.0, concurrency=2)
-    yield store
-    store.close(flush_timeout_s=0.0)
 
 
 def blocks_on(
