@@ -108,7 +108,9 @@ setup_vllm() {
   # does not: its pin is read from pyproject.toml).
   install_without_deps .venv-vllm/bin/python
   if ! .venv-vllm/bin/python -c "import crc32c" 2>/dev/null; then
-    .venv-vllm/bin/python -m pip install -q "$(.venv-vllm/bin/python -c \
+    # --no-deps: crc32c needs nothing, and pip's resolver would otherwise report this
+    # package's own dependencies (installed without them, on purpose) as missing
+    .venv-vllm/bin/python -m pip install -q --no-deps "$(.venv-vllm/bin/python -c \
       'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if d.startswith("crc32c")))')"
   fi
   step ".venv-vllm ready"
