@@ -45,8 +45,8 @@ Deliver = Callable[[memoryview], RejectedBlock | None]
 
 class BlockReceiver:
     """Receives the value stored under `key`, checks it, and puts its payload in its block:
-    into `pages` as it arrives when given (holding `window` meanwhile), else through a slot and
-    `deliver`."""
+    into `pages` as it arrives when given (holding the load's `window` meanwhile), else through
+    a slot and `deliver`."""
 
     def __init__(
         self,
@@ -55,14 +55,14 @@ class BlockReceiver:
         slots: SlotPool,
         deliver: Deliver,
         *,
+        window: WriteWindow,
         pages: Sequence[memoryview] | None = None,
-        window: WriteWindow | None = None,
     ) -> None:
         self.key = key
         self.identity = identity
         self._slots = slots
         self._deliver = deliver
-        self._pages = pages if window is not None else None
+        self._pages = pages
         self._window = window
         self._entered = False  # holds the window: receiving into the block's pages
         self._page = 0
@@ -95,7 +95,6 @@ class BlockReceiver:
             return memoryview(self._header)[at:]
         if self._pages is not None:
             if not self._entered:
-                assert self._window is not None
                 if not self._window.enter():
                     self._finish(LATE)
                     return self._scratch_view()
@@ -185,7 +184,6 @@ class BlockReceiver:
 
     def _leave(self) -> None:
         if self._entered:
-            assert self._window is not None
             self._entered = False
             self._window.leave()
 

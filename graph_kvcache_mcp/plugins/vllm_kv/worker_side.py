@@ -13,14 +13,13 @@ block and stores them under its own key (`rank_key` of the chain key the schedul
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
 
 from graph_kvcache_mcp.domain.vllm.engine_kv.device import kernel_rows, rank_key
 from graph_kvcache_mcp.domain.vllm.hybrid.kv_plan import HybridLoad
-from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity, encode_block
 from graph_kvcache_mcp.domain.vllm.kv_plan import BlockTransfer
 from graph_kvcache_mcp.plugins.vllm_kv.device.held import HeldSaves
 from graph_kvcache_mcp.plugins.vllm_kv.device.hybrid import DeviceHybrid, hybrid_pages
@@ -38,7 +37,7 @@ from graph_kvcache_mcp.plugins.vllm_kv.identity import ConnectorSetup
 from graph_kvcache_mcp.plugins.vllm_kv.metadata import EngineKVMetadata
 from graph_kvcache_mcp.plugins.vllm_kv.pages import PagedKvCache
 from graph_kvcache_mcp.plugins.vllm_kv.receive import BlockLoader
-from graph_kvcache_mcp.plugins.vllm_kv.uploads import Payload, process_cores, reserved_cores
+from graph_kvcache_mcp.plugins.vllm_kv.uploads import process_cores, reserved_cores
 
 NOT_REGISTERED = "EngineKVConnector: vLLM never registered its KV caches"
 
@@ -69,8 +68,8 @@ class WorkerSide:
         self._load_errors: set[int] = set()
         self._loaded: set[str] = set()
         self._failed: set[str] = set()
-        self._encode = _encoder(identity)
-        self._encode_state = _encoder(states or identity)  # only a hybrid saves states
+        self._encode = encoder(identity, DONE)
+        self._encode_state = encoder(states or identity, DONE)  # only a hybrid saves states
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
         self._check_rank()
@@ -342,15 +341,6 @@ def _tensor_parallel_rank() -> tuple[int, int]:
         parallel_state.get_tensor_model_parallel_rank(),
         parallel_state.get_tensor_model_parallel_world_size(),
     )
-
-
-def _encoder(identity: KvModelIdentity) -> Callable[[str, Payload], bytes]:
-    """The upload thread's encoding of a block saved under `identity` (header, checksum)."""
-
-    def encode(key: str, payload: Payload) -> bytes:
-        return encode_block(key, identity, [payload])
-
-    return encode
 
 
 def _allow_amx_tiles() -> None:

@@ -89,18 +89,8 @@ class DeviceHybrid:
         self.store = store
         self.identity = identity
         self.state_identity = states
-        for what, layers, promised in (
-            ("attention", layout.attention_layers, identity),
-            ("Mamba state", layout.flat_state_layers, states),
-        ):
-            width = pages.value_bytes(layers)
-            if (len(layers), width) != (promised.num_layers, promised.block_bytes):
-                raise ValueError(
-                    f"EngineKVConnector: the KV cache places {len(layers)} {what} layers of "
-                    f"{width} bytes per value, but the identity promised {promised.num_layers} "
-                    f"of {promised.block_bytes}; refusing to move pages of a layout it does not "
-                    "understand"
-                )
+        pages.check_values("attention", layout.attention_layers, identity)
+        pages.check_values("Mamba state", layout.flat_state_layers, states)
         self.blocks = device_loader(store, identity, self.write_block, pages, streams)
         self.states = device_loader(store, states, self.write_state, pages, streams)
         self._after: Fence = DONE

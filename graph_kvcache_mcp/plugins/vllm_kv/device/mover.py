@@ -44,14 +44,7 @@ class DeviceBlocks:
         self.streams = streams
         self.identity = identity
         self.layers = pages.layer_names
-        width = pages.value_bytes(self.layers)
-        if (len(self.layers), width) != (identity.num_layers, identity.block_bytes):
-            raise ValueError(
-                f"EngineKVConnector: vLLM registered {len(self.layers)} KV layers of {width} "
-                f"bytes per block, but its KV cache config promised {identity.num_layers} of "
-                f"{identity.block_bytes}; refusing to move blocks of a layout it does not "
-                "understand"
-            )
+        pages.check_values("KV", self.layers, identity)
         self.loader = device_loader(store, identity, self.write_block, pages, streams)
         self._after: Fence = DONE
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from graph_kvcache_mcp.domain.vllm.kv_blocks import KvModelIdentity
 from graph_kvcache_mcp.plugins.vllm_kv.raw_pages import Placement
 
 Layer = tuple[Any, Sequence[Placement]]
@@ -126,6 +127,21 @@ class DevicePages:
     def value_bytes(self, layers: Sequence[str]) -> int:
         """Bytes of one value holding the pages of `layers`."""
         return sum(int(part.shape[1]) for name in layers for part in self._parts[name])
+
+    def check_values(self, what: str, layers: Sequence[str], promised: KvModelIdentity) -> None:
+        """A value holding the pages of `layers` must be what `promised` describes.
+
+        Raises:
+            ValueError: the layer count or bytes per value differ (a layout not understood).
+        """
+        width = self.value_bytes(layers)
+        if (len(layers), width) != (promised.num_layers, promised.block_bytes):
+            raise ValueError(
+                f"EngineKVConnector: the KV cache places {len(layers)} {what} layers of "
+                f"{width} bytes per value, but the identity promised {promised.num_layers} "
+                f"of {promised.block_bytes}; refusing to move pages of a layout it does not "
+                "understand"
+            )
 
     def gather(self, layers: Sequence[str], block_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         """`[len(block_ids), value_bytes]` on the pages' device: row i holds, layer by layer,
